@@ -1,0 +1,23 @@
+"""Opt-in markers: slow, data and browser tests run locally only when asked, and always in CI."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+OPT_IN_MARKERS = ("slow", "data", "browser")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    for marker in OPT_IN_MARKERS:
+        parser.addoption(f"--run-{marker}", action="store_true", help=f"run tests marked @{marker}")
+    parser.addoption("--run-all", action="store_true", help="run every opt-in test")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    in_ci = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+    run_all = in_ci or config.getoption("--run-all")
+    for item in items:
+        for marker in OPT_IN_MARKERS:
+            if marker in item.keywords and not (run_all or config.getoption(f"--run-{marker}")):
+                item.add_marker(pytest.mark.skip(reason=f"opt-in: pass --run-{marker} (always on in CI)"))
