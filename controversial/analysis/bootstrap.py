@@ -1,0 +1,212 @@
+"""Participant x stimulus bootstrap of model accuracies and noise ceilings, vectorised.
+
+Resampling stimuli with replacement (stratified by condition) is the same as giving each
+stimulus an integer count weight, and every weighted Pearson statistic is linear in those weights.
+So one matrix product, count weights (resamples x stimuli) @ per-stimulus sufficient statistics
+(sums, squares and cross-products over categories, for participants, models and participant
+pairs), yields every correlation and both ceilings for a chunk of resamples. Participant
+resampling is a second count vector applied to the per-participant correlations.
+
+Resamples are drawn in fixed blocks of ``BLOCK`` with one ``SeedSequence`` child per block, so the
+distribution depends only on the seed, never on the chunk size used to bound memory.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import numpy as np
+from statsmodels.stats.multitest import multipletests
+
+log = logging.getLogger(__name__)
+
+BLOCK = 1000
+LOWER, UPPER = "lower noise ceiling", "upper noise ceiling"
+
+
+@dataclass(frozen=True)
+class Resamples:
+    """One block of resamples as indices: participants (B, S) and stimuli (B, N), stratum by stratum."""
+
+    participants: np.ndarray
+    stimuli: np.ndarray
+
+
+@dataclass(frozen=True)
+class Distributions:
+    """Bootstrap distributions of the across-participant mean r: models, then lower and upper ceiling."""
+
+    names: tuple[str, ...]  # models + (LOWER, UPPER) when ceilings were computed
+    estimates: np.ndarray  # (P,) on the original data
+    samples: np.ndarray  # (n_resamples, P)
+    seed: int
+
+
+@dataclass(frozen=True)
+class PairwiseTests:
+    names: tuple[str, ...]  # the compared entities: models + lower ceiling
+    p_two_tailed: np.ndarray  # (P, P) uncorrected, symmetric, NaN on the diagonal
+    p_corrected: np.ndarray  # (P, P) Holm-Sidak over all P(P-1)/2 pairs
+    significance: np.ndarray  # (P, P) +1 row significantly above column, -1 below, 0 not significant
+    alpha: float
+
+
+def strata(conditions: Sequence[str]) -> list[np.ndarray]:
+    """Stimulus indices per condition (sorted by name): the bootstrap strata."""
+    conditions = np.asarray(conditions)
+    return [np.flatnonzero(conditions == c) for c in sorted(set(conditions.tolist()))]
+
+
+def draw_block(seed: np.random.SeedSequence, n_participants: int, groups: list[np.ndarray], size: int) -> Resamples:
+    """Draw one block: participants with replacement, and stimuli with replacement within each stratum."""
+    rng = np.random.default_rng(seed)
+    participants = rng.integers(0, n_participants, size=(BLOCK, n_participants))[:size]
+    stimuli = np.concatenate([g[rng.integers(0, len(g), size=(BLOCK, len(g)))] for g in groups], axis=1)[:size]
+    return Resamples(participants, stimuli)
+
+
+def iter_blocks(n_resamples: int, seed: int, n_participants: int, conditions: Sequence[str]) -> Iterator[Resamples]:
+    """All resamples for ``seed``, block by block (reproducible for any chunking)."""
+    groups = strata(conditions)
+    children = np.random.SeedSequence(seed).spawn(-(-n_resamples // BLOCK))
+    for b, child in enumerate(children):
+        yield draw_block(child, n_participants, groups, min(BLOCK, n_resamples - b * BLOCK))
+
+
+def counts(indices: np.ndarray, n: int) -> np.ndarray:
+    """(B, draws) indices -> (B, n) float counts of each index per row."""
+    B = indices.shape[0]
+    flat = (np.arange(B)[:, None] * n + indices).ravel()
+    return np.bincount(flat, minlength=B * n).reshape(B, n).astype(np.float64)
+
+
+class SufficientStatistics:
+    """Per-stimulus sums over categories; ``evaluate`` turns count weights into mean correlations."""
+
+    def __init__(self, human: np.ndarray, model: np.ndarray, ceilings: bool = True) -> None:
+        human = np.asarray(human, dtype=np.float64)
+        model = np.asarray(model, dtype=np.float64)
+        S, N, K = human.shape
+        M = model.shape[0]
+        self.S, self.M, self.K, self.ceilings = S, M, K, ceilings
+        hs = human.transpose(1, 0, 2)  # (N, S, K)
+        ms = model.transpose(1, 0, 2)  # (N, M, K)
+        if ceilings:
+            self.iu = np.triu_indices(S)
+            gram = np.einsum("nsk,ntk->nst", hs, hs)[:, self.iu[0], self.iu[1]]
+        else:
+            gram = np.einsum("nsk,nsk->ns", hs, hs)
+        self.table = np.concatenate([
+            hs.sum(axis=2), gram, ms.sum(axis=2), np.einsum("nmk,nmk->nm", ms, ms),
+            np.einsum("nsk,nmk->nsm", hs, ms).reshape(N, S * M),
+        ], axis=1)
+        self.n_gram = gram.shape[1]
+
+    def evaluate(self, stimulus_counts: np.ndarray, participant_counts: np.ndarray) -> np.ndarray:
+        """(B, N) and (B, S) count weights -> (B, M [+2]) mean r of each model [and both ceilings]."""
+        S, M = self.S, self.M
+        y = stimulus_counts @ self.table
+        B = y.shape[0]
+        W = self.K * stimulus_counts.sum(axis=1)[:, None]
+        sx, y = y[:, :S], y[:, S:]
+        gram, y = y[:, :self.n_gram], y[:, self.n_gram:]
+        sy, syy, sxy = y[:, :M], y[:, M:2 * M], y[:, 2 * M:].reshape(B, S, M)
+        if self.ceilings:
+            cov = np.empty((B, S, S))
+            cov[:, self.iu[0], self.iu[1]] = gram
+            cov[:, self.iu[1], self.iu[0]] = gram
+            cov -= sx[:, :, None] * sx[:, None, :] / W[:, :, None]
+            var_h = np.einsum("bss->bs", cov)
+        else:
+            var_h = gram - sx * sx / W
+        w = participant_counts
+        present = w > 0
+        cov_m = sxy - sx[:, :, None] * sy[:, None, :] / W[:, :, None]
+        var_m = syy - sy * sy / W
+        with np.errstate(invalid="ignore", divide="ignore"):
+            r = cov_m / np.sqrt(var_h[:, :, None] * var_m[:, None, :])
+        r = np.where(present[:, :, None], r, 0.0)
+        out = [np.einsum("bs,bsm->bm", w, r) / S]
+        if self.ceilings:
+            with np.errstate(invalid="ignore", divide="ignore"):
+                cw = np.einsum("bst,bt->bs", cov, w)
+                wcw = np.einsum("bs,bs->b", cw, w)[:, None]
+                r_lower = (cw - var_h) / np.sqrt(var_h * (wcw - 2 * cw + var_h))
+                a = np.where(present, w / np.sqrt(var_h), 0.0)
+                ca = np.einsum("bst,bt->bs", cov, a)
+                aca = np.einsum("bs,bs->b", ca, a)[:, None]
+                r_upper = ca / np.sqrt(var_h * aca)
+            for r_ceiling in (r_lower, r_upper):
+                out.append((np.where(present, r_ceiling, 0.0) * w).sum(axis=1, keepdims=True) / S)
+        return np.concatenate(out, axis=1)
+
+
+def bootstrap(
+    human: np.ndarray,
+    model: np.ndarray,
+    model_names: Sequence[str],
+    conditions: Sequence[str],
+    n_resamples: int = 100_000,
+    seed: int = 0,
+    chunk_size: int = 10_000,
+    ceilings: bool = True,
+) -> Distributions:
+    """Distributions of every model's mean r (and both noise ceilings) over participant x stimulus resamples."""
+    human = np.asarray(human, dtype=np.float64)
+    S, N, _ = human.shape
+    if len(conditions) != N:
+        raise ValueError(f"conditions has {len(conditions)} entries for {N} stimuli")
+    stats = SufficientStatistics(human, model, ceilings)
+    estimates = stats.evaluate(np.ones((1, N)), np.ones((1, S)))[0]
+    blocks_per_chunk = max(1, chunk_size // BLOCK)
+    samples, pending = [], []
+
+    def flush() -> None:
+        if pending:
+            p = np.concatenate([b.participants for b in pending])
+            s = np.concatenate([b.stimuli for b in pending])
+            samples.append(stats.evaluate(counts(s, N), counts(p, S)))
+            pending.clear()
+
+    for block in iter_blocks(n_resamples, seed, S, conditions):
+        pending.append(block)
+        if len(pending) == blocks_per_chunk:
+            flush()
+    flush()
+    names = tuple(model_names) + ((LOWER, UPPER) if ceilings else ())
+    log.info("bootstrap: %d resamples, %d participants, %d stimuli, %d strata", n_resamples, S, N, len(strata(conditions)))
+    return Distributions(names, estimates, np.concatenate(samples), seed)
+
+
+def percentile_ci(samples: np.ndarray, level: float = 0.95) -> np.ndarray:
+    """(B, P) -> (P, 2) central percentile intervals."""
+    tail = (1.0 - level) / 2.0
+    return np.quantile(samples, [tail, 1.0 - tail], axis=0).T
+
+
+def pairwise_tests(dist: Distributions, include: Sequence[str] | None = None, alpha: float = 0.05) -> PairwiseTests:
+    """Two-tailed bootstrap p-values for every pair, Holm-Sidak corrected over all pairs.
+
+    p = min(1, 2 min(P(d <= 0), P(d >= 0))) for d the resampled difference of mean r (ties count
+    against significance, so identical entries never differ).
+    """
+    names = tuple(include) if include is not None else tuple(n for n in dist.names if n != UPPER)
+    columns = [dist.names.index(n) for n in names]
+    samples, estimates = dist.samples[:, columns], dist.estimates[columns]
+    P = len(names)
+    iu = np.triu_indices(P, k=1)
+    p = np.full((P, P), np.nan)
+    for i, j in zip(*iu):
+        d = samples[:, i] - samples[:, j]
+        p[i, j] = p[j, i] = min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0)))
+    corrected = np.full((P, P), np.nan)
+    significance = np.zeros((P, P), dtype=int)
+    if len(iu[0]):
+        with np.errstate(divide="ignore"):  # p = 1 makes statsmodels take log(0); the result is still 1
+            reject, p_adj, _, _ = multipletests(p[iu], alpha=alpha, method="holm-sidak")
+        corrected[iu] = corrected[iu[1], iu[0]] = p_adj
+        sign = np.sign(estimates[iu[0]] - estimates[iu[1]]).astype(int) * reject
+        significance[iu] = sign
+        significance[iu[1], iu[0]] = -sign
+    return PairwiseTests(names, p, corrected, significance, alpha)

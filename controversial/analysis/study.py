@@ -1,0 +1,210 @@
+"""Align human ratings and model responses into arrays, applying exclusion policies explicitly.
+
+A ``Study`` holds human ratings (participants x stimuli x categories), model probabilities
+(models x stimuli x categories) and per-stimulus metadata (condition, targets, true class). Every
+exclusion is recorded in ``Study.exclusions`` so that reports show it; nothing is dropped silently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Sequence
+
+import numpy as np
+
+from controversial.analysis.decisions import TieRule, decide
+from controversial.analysis.io import InputError, ModelTable, RatingTable, natural_true_class
+
+NATURAL = "natural"
+
+
+@dataclass(frozen=True)
+class Stimulus:
+    image: str
+    targeted_models: tuple[str, str] | None  # None for natural images
+    targeted_classes: tuple[str, str] | None
+    true_class: str | None
+
+    @property
+    def condition(self) -> str:
+        """Bootstrap stratum: ``natural`` or the unordered targeted model pair ``A|B``."""
+        if self.targeted_models is None:
+            return NATURAL
+        return "|".join(sorted(self.targeted_models))
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    what: str  # "rows", "participant"
+    reason: str
+    count: int
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Study:
+    participants: tuple[str, ...]
+    models: tuple[str, ...]
+    stimuli: tuple[Stimulus, ...]
+    categories: tuple[str, ...]
+    human: np.ndarray  # (S, N, K)
+    model: np.ndarray  # (M, N, K)
+    exclusions: tuple[Exclusion, ...] = field(default=())
+
+    @property
+    def conditions(self) -> np.ndarray:
+        return np.array([s.condition for s in self.stimuli])
+
+    def subset(self, mask: np.ndarray) -> "Study":
+        """The same study restricted to the stimuli where ``mask`` is true."""
+        mask = np.asarray(mask, dtype=bool)
+        return replace(self, stimuli=tuple(s for s, keep in zip(self.stimuli, mask) if keep),
+                       human=self.human[:, mask], model=self.model[:, mask])
+
+    def subsets(self) -> dict[str, np.ndarray]:
+        """Named stimulus subsets: all, natural, controversial, each targeted pair, each targeted model."""
+        conditions = self.conditions
+        natural = conditions == NATURAL
+        named = {"all": np.ones(len(self.stimuli), bool), "natural": natural, "controversial": ~natural}
+        for pair in sorted(set(conditions[~natural])):
+            named[f"pair {pair}"] = conditions == pair
+        for model in self.models:
+            targeted = np.array([s.targeted_models is not None and model in s.targeted_models for s in self.stimuli])
+            if targeted.any():
+                named[f"targets {model}"] = targeted
+        return {name: mask for name, mask in named.items() if mask.any()}
+
+
+def _category_order(categories: Sequence[str]) -> tuple[str, ...]:
+    unique = list(dict.fromkeys(categories))
+    if all(c.isdigit() for c in unique):
+        return tuple(sorted(unique, key=int))
+    return tuple(unique)
+
+
+def build_study(
+    human: RatingTable,
+    models: ModelTable,
+    exclude_repetitions: bool = False,
+    exclude_participants: Sequence[str] = (),
+    min_natural_accuracy: float | None = None,
+    tie_rule: TieRule = "random",
+    seed: int = 0,
+) -> Study:
+    """Validate the two tables against each other and align them.
+
+    Policies: ``exclude_repetitions`` drops repeated presentations (image_repetition > 0), which
+    are otherwise an error; ``exclude_participants`` drops listed participants (e.g. attention-check
+    failures); ``min_natural_accuracy`` drops participants whose arg-max accuracy on natural images
+    is below it. Each is recorded as an ``Exclusion``.
+    """
+    exclusions: list[Exclusion] = []
+    rows = list(human.rows)
+    repeats = [r for r in rows if r.repetition > 0]
+    if repeats:
+        if not exclude_repetitions:
+            first = repeats[0]
+            raise InputError(f"{human.path}, row {first.line}, column 'image_repetition': {len(repeats)} rows are repeated "
+                             f"presentations (image_repetition > 0); set exclude_repetitions=true to analyse first presentations only")
+        rows = [r for r in rows if r.repetition == 0]
+        exclusions.append(Exclusion("rows", "repeated presentation (exclude_repetitions=true)", len(repeats),
+                                    f"{len({(r.subject, r.image) for r in repeats})} trials"))
+    listed = set(exclude_participants)
+    known = {r.subject for r in rows}
+    unknown = sorted(listed - known)
+    if unknown:
+        raise InputError(f"exclude_participants: unknown participant(s) {', '.join(unknown)} in {human.path}")
+    if listed:
+        rows = [r for r in rows if r.subject not in listed]
+        exclusions.append(Exclusion("participant", "listed in exclude_participants (policy)", len(listed), ", ".join(sorted(listed))))
+    if not rows:
+        raise InputError(f"{human.path}: no ratings left after exclusions")
+
+    categories = _category_order([r.category for r in rows])
+    cat_index = {c: k for k, c in enumerate(categories)}
+    participants = tuple(dict.fromkeys(r.subject for r in rows))
+    images: dict[str, int] = {}
+    stimuli: list[Stimulus] = []
+    first_row: dict[str, object] = {}
+    for r in rows:
+        if r.image not in images:
+            images[r.image] = len(stimuli)
+            first_row[r.image] = r
+            targeted = r.targets[:2] if r.targets[0] else None
+            classes = r.targets[2:] if r.targets[0] else None
+            true_class = natural_true_class(r.image, categories) if targeted is None else None
+            stimuli.append(Stimulus(r.image, targeted, classes, true_class))
+        elif r.targets != first_row[r.image].targets:  # type: ignore[attr-defined]
+            raise InputError(f"{human.path}, row {r.line}, column 'targeted_model_1': targeted columns for {r.image!r} differ "
+                             f"from row {first_row[r.image].line}")  # type: ignore[attr-defined]
+
+    S, N, K = len(participants), len(stimuli), len(categories)
+    subject_index = {s: i for i, s in enumerate(participants)}
+    ratings = np.full((S, N, K), np.nan)
+    for r in rows:
+        ratings[subject_index[r.subject], images[r.image], cat_index[r.category]] = r.rating
+    _check_complete(ratings, participants, stimuli, categories, rows, human)
+
+    model_names = tuple(dict.fromkeys(r.model for r in models.rows))
+    model_index = {m: i for i, m in enumerate(model_names)}
+    probabilities = np.full((len(model_names), N, K), np.nan)
+    unused = set()
+    for r in models.rows:
+        if r.image not in images:
+            unused.add(r.image)
+            continue
+        if r.category not in cat_index:
+            raise InputError(f"{models.path}, row {r.line}, column 'response_category': {r.category!r} is not a category "
+                             f"of the human ratings ({', '.join(categories)})")
+        probabilities[model_index[r.model], images[r.image], cat_index[r.category]] = r.probability
+    missing = np.argwhere(np.isnan(probabilities))
+    if len(missing):
+        m, n, k = missing[0]
+        image = stimuli[n].image
+        raise InputError(f"{models.path}, column 'image': model {model_names[m]!r} has no response for image {image!r}, "
+                         f"category {categories[k]!r} (rated in {human.path}, row {first_row[image].line}); "  # type: ignore[attr-defined]
+                         f"{len(missing)} (model, image, category) entries are missing in all")
+    if unused:
+        exclusions.append(Exclusion("model rows", "image not rated by any participant", len(unused), f"{len(unused)} images"))
+
+    study = Study(participants, model_names, tuple(stimuli), categories, ratings, probabilities, tuple(exclusions))
+    if min_natural_accuracy is not None:
+        study = _exclude_inaccurate(study, min_natural_accuracy, tie_rule, seed)
+    return study
+
+
+def _check_complete(ratings: np.ndarray, participants, stimuli, categories, rows, human: RatingTable) -> None:
+    seen = ~np.isnan(ratings).all(axis=2)  # (S, N): participant saw image
+    for s, subject in enumerate(participants):
+        if not seen[s].all():
+            n = int(np.argmin(seen[s]))
+            other = int(np.argmax(seen[:, n]))
+            line = next(r.line for r in rows if r.subject == participants[other] and r.image == stimuli[n].image)
+            raise InputError(f"{human.path}, row {line}, column 'image': participants saw different stimulus sets: "
+                             f"{participants[other]!r} rated {stimuli[n].image!r} but {subject!r} did not "
+                             f"({int((~seen[s]).sum())} images missing for {subject!r})")
+    holes = np.argwhere(np.isnan(ratings))
+    if len(holes):
+        s, n, k = holes[0]
+        line = next(r.line for r in rows if r.subject == participants[s] and r.image == stimuli[n].image)
+        raise InputError(f"{human.path}, row {line}, column 'response_category': participant {participants[s]!r} has no rating "
+                         f"for category {categories[k]!r} of {stimuli[n].image!r}; every image needs all of {', '.join(categories)}")
+
+
+def _exclude_inaccurate(study: Study, threshold: float, tie_rule: TieRule, seed: int) -> Study:
+    natural = [n for n, s in enumerate(study.stimuli) if s.true_class is not None]
+    if not natural:
+        raise InputError("min_natural_accuracy is set but the study has no natural images with a true class")
+    truth = np.array([study.categories.index(study.stimuli[n].true_class) for n in natural])
+    accuracy = (decide(study.human[:, natural], tie_rule, seed) == truth).mean(axis=1)
+    keep = accuracy >= threshold
+    if keep.all():
+        return replace(study, exclusions=study.exclusions + (
+            Exclusion("participant", f"natural-image accuracy below {threshold:g}", 0),))
+    if not keep.any():
+        raise InputError(f"min_natural_accuracy={threshold:g} excludes every participant (best accuracy {accuracy.max():.3f})")
+    dropped = [f"{p} ({a:.3f})" for p, a, k in zip(study.participants, accuracy, keep) if not k]
+    return replace(
+        study, participants=tuple(p for p, k in zip(study.participants, keep) if k), human=study.human[keep],
+        exclusions=study.exclusions + (Exclusion("participant", f"natural-image accuracy below {threshold:g}",
+                                                 int((~keep).sum()), ", ".join(dropped)),),
+    )

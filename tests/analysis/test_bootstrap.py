@@ -1,0 +1,123 @@
+"""The vectorised bootstrap against a plain, loop-by-loop reference on the same resamples."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controversial.analysis.bootstrap import (
+    BLOCK, LOWER, UPPER, Distributions, bootstrap, counts, iter_blocks, pairwise_tests, percentile_ci, strata,
+)
+from controversial.analysis.ceilings import noise_ceiling
+from controversial.analysis.correlation import participant_model_correlations
+
+
+def reference_statistics(human: np.ndarray, model: np.ndarray) -> np.ndarray:
+    """Mean r of each model, lower and upper ceiling, computed literally on one (resampled) dataset."""
+    S = human.shape[0]
+    flat_h = human.reshape(S, -1)
+    flat_m = model.reshape(model.shape[0], -1)
+    out = []
+    for m in range(flat_m.shape[0]):
+        out.append(np.mean([np.corrcoef(flat_h[s], flat_m[m])[0, 1] for s in range(S)]))
+    lower = []
+    for s in range(S):
+        others = np.mean([flat_h[t] for t in range(S) if t != s], axis=0)
+        lower.append(np.corrcoef(flat_h[s], others)[0, 1])
+    z = [(x - x.mean()) / x.std() for x in flat_h]
+    best = np.mean(z, axis=0)
+    upper = [np.corrcoef(flat_h[s], best)[0, 1] for s in range(S)]
+    return np.array(out + [np.mean(lower), np.mean(upper)])
+
+
+def reference_bootstrap(human, model, conditions, n_resamples, seed) -> np.ndarray:
+    rows = []
+    for block in iter_blocks(n_resamples, seed, human.shape[0], conditions):
+        for p, s in zip(block.participants, block.stimuli):
+            rows.append(reference_statistics(human[p][:, s], model[:, s]))
+    return np.array(rows)
+
+
+def small_study(seed: int = 1, S: int = 4, M: int = 3, K: int = 5):
+    rng = np.random.default_rng(seed)
+    conditions = np.array(["natural"] * 4 + ["a|b"] * 3 + ["a|c"] * 3)
+    N = len(conditions)
+    truth = rng.random((N, K))
+    human = np.clip(np.round((truth + 0.3 * rng.standard_normal((S, N, K))) * 4) / 4, 0, 1)
+    model = np.clip(truth + 0.2 * rng.standard_normal((M, N, K)), 0, 1)
+    return human, model, conditions
+
+
+def test_fast_bootstrap_matches_reference_including_duplicates():
+    human, model, conditions = small_study()
+    n = 60
+    fast = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=n, seed=7, chunk_size=BLOCK)
+    reference = reference_bootstrap(human, model, conditions, n, seed=7)
+    assert fast.samples.shape == reference.shape == (n, 5)
+    np.testing.assert_allclose(fast.samples, reference, rtol=0, atol=1e-9)
+    # The resamples really contained duplicated participants and stimuli.
+    block = next(iter_blocks(n, 7, human.shape[0], conditions))
+    assert any(len(set(p)) < len(p) for p in block.participants)
+    assert any(len(set(s)) < len(s) for s in block.stimuli)
+
+
+def test_point_estimates_match_direct_correlations_and_ceilings():
+    human, model, conditions = small_study(seed=3, S=6)
+    dist = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=10, seed=0)
+    r = participant_model_correlations(human, model)
+    ceiling = noise_ceiling(human)
+    np.testing.assert_allclose(dist.estimates, [*r.mean(axis=0), ceiling.lower, ceiling.upper], atol=1e-12)
+    assert dist.names == ("m0", "m1", "m2", LOWER, UPPER)
+
+
+def test_resamples_stay_within_strata_and_depend_only_on_seed():
+    human, model, conditions = small_study()
+    groups = strata(conditions)
+    for block in iter_blocks(2 * BLOCK + 5, 11, human.shape[0], conditions):
+        start = 0
+        for g in groups:
+            assert np.isin(block.stimuli[:, start:start + len(g)], g).all()
+            start += len(g)
+    a = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=2500, seed=5, chunk_size=1000)
+    b = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=2500, seed=5, chunk_size=3000)
+    c = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=2500, seed=6, chunk_size=3000)
+    # Same resamples whatever the chunking; only BLAS summation order may differ.
+    np.testing.assert_allclose(a.samples, b.samples, rtol=0, atol=1e-12)
+    assert not np.array_equal(a.samples, c.samples)
+
+
+def test_counts_of_indices():
+    got = counts(np.array([[0, 0, 2], [1, 2, 2]]), 3)
+    np.testing.assert_array_equal(got, [[2, 0, 1], [0, 1, 2]])
+
+
+def test_pairwise_tests_hand_example():
+    # Entity a is above b in every resample; b and c overlap completely.
+    rng = np.random.default_rng(0)
+    noise = rng.standard_normal(1000)
+    samples = np.stack([noise + 10, noise, noise[::-1]], axis=1)
+    dist = Distributions(("a", "b", "c"), np.array([10.0, 0.0, 0.0]), samples, seed=0)
+    tests = pairwise_tests(dist, alpha=0.05)
+    assert tests.p_two_tailed[0, 1] == 0.0 and tests.significance[0, 1] == 1 and tests.significance[1, 0] == -1
+    d = samples[:, 1] - samples[:, 2]
+    assert tests.p_two_tailed[1, 2] == pytest.approx(min(1, 2 * min(np.mean(d <= 0), np.mean(d >= 0))))
+    assert tests.significance[1, 2] == 0
+    # Holm-Sidak: the smallest of m p-values is compared with 1 - (1 - p)^m.
+    p_sorted = np.sort(tests.p_two_tailed[np.triu_indices(3, 1)])
+    assert np.nanmin(tests.p_corrected) == pytest.approx(1 - (1 - p_sorted[0]) ** 3)
+
+
+def test_percentile_ci_brackets_the_estimate():
+    human, model, conditions = small_study(seed=2, S=6)
+    dist = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=2000, seed=1)
+    ci = percentile_ci(dist.samples, 0.95)
+    assert ci.shape == (5, 2)
+    assert (ci[:, 0] <= dist.estimates + 0.05).all() and (ci[:, 1] >= dist.estimates - 0.05).all()
+    assert (ci[:, 0] < ci[:, 1]).all()
+
+
+def test_no_ceiling_mode_matches_model_columns():
+    human, model, conditions = small_study()
+    full = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=200, seed=2)
+    light = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=200, seed=2, ceilings=False)
+    np.testing.assert_allclose(light.samples, full.samples[:, :3], atol=1e-12)
+    assert light.names == ("m0", "m1", "m2")
