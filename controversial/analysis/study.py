@@ -137,6 +137,9 @@ def build_study(
             raise InputError(f"{human.path}, row {r.line}, column 'targeted_model_1': targeted columns for {r.image!r} differ "
                              f"from row {first_row[r.image].line}")  # type: ignore[attr-defined]
 
+    order = sorted(range(len(stimuli)), key=lambda n: (stimuli[n].condition != NATURAL, stimuli[n].condition, stimuli[n].image))
+    stimuli = [stimuli[n] for n in order]
+    images = {s.image: n for n, s in enumerate(stimuli)}
     S, N, K = len(participants), len(stimuli), len(categories)
     subject_index = {s: i for i, s in enumerate(participants)}
     ratings = np.full((S, N, K), np.nan)

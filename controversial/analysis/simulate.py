@@ -1,0 +1,139 @@
+"""Simulated studies: synthetic model responses and participants generated from a chosen "true" model.
+
+Used to validate the analysis (it must rank the generating model first), to plan studies (see
+``power.py``), and as the demonstration run of ``analyze.py`` when no data are given. Simulated
+participants rate each category with the true model's probability distorted in logit space by a
+per-participant gain and noise level, then quantised to the five-point scale.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from controversial.analysis.io import RATING_SCALE, write_human_ratings, write_model_responses
+from controversial.analysis.study import Stimulus
+from controversial.stimuli import stimulus_filename
+
+CLASS_NAMES: dict[str, tuple[str, ...]] = {
+    "MNIST": tuple(str(k) for k in range(10)),
+    "CIFAR10": ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+}
+
+
+@dataclass(frozen=True)
+class SimulatedModels:
+    names: tuple[str, ...]
+    categories: tuple[str, ...]
+    stimuli: tuple[Stimulus, ...]
+    probabilities: np.ndarray  # (M, N, K)
+
+
+@dataclass(frozen=True)
+class ParticipantNoise:
+    """Per-participant distortion in logit units: sd drawn uniformly from ``sd``, gain from ``gain``."""
+
+    sd: tuple[float, float] = (0.8, 1.6)
+    gain: tuple[float, float] = (0.7, 1.3)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def simulate_models(
+    n_models: int = 9, dataset: str = "MNIST", stimuli_per_pair: int = 20, natural_per_class: int = 10,
+    model_noise: tuple[float, float] = (0.3, 1.0), seed: int = 0, prefix: str = "sim",
+) -> SimulatedModels:
+    """Models that share a consensus percept plus model-specific deviations, and PNAS-like stimuli:
+    ``stimuli_per_pair`` controversial images per model pair (each class targeted twice per side
+    when 20) where model A sees class a and not b and model B the reverse, plus natural images."""
+    if dataset not in CLASS_NAMES:
+        raise ValueError(f"unknown dataset {dataset!r}; allowed: {', '.join(CLASS_NAMES)}")
+    categories = CLASS_NAMES[dataset]
+    K = len(categories)
+    rng = np.random.default_rng(seed)
+    names = tuple(f"{prefix}{m + 1}" for m in range(n_models))
+    stimuli: list[Stimulus] = []
+    for c in range(K):
+        for i in range(natural_per_class):
+            stimuli.append(Stimulus(f"{dataset}_{c * natural_per_class + i}_{categories[c]}.png", None, None, categories[c]))
+    targets: list[tuple[int, int, int, int]] = []
+    for A, B in combinations(range(n_models), 2):
+        for j in range(stimuli_per_pair):
+            a = j % K
+            b = (a + 1 + 4 * ((j // K) % 2)) % K
+            image = stimulus_filename(names[A], categories[a], names[B], categories[b], j)
+            stimuli.append(Stimulus(image, (names[A], names[B]), (categories[a], categories[b]), None))
+            targets.append((A, a, B, b))
+    N = len(stimuli)
+    n_natural = K * natural_per_class
+    consensus = -2.5 + rng.standard_normal((N, K))
+    truth = [categories.index(s.true_class) for s in stimuli[:n_natural]]
+    consensus[np.arange(n_natural), truth] += 5.0
+    for row, (A, a, B, b) in enumerate(targets, start=n_natural):
+        consensus[row, [a, b]] += 1.0
+    sd = rng.uniform(*model_noise, size=n_models)
+    logits = consensus[None] + sd[:, None, None] * rng.standard_normal((n_models, N, K))
+    for row, (A, a, B, b) in enumerate(targets, start=n_natural):
+        logits[A, row, a], logits[A, row, b] = 3.0 + 0.3 * rng.standard_normal(), -3.0
+        logits[B, row, b], logits[B, row, a] = 3.0 + 0.3 * rng.standard_normal(), -3.0
+    return SimulatedModels(names, categories, tuple(stimuli), _sigmoid(logits))
+
+
+def true_probabilities(models: SimulatedModels | np.ndarray, names: Sequence[str], weights: Mapping[str, float]) -> np.ndarray:
+    """The generating pattern (N, K): one model's probabilities, or a weighted mixture of several."""
+    probabilities = models.probabilities if isinstance(models, SimulatedModels) else np.asarray(models)
+    unknown = [m for m in weights if m not in names]
+    if unknown or not weights:
+        raise ValueError(f"unknown true model(s) {unknown}; known: {', '.join(names)}")
+    total = sum(weights.values())
+    return sum(w / total * probabilities[list(names).index(m)] for m, w in weights.items())
+
+
+def quantise(values: np.ndarray, scale: Sequence[float] = RATING_SCALE) -> np.ndarray:
+    """Round each value to the nearest point of the rating scale."""
+    scale = np.asarray(scale, dtype=np.float64)
+    return scale[np.abs(values[..., None] - scale).argmin(axis=-1)]
+
+
+def simulate_participants(
+    probabilities: np.ndarray, n_participants: int, noise: ParticipantNoise = ParticipantNoise(),
+    scale: Sequence[float] = RATING_SCALE, seed: int = 0,
+) -> np.ndarray:
+    """(N, K) true probabilities -> (S, N, K) quantised ratings of simulated participants."""
+    rng = np.random.default_rng(seed)
+    logit = np.log(np.clip(probabilities, 1e-4, 1 - 1e-4) / np.clip(1 - probabilities, 1e-4, 1))
+    gain = rng.uniform(*noise.gain, size=(n_participants, 1, 1))
+    sd = rng.uniform(*noise.sd, size=(n_participants, 1, 1))
+    latent = gain * logit[None] + sd * rng.standard_normal((n_participants, *logit.shape))
+    return quantise(_sigmoid(latent), scale)
+
+
+def write_study(directory: str | Path, models: SimulatedModels, ratings: np.ndarray, seed: int = 0) -> tuple[Path, Path]:
+    """Write simulated ratings and model responses in the PNAS formats (trial order shuffled per participant)."""
+    directory = Path(directory)
+    rng = np.random.default_rng(seed)
+
+    def targets(s: Stimulus) -> list[str]:
+        return [*s.targeted_models, *s.targeted_classes] if s.targeted_models else ["", "", "", ""]
+
+    human_rows = []
+    for p, participant in enumerate(ratings):
+        order = rng.permutation(len(models.stimuli))
+        rts = rng.gamma(4.0, 1.0, size=len(order))
+        for trial, n in enumerate(order):
+            s = models.stimuli[n]
+            for k, category in enumerate(models.categories):
+                human_rows.append([f"sim_participant_{p + 1:02d}", s.image, 0, category, *targets(s), float(participant[n, k]),
+                                   round(0.4 * rts[trial], 3), round(float(rts[trial]), 3), trial])
+    model_rows = [[name, s.image, category, *targets(s), float(models.probabilities[m, n, k])]
+                  for m, name in enumerate(models.names) for n, s in enumerate(models.stimuli)
+                  for k, category in enumerate(models.categories)]
+    human_path, model_path = directory / "human_ratings.csv", directory / "model_responses.csv"
+    write_human_ratings(human_path, human_rows)
+    write_model_responses(model_path, model_rows)
+    return human_path, model_path
