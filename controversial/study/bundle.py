@@ -1,0 +1,232 @@
+"""The on-disk study bundle: ``studies/<name>/v<k>/`` written once, read by the server and exports.
+
+Layout (``docs/human_study.md`` has the details)::
+
+    study.json     settings: dataset, categories, rating levels, display size, provenance
+    trials.csv     what every participant sees: opaque stimulus_id, kind, image_repetition
+    key.csv        PRIVATE: stimulus_id -> original image name and condition (never served)
+    images/<id>.png  display images, named by opaque id only
+    web/           the experiment's own HTML/JS/CSS (jsPsych itself comes from npm)
+
+A version is assembled in a hidden temporary folder and renamed into place, so readers never see
+half a bundle, and an existing non-empty version is never replaced (rename refuses with ENOTEMPTY).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from controversial.atomic import atomic_write_bytes, atomic_write_text
+
+log = logging.getLogger(__name__)
+
+BUNDLE_FORMAT = 1
+STUDY_FILE = "study.json"
+TRIALS_FILE = "trials.csv"
+KEY_FILE = "key.csv"
+IMAGES_DIR = "images"
+WEB_DIR = "web"
+RATING_LEVELS: tuple[int, ...] = (0, 25, 50, 75, 100)
+KINDS = ("controversial", "natural", "attention", "demo")
+TRIAL_KINDS = ("stimulus", "attention", "demo")
+_VERSION = re.compile(r"^v(\d+)$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+class BundleError(ValueError):
+    """A study bundle that is missing, malformed or inconsistent; the message names the file."""
+
+
+@dataclass(frozen=True)
+class KeyEntry:
+    """The private truth about one opaque stimulus id; condition columns are empty when not applicable."""
+
+    stimulus_id: str
+    kind: str  # one of KINDS
+    image: str = ""  # original file name, e.g. abs_3_vs_vgg_7_seed0.png or MNIST_12_7.png
+    model_a: str = ""
+    model_b: str = ""
+    class_a: str = ""
+    class_b: str = ""
+    class_a_name: str = ""
+    class_b_name: str = ""
+    true_class: str = ""  # natural and demo images
+    instructed_class: str = ""  # attention checks: the category to rate 100%
+    hard_score: str = ""
+    origin: str = ""  # where the pixels came from (a stimulus PNG, or "<dataset> test #<index>")
+
+
+KEY_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(KeyEntry))
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """One presentation in the trial list; the server shuffles these per participant."""
+
+    stimulus_id: str
+    kind: str  # one of TRIAL_KINDS
+    image_repetition: int = 0
+
+
+TRIAL_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TrialSpec))
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """Study-wide settings and provenance, stored as ``study.json``."""
+
+    name: str
+    dataset: str
+    categories: tuple[str, ...]
+    title: str = "Rate what you see in images"
+    display_size: int = 224
+    rating_levels: tuple[int, ...] = RATING_LEVELS
+    attention_prompt: str = ("Attention check: to show that you are reading, please select 100% for "
+                             "\"{category}\" and 0% for every other category.")
+    created_utc: str = ""
+    provenance: dict = field(default_factory=dict)
+    format: int = BUNDLE_FORMAT
+
+
+@dataclass(frozen=True)
+class StudyBundle:
+    """A loaded, validated bundle version."""
+
+    root: Path
+    version: int
+    spec: StudySpec
+    trials: tuple[TrialSpec, ...]
+    key: Mapping[str, KeyEntry]
+
+    @property
+    def label(self) -> str:
+        """``<name>/v<k>``, the identity participants and responses are filed under."""
+        return f"{self.spec.name}/v{self.version}"
+
+    def image_path(self, stimulus_id: str) -> Path:
+        return self.root / IMAGES_DIR / f"{stimulus_id}.png"
+
+
+def _csv_text(columns: Sequence[str], rows: Sequence[object]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow(asdict(row).values())  # type: ignore[call-overload]
+    return buffer.getvalue()
+
+
+def existing_versions(study_root: Path) -> list[int]:
+    """Version numbers present under ``studies/<name>/``."""
+    if not study_root.is_dir():
+        return []
+    return sorted(int(m.group(1)) for p in study_root.iterdir() if p.is_dir() and (m := _VERSION.match(p.name)))
+
+
+def validate_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise BundleError(f"study name {name!r}: use 1-64 letters, digits, '_', '.', '-' (starting with a letter or digit)")
+    return name
+
+
+def write_bundle(
+    studies_dir: str | Path, spec: StudySpec, trials: Sequence[TrialSpec], key: Sequence[KeyEntry],
+    images: Mapping[str, bytes], web_source: str | Path,
+) -> Path:
+    """Write a new version ``<studies_dir>/<name>/v<k>`` (k = latest + 1) and return its path."""
+    validate_name(spec.name)
+    _check_consistent(spec, trials, {entry.stimulus_id: entry for entry in key}, set(images), Path("<new bundle>"))
+    web_source = Path(web_source)
+    if not (web_source / "index.html").is_file():
+        raise BundleError(f"web experiment sources not found at {web_source} (expected index.html there)")
+    study_root = Path(studies_dir) / spec.name
+    study_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=study_root))
+    try:
+        atomic_write_text(staging / STUDY_FILE, json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n")
+        atomic_write_text(staging / TRIALS_FILE, _csv_text(TRIAL_COLUMNS, trials))
+        atomic_write_text(staging / KEY_FILE, _csv_text(KEY_COLUMNS, key))
+        for stimulus_id, data in images.items():
+            atomic_write_bytes(staging / IMAGES_DIR / f"{stimulus_id}.png", data)
+        shutil.copytree(web_source, staging / WEB_DIR)
+        os.chmod(staging, 0o755)
+        while True:
+            version = max(existing_versions(study_root), default=0) + 1
+            target = study_root / f"v{version}"
+            if target.exists():
+                raise BundleError(f"{target} exists but is not a bundle folder; move it away")
+            try:
+                os.rename(staging, target)
+            except OSError:  # another export claimed this version first; take the next one
+                if target.is_dir() and any(target.iterdir()):
+                    continue
+                raise
+            break
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    log.info("wrote study bundle %s (%d trials, %d images)", target, len(trials), len(images))
+    return target
+
+
+def _check_consistent(spec: StudySpec, trials: Sequence[TrialSpec], key: Mapping[str, KeyEntry],
+                      images: set[str], where: Path) -> None:
+    if len(spec.categories) != len(set(spec.categories)) or not spec.categories:
+        raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(spec.categories)}")
+    seen: set[tuple[str, int]] = set()
+    for trial in trials:
+        if trial.kind not in TRIAL_KINDS:
+            raise BundleError(f"{where}: trial kind {trial.kind!r} unknown; allowed: {', '.join(TRIAL_KINDS)}")
+        if trial.stimulus_id not in key:
+            raise BundleError(f"{where}: trial stimulus_id {trial.stimulus_id!r} is not in the key")
+        if (trial.stimulus_id, trial.image_repetition) in seen:
+            raise BundleError(f"{where}: stimulus {trial.stimulus_id!r} repetition {trial.image_repetition} listed twice")
+        seen.add((trial.stimulus_id, trial.image_repetition))
+        if trial.kind != "attention" and trial.stimulus_id not in images:
+            raise BundleError(f"{where}: no display image for stimulus {trial.stimulus_id!r}")
+    names = [entry.image for entry in key.values() if entry.image]
+    if len(names) != len(set(names)):
+        raise BundleError(f"{where}: two stimuli share an original image name; names must be unique")
+
+
+def _read_csv(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
+    if not path.is_file():
+        raise BundleError(f"{path}: missing; is this a study bundle (studies/<name>/v<k>)?")
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in columns if c not in (reader.fieldnames or [])]
+        if missing:
+            raise BundleError(f"{path}: missing column(s) {', '.join(missing)}")
+        return list(reader)
+
+
+def load_bundle(path: str | Path) -> StudyBundle:
+    """Read and cross-check a bundle version; errors name the file that is wrong."""
+    root = Path(path).resolve()
+    match = _VERSION.match(root.name)
+    if not match:
+        raise BundleError(f"{root}: a study bundle folder is named v<k> (e.g. studies/mnist_pilot/v1)")
+    study_path = root / STUDY_FILE
+    if not study_path.is_file():
+        raise BundleError(f"{study_path}: missing; is this a study bundle (studies/<name>/v<k>)?")
+    raw = json.loads(study_path.read_text(encoding="utf-8"))
+    if raw.get("format") != BUNDLE_FORMAT:
+        raise BundleError(f"{study_path}: bundle format {raw.get('format')!r}, this code reads format {BUNDLE_FORMAT}")
+    raw["categories"] = tuple(raw["categories"])
+    raw["rating_levels"] = tuple(raw["rating_levels"])
+    spec = StudySpec(**raw)
+    key = {r["stimulus_id"]: KeyEntry(**{c: r[c] for c in KEY_COLUMNS}) for r in _read_csv(root / KEY_FILE, KEY_COLUMNS)}
+    trials = tuple(TrialSpec(r["stimulus_id"], r["kind"], int(r["image_repetition"]))
+                   for r in _read_csv(root / TRIALS_FILE, TRIAL_COLUMNS))
+    images = {p.stem for p in (root / IMAGES_DIR).glob("*.png")}
+    _check_consistent(spec, trials, key, images, root)
+    return StudyBundle(root=root, version=int(match.group(1)), spec=spec, trials=trials, key=key)

@@ -1,0 +1,103 @@
+"""The collection database: participants (with their stored trial order) and one row per answered trial.
+
+SQLite by default (one file, zero setup) and PostgreSQL through a database URL. Uniqueness is
+enforced by the database itself, (study, prolific_pid) and (participant, position), so duplicate
+submissions and concurrent first visits cannot create duplicates whatever the server does. SQLite
+runs in WAL mode with ``synchronous=FULL`` and ``BEGIN IMMEDIATE`` transactions: an acknowledged
+response survives a SIGKILL (and power loss), and concurrent writers queue instead of failing.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+from sqlalchemy import (
+    DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint, create_engine, event,
+)
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+
+
+def utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Participant(Base):
+    """One Prolific participant in one study version, with the order they see trials in."""
+
+    __tablename__ = "participants"
+    __table_args__ = (UniqueConstraint("study", "prolific_pid", name="uq_participant_study_pid"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study: Mapped[str] = mapped_column(String(128), index=True)
+    prolific_pid: Mapped[str] = mapped_column(String(64))
+    prolific_study_id: Mapped[str] = mapped_column(String(64), default="")
+    prolific_session_id: Mapped[str] = mapped_column(String(64), default="")
+    token: Mapped[str] = mapped_column(String(64), unique=True, index=True)
+    order_json: Mapped[str] = mapped_column(Text)  # [[stimulus_id, kind, image_repetition], ...]
+    n_trials: Mapped[int] = mapped_column(Integer)
+    browser_json: Mapped[str | None] = mapped_column(Text, nullable=True)
+    consented_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Response(Base):
+    """One answered trial: ten ratings in category order, committed before the server replies."""
+
+    __tablename__ = "responses"
+    __table_args__ = (UniqueConstraint("participant_id", "position", name="uq_response_participant_position"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)  # 1-based place in the participant's order
+    stimulus_id: Mapped[str] = mapped_column(String(64))
+    kind: Mapped[str] = mapped_column(String(16))
+    image_repetition: Mapped[int] = mapped_column(Integer)
+    ratings_json: Mapped[str] = mapped_column(Text)  # e.g. [0, 25, 100, ...] in the study's category order
+    rt_ms: Mapped[float] = mapped_column(Float)
+    first_reaction_rt_ms: Mapped[float] = mapped_column(Float)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+def default_database_url(bundle_root: Path) -> str:
+    """``sqlite:///<bundle>/responses.db``: the data lives next to the study version it belongs to."""
+    return f"sqlite:///{(bundle_root / 'responses.db').resolve()}"
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+        dbapi_connection.isolation_level = None  # let the "begin" hook below issue BEGIN itself
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA busy_timeout=15000")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` with the schema created; SQLite gets the durability settings above."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 15})
+        _configure_sqlite(engine)
+    else:
+        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    Base.metadata.create_all(engine)
+    return engine
+
+
+def session_factory(engine: Engine) -> sessionmaker:
+    return sessionmaker(bind=engine, expire_on_commit=False)

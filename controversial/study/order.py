@@ -1,0 +1,35 @@
+"""Per-participant presentation order, generated once on the server and stored with the participant.
+
+First presentations are shuffled; each repeat goes at a random place after its first showing, at
+least ``min_repeat_gap`` trials later when the sequence allows; attention checks are spread evenly
+(with jitter) so that they sample attention across the whole session. Demo trials are not part of
+the order: the browser shows them before the study.
+"""
+from __future__ import annotations
+
+import random
+from typing import Sequence
+
+from controversial.study.bundle import TrialSpec
+
+
+def participant_order(trials: Sequence[TrialSpec], rng: random.Random, min_repeat_gap: int = 10) -> list[TrialSpec]:
+    """A fresh random order of every non-demo trial in the bundle's trial list."""
+    firsts = [t for t in trials if t.kind == "stimulus" and t.image_repetition == 0]
+    repeats = [t for t in trials if t.kind == "stimulus" and t.image_repetition > 0]
+    checks = [t for t in trials if t.kind == "attention"]
+    rng.shuffle(firsts)
+    rng.shuffle(repeats)
+    rng.shuffle(checks)
+    order = list(firsts)
+    for repeat in repeats:
+        first_at = next(i for i, t in enumerate(order) if t.stimulus_id == repeat.stimulus_id
+                        and t.image_repetition == repeat.image_repetition - 1)
+        earliest = min(first_at + 1 + min_repeat_gap, len(order))
+        order.insert(rng.randint(earliest, len(order)), repeat)
+    spacing = len(order) / (len(checks) + 1)
+    jitter = int(spacing // 4)
+    for k, check in enumerate(checks, start=1):
+        at = int(round(k * spacing)) + (k - 1) + rng.randint(-jitter, jitter)
+        order.insert(max(1, min(at, len(order))), check)
+    return order

@@ -1,0 +1,172 @@
+"""Which stimuli go into a study: balanced controversial stimuli per model pair, natural images, repeats.
+
+The paper's balance (METHODS.md section 2): within each model pair, every class is model A's target
+exactly N/10 times and model B's target exactly N/10 times. Among the accepted stimuli, the set with
+the largest total controversiality under those marginal counts is an integer linear programme,
+solved here with scipy's MILP solver (HiGHS).
+"""
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+from scipy.optimize import Bounds, LinearConstraint, milp
+from scipy.sparse import lil_matrix
+
+from controversial.stimuli import MANIFEST_NAME, ManifestRow, read_manifest
+
+log = logging.getLogger(__name__)
+
+
+class SelectionError(ValueError):
+    """A selection request the sweep cannot satisfy; the message names the pair and class."""
+
+
+@dataclass(frozen=True)
+class SweepStimulus:
+    """A manifest row together with the absolute path of its PNG."""
+
+    row: ManifestRow
+    image_path: Path
+
+    @property
+    def pair(self) -> tuple[str, str]:
+        """The unordered model pair, as a sorted tuple, so that A-vs-B and B-vs-A runs pool."""
+        return tuple(sorted((self.row.model_a, self.row.model_b)))  # type: ignore[return-value]
+
+    @property
+    def oriented_classes(self) -> tuple[int, int]:
+        """(target of the pair's first model, target of its second model) in the sorted orientation."""
+        if (self.row.model_a, self.row.model_b) == self.pair:
+            return self.row.class_a, self.row.class_b
+        return self.row.class_b, self.row.class_a
+
+
+def collect_sweep(sweep_dir: str | Path) -> list[SweepStimulus]:
+    """Every row of every ``manifest.csv`` under ``sweep_dir`` (a single run dir works too)."""
+    sweep_dir = Path(sweep_dir)
+    manifests = sorted(sweep_dir.rglob(MANIFEST_NAME))
+    if not manifests:
+        raise SelectionError(f"no {MANIFEST_NAME} under {sweep_dir}; point sweep_dir at a synthesize run or sweep")
+    stimuli = []
+    for manifest in manifests:
+        for row in read_manifest(manifest):
+            path = (manifest.parent / row.image_file) if row.image_file else manifest.parent
+            stimuli.append(SweepStimulus(row, path.resolve()))
+    log.info("read %d manifest rows from %d manifests under %s", len(stimuli), len(manifests), sweep_dir)
+    return stimuli
+
+
+def _eligible(stimuli: Iterable[SweepStimulus], sources: Sequence[str]) -> list[SweepStimulus]:
+    return [s for s in stimuli if s.row.accepted and s.row.source in sources and s.row.image_file]
+
+
+def _best_per_cell(stimuli: list[SweepStimulus]) -> dict[tuple[int, int], SweepStimulus]:
+    """One candidate per ordered class pair: the most controversial seed (the objective is additive)."""
+    best: dict[tuple[int, int], SweepStimulus] = {}
+    for stim in stimuli:
+        cell = stim.oriented_classes
+        if cell not in best or stim.row.hard_score > best[cell].row.hard_score:
+            best[cell] = stim
+    return best
+
+
+def _class_names(stimuli: Iterable[SweepStimulus]) -> dict[int, str]:
+    """Class index -> name as the manifests spell it, for error messages."""
+    names: dict[int, str] = {}
+    for stim in stimuli:
+        names.setdefault(stim.row.class_a, stim.row.class_a_name)
+        names.setdefault(stim.row.class_b, stim.row.class_b_name)
+    return names
+
+
+def _solve_pair(
+    pair: tuple[str, str], cells: dict[tuple[int, int], SweepStimulus], per_class: int, n_classes: int,
+    class_name: dict[int, str],
+) -> list[SweepStimulus]:
+    """Maximise summed hard controversiality with each class exactly ``per_class`` times per role."""
+    first, second = pair
+    for model, axis in ((first, 0), (second, 1)):
+        for cls in range(n_classes):
+            available = sum(1 for cell in cells if cell[axis] == cls)
+            if available < per_class:
+                raise SelectionError(
+                    f"pair {first} vs {second}: class '{class_name.get(cls, cls)}' is model {model}'s target in only "
+                    f"{available} accepted stimulus cell(s), {per_class} needed; synthesize more seeds for this pair "
+                    f"or lower per_pair (must be a multiple of {n_classes})"
+                )
+    keys = sorted(cells)
+    constraints = lil_matrix((2 * n_classes, len(keys)))
+    for column, (cls_first, cls_second) in enumerate(keys):
+        constraints[cls_first, column] = 1
+        constraints[n_classes + cls_second, column] = 1
+    scores = np.array([cells[k].row.hard_score for k in keys], dtype=np.float64)
+    result = milp(
+        c=-scores,
+        constraints=LinearConstraint(constraints.tocsr(), per_class, per_class),
+        integrality=np.ones(len(keys)),
+        bounds=Bounds(0, 1),
+    )
+    if result.status != 0 or result.x is None:
+        counts_first = {cls: sum(1 for c in cells if c[0] == cls) for cls in range(n_classes)}
+        counts_second = {cls: sum(1 for c in cells if c[1] == cls) for cls in range(n_classes)}
+        scarce = sorted(range(n_classes), key=lambda c: min(counts_first[c], counts_second[c]))[:3]
+        raise SelectionError(
+            f"pair {first} vs {second}: no balanced selection of {per_class * n_classes} stimuli exists "
+            f"({result.message}); the scarcest classes are "
+            + ", ".join(f"'{class_name.get(c, c)}' ({counts_first[c]} as {first}'s target, "
+                        f"{counts_second[c]} as {second}'s)" for c in scarce)
+        )
+    chosen = [cells[k] for k, x in zip(keys, result.x) if x > 0.5]
+    log.info("pair %s vs %s: %d stimuli, total controversiality %.3f (of %d candidate cells)",
+             first, second, len(chosen), sum(s.row.hard_score for s in chosen), len(keys))
+    return chosen
+
+
+def select_controversial(
+    stimuli: Sequence[SweepStimulus], per_pair: int = 20, n_classes: int = 10,
+    sources: Sequence[str] = ("synthetic",),
+) -> list[SweepStimulus]:
+    """Balanced, maximally controversial ``per_pair`` stimuli for every model pair in the sweep."""
+    if per_pair <= 0 or per_pair % n_classes:
+        raise SelectionError(f"per_pair={per_pair}: must be a positive multiple of {n_classes} (one share per class)")
+    eligible = _eligible(stimuli, sources)
+    if not eligible:
+        raise SelectionError(f"no accepted stimuli with source in {list(sources)} in the sweep")
+    datasets = sorted({s.row.dataset for s in eligible})
+    if len(datasets) > 1:
+        raise SelectionError(f"the sweep mixes datasets {datasets}; export one study per dataset")
+    names = _class_names(eligible)
+    by_pair: dict[tuple[str, str], list[SweepStimulus]] = defaultdict(list)
+    for stim in eligible:
+        by_pair[stim.pair].append(stim)
+    chosen: list[SweepStimulus] = []
+    for pair in sorted(by_pair):
+        chosen.extend(_solve_pair(pair, _best_per_cell(by_pair[pair]), per_pair // n_classes, n_classes, names))
+    return chosen
+
+
+def select_natural(labels: np.ndarray, per_class: int, n_classes: int, rng: np.random.Generator,
+                   exclude: Iterable[int] = ()) -> list[int]:
+    """``per_class`` random test-set indices per class (sorted), skipping ``exclude``."""
+    labels = np.asarray(labels)
+    excluded = set(int(i) for i in exclude)
+    chosen: list[int] = []
+    for cls in range(n_classes):
+        pool = np.array([i for i in np.flatnonzero(labels == cls) if int(i) not in excluded], dtype=np.int64)
+        if len(pool) < per_class:
+            raise SelectionError(f"natural images: class {cls} has only {len(pool)} test images, {per_class} needed")
+        chosen.extend(int(i) for i in rng.choice(pool, size=per_class, replace=False))
+    return sorted(chosen)
+
+
+def select_repeats(candidates: Sequence[str], n_repeats: int, rng: np.random.Generator) -> list[str]:
+    """Which stimuli are shown a second time, for test-retest reliability (the same for everyone)."""
+    if n_repeats < 0 or n_repeats > len(candidates):
+        raise SelectionError(f"n_repeats={n_repeats}: must be between 0 and the {len(candidates)} selected stimuli")
+    picked = rng.choice(len(candidates), size=n_repeats, replace=False)
+    return [candidates[i] for i in sorted(int(i) for i in picked)]
