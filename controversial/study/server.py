@@ -15,7 +15,7 @@ import random
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Iterator
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -61,6 +61,15 @@ class ApiError(HTTPException):
     """A client error whose message is safe and useful to show to the participant or researcher."""
 
 
+def _db(request: Request) -> Iterator[Session]:
+    """One database session per request (module level, so FastAPI can resolve the annotation)."""
+    with request.app.state.sessions() as session:
+        yield session
+
+
+DB = Annotated[Session, Depends(_db)]
+
+
 def _field_errors(error: RequestValidationError) -> str:
     parts = []
     for item in error.errors():
@@ -87,6 +96,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     app = FastAPI(title=f"controversial study {bundle.label}", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.bundle = bundle
     app.state.engine = engine
+    app.state.sessions = sessions
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -97,12 +107,6 @@ def create_app(settings: ServerSettings) -> FastAPI:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
         return JSONResponse({"detail": "internal server error; your earlier answers are saved, please retry"},
                             status_code=500, headers=_NO_STORE)
-
-    def db() -> Any:
-        with sessions() as session:
-            yield session
-
-    DB = Annotated[Session, Depends(db)]
 
     def participant_for(session: Session, token: str) -> Participant:
         participant = session.scalar(select(Participant).where(Participant.token == token,

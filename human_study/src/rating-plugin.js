@@ -57,7 +57,9 @@ var jsPsychRateCategories = (function (jspsych) {
       } else {
         frame.appendChild(element("div", { class: "rating-prompt" }, trial.prompt || ""));
       }
-      root.appendChild(frame);
+      const body = element("div", { class: "rating-body" });
+      body.appendChild(frame);
+      root.appendChild(body);
 
       const table = element("table", { class: "rating-grid" });
       const head = element("tr");
@@ -75,7 +77,7 @@ var jsPsychRateCategories = (function (jspsych) {
         }
         table.appendChild(tr);
       });
-      root.appendChild(table);
+      body.appendChild(table);
       const button = element("button", { class: "jspsych-btn rating-continue", type: "button" }, trial.button_label);
       button.disabled = true;
       root.appendChild(button);

@@ -1,0 +1,51 @@
+"""``python export_study.py sweep_dir=<dir> name=<study>``: sweep -> new study bundle version."""
+from __future__ import annotations
+
+import logging
+import subprocess
+from pathlib import Path
+
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from controversial import __version__
+from controversial.data import load_uint8
+from controversial.study.bundle import load_bundle
+from controversial.study.export import ExportSettings, export_study
+
+log = logging.getLogger(__name__)
+
+
+def _git_commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
+                              cwd=Path(__file__).parent).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def run(cfg: DictConfig) -> Path:
+    """Select, render and write the bundle; log where it went and how to serve it."""
+    overrides = " ".join(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
+    settings = ExportSettings(
+        name=cfg.name, per_pair=cfg.per_pair, natural_per_class=cfg.natural_per_class, n_repeats=cfg.n_repeats,
+        n_attention=cfg.n_attention, n_demo=cfg.n_demo, display_size=cfg.display.size,
+        resample=cfg.display.resample, invert_mnist=cfg.display.invert_mnist, seed=cfg.seed,
+        sources=tuple(cfg.sources), title=cfg.title, attention_prompt=cfg.attention_prompt,
+        provenance={"command": f"python export_study.py {overrides}".strip(), "code_version": __version__,
+                    "git_commit": _git_commit(), "config": OmegaConf.to_container(cfg, resolve=True)},
+    )
+
+    def natural_loader(dataset: str) -> tuple[np.ndarray, np.ndarray]:
+        images, labels = load_uint8(dataset, "test", cfg.data.root, cfg.data.download)
+        return images.numpy(), labels.numpy()
+
+    path = export_study(cfg.sweep_dir, cfg.studies_dir, settings, natural_loader, cfg.web_source)
+    bundle = load_bundle(path)
+    counts = bundle.spec.provenance["counts"]
+    log.info("study bundle %s: %d controversial + %d natural + %d repeats + %d attention checks = %d trials "
+             "per participant (+%d practice)", path, counts["controversial"], counts["natural"], counts["repeats"],
+             counts["attention"], sum(t.kind != "demo" for t in bundle.trials), counts["demo"])
+    log.info("serve it with: python serve_study.py study_dir=%s completion_code=<CODE from Prolific>", path)
+    return path
