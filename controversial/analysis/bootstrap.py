@@ -84,12 +84,12 @@ def counts(indices: np.ndarray, n: int) -> np.ndarray:
 class SufficientStatistics:
     """Per-stimulus sums over categories; ``evaluate`` turns count weights into mean correlations."""
 
-    def __init__(self, human: np.ndarray, model: np.ndarray, ceilings: bool = True) -> None:
+    def __init__(self, human: np.ndarray, model: np.ndarray, ceilings: bool = True, include_copies: bool = False) -> None:
         human = np.asarray(human, dtype=np.float64)
         model = np.asarray(model, dtype=np.float64)
         S, N, K = human.shape
         M = model.shape[0]
-        self.S, self.M, self.K, self.ceilings = S, M, K, ceilings
+        self.S, self.M, self.K, self.ceilings, self.include_copies = S, M, K, ceilings, include_copies
         hs = human.transpose(1, 0, 2)  # (N, S, K)
         ms = model.transpose(1, 0, 2)  # (N, M, K)
         if ceilings:
@@ -132,7 +132,8 @@ class SufficientStatistics:
             with np.errstate(invalid="ignore", divide="ignore"):
                 cw = np.einsum("bst,bt->bs", cov, w)
                 wcw = np.einsum("bs,bs->b", cw, w)[:, None]
-                r_lower = (cw - var_h) / np.sqrt(var_h * (wcw - 2 * cw + var_h))
+                own = np.ones_like(w) if self.include_copies else w  # copies of s removed from "others"
+                r_lower = (cw - own * var_h) / np.sqrt(var_h * (wcw - 2 * own * cw + own * own * var_h))
                 a = np.where(present, w / np.sqrt(var_h), 0.0)
                 ca = np.einsum("bst,bt->bs", cov, a)
                 aca = np.einsum("bs,bs->b", ca, a)[:, None]
@@ -151,13 +152,20 @@ def bootstrap(
     seed: int = 0,
     chunk_size: int = 10_000,
     ceilings: bool = True,
+    include_copies: bool = False,
 ) -> Distributions:
-    """Distributions of every model's mean r (and both noise ceilings) over participant x stimulus resamples."""
+    """Distributions of every model's mean r (and both noise ceilings) over participant x stimulus resamples.
+
+    The lower ceiling correlates each drawn participant with the mean of the others. A resample can
+    draw a participant several times; by default (``include_copies=False``) the "others" exclude
+    every copy of that participant, since a copy of oneself is not another participant and would
+    inflate the bound. ``include_copies=True`` treats copies as others (the literal computation).
+    """
     human = np.asarray(human, dtype=np.float64)
     S, N, _ = human.shape
     if len(conditions) != N:
         raise ValueError(f"conditions has {len(conditions)} entries for {N} stimuli")
-    stats = SufficientStatistics(human, model, ceilings)
+    stats = SufficientStatistics(human, model, ceilings, include_copies)
     estimates = stats.evaluate(np.ones((1, N)), np.ones((1, S)))[0]
     blocks_per_chunk = max(1, chunk_size // BLOCK)
     samples, pending = [], []
@@ -180,9 +188,9 @@ def bootstrap(
 
 
 def percentile_ci(samples: np.ndarray, level: float = 0.95) -> np.ndarray:
-    """(B, P) -> (P, 2) central percentile intervals."""
+    """(B, P) -> (P, 2) central percentile intervals (undefined resamples, NaN, are left out)."""
     tail = (1.0 - level) / 2.0
-    return np.quantile(samples, [tail, 1.0 - tail], axis=0).T
+    return np.nanquantile(samples, [tail, 1.0 - tail], axis=0).T
 
 
 def pairwise_tests(dist: Distributions, include: Sequence[str] | None = None, alpha: float = 0.05) -> PairwiseTests:
@@ -199,6 +207,7 @@ def pairwise_tests(dist: Distributions, include: Sequence[str] | None = None, al
     p = np.full((P, P), np.nan)
     for i, j in zip(*iu):
         d = samples[:, i] - samples[:, j]
+        d = d[np.isfinite(d)]
         p[i, j] = p[j, i] = min(1.0, 2.0 * min(np.mean(d <= 0), np.mean(d >= 0)))
     corrected = np.full((P, P), np.nan)
     significance = np.zeros((P, P), dtype=int)

@@ -11,8 +11,9 @@ from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import participant_model_correlations
 
 
-def reference_statistics(human: np.ndarray, model: np.ndarray) -> np.ndarray:
-    """Mean r of each model, lower and upper ceiling, computed literally on one (resampled) dataset."""
+def reference_statistics(human: np.ndarray, model: np.ndarray, ids: np.ndarray, include_copies: bool) -> np.ndarray:
+    """Mean r of each model, lower and upper ceiling, computed literally on one (resampled) dataset;
+    ``ids`` are the original participant indices of the drawn participants."""
     S = human.shape[0]
     flat_h = human.reshape(S, -1)
     flat_m = model.reshape(model.shape[0], -1)
@@ -21,19 +22,20 @@ def reference_statistics(human: np.ndarray, model: np.ndarray) -> np.ndarray:
         out.append(np.mean([np.corrcoef(flat_h[s], flat_m[m])[0, 1] for s in range(S)]))
     lower = []
     for s in range(S):
-        others = np.mean([flat_h[t] for t in range(S) if t != s], axis=0)
-        lower.append(np.corrcoef(flat_h[s], others)[0, 1])
+        others = [flat_h[t] for t in range(S) if t != s and (include_copies or ids[t] != ids[s])]
+        # Every draw is the same participant: no "other" exists and the bound is undefined.
+        lower.append(np.corrcoef(flat_h[s], np.mean(others, axis=0))[0, 1] if others else np.nan)
     z = [(x - x.mean()) / x.std() for x in flat_h]
     best = np.mean(z, axis=0)
     upper = [np.corrcoef(flat_h[s], best)[0, 1] for s in range(S)]
     return np.array(out + [np.mean(lower), np.mean(upper)])
 
 
-def reference_bootstrap(human, model, conditions, n_resamples, seed) -> np.ndarray:
+def reference_bootstrap(human, model, conditions, n_resamples, seed, include_copies=False) -> np.ndarray:
     rows = []
     for block in iter_blocks(n_resamples, seed, human.shape[0], conditions):
         for p, s in zip(block.participants, block.stimuli):
-            rows.append(reference_statistics(human[p][:, s], model[:, s]))
+            rows.append(reference_statistics(human[p][:, s], model[:, s], p, include_copies))
     return np.array(rows)
 
 
@@ -47,14 +49,17 @@ def small_study(seed: int = 1, S: int = 4, M: int = 3, K: int = 5):
     return human, model, conditions
 
 
-def test_fast_bootstrap_matches_reference_including_duplicates():
+@pytest.mark.parametrize("include_copies", [False, True])
+def test_fast_bootstrap_matches_reference_including_duplicates(include_copies):
     human, model, conditions = small_study()
     n = 60
-    fast = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=n, seed=7, chunk_size=BLOCK)
-    reference = reference_bootstrap(human, model, conditions, n, seed=7)
+    fast = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=n, seed=7, chunk_size=BLOCK,
+                     include_copies=include_copies)
+    reference = reference_bootstrap(human, model, conditions, n, seed=7, include_copies=include_copies)
     assert fast.samples.shape == reference.shape == (n, 5)
     np.testing.assert_allclose(fast.samples, reference, rtol=0, atol=1e-9)
     # The resamples really contained duplicated participants and stimuli.
+    assert np.isfinite(reference).all()
     block = next(iter_blocks(n, 7, human.shape[0], conditions))
     assert any(len(set(p)) < len(p) for p in block.participants)
     assert any(len(set(s)) < len(s) for s in block.stimuli)

@@ -1,0 +1,177 @@
+"""The full analysis of one study as plain data: every number the report and results.json show.
+
+``analyze_study`` answers "which model predicts people best, and is the difference real?" on the
+whole stimulus set and on subsets; ``analyze_ratings_consistency`` and ``analyze_choices`` add
+error consistency. Results are nested dicts of JSON-ready values, so the report, the figures and
+downstream notebooks read one structure.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests, percentile_ci
+from controversial.analysis.ceilings import noise_ceiling
+from controversial.analysis.correlation import MEASURES, participant_model_correlations
+from controversial.analysis.decisions import TieRule, decide
+from controversial.analysis.error_consistency import (
+    CExpOne, DecisionData, bootstrap_kappa, categorical_kappa, consistency, group_mean_ci, null_band,
+)
+from controversial.analysis.study import NATURAL, Study
+
+log = logging.getLogger(__name__)
+
+MAIN_SUBSETS = ("all", "natural", "controversial")
+
+
+@dataclass(frozen=True)
+class AnalysisOptions:
+    n_resamples: int = 100_000
+    subset_resamples: int = 10_000  # for the natural and controversial subsets; 0 skips
+    seed: int = 0
+    chunk_size: int = 10_000
+    ci_level: float = 0.95
+    alpha: float = 0.05
+    measures: tuple[str, ...] = MEASURES  # rank measures are computed on the main subsets only
+    tie_rule: TieRule = "random"
+    c_exp_one: CExpOne = "nan"
+    ec_resamples: int = 1000
+    null_band_grid: int = 200
+    null_band_repeats: int = 5
+
+
+def _matrix(x: np.ndarray) -> list:
+    return np.where(np.isfinite(x), x, np.nan).tolist()
+
+
+def evaluate_subset(study: Study, mask: np.ndarray, measures: tuple[str, ...], n_resamples: int,
+                    options: AnalysisOptions) -> dict:
+    """Correlations, ceilings and (if ``n_resamples``) bootstrap inference on one stimulus subset."""
+    sub = study.subset(mask)
+    out: dict = {"n_stimuli": int(mask.sum()), "measures": {}, "noise_ceiling": {}}
+    for measure in measures:
+        r = participant_model_correlations(sub.human, sub.model, measure)  # type: ignore[arg-type]
+        ceiling = noise_ceiling(sub.human, measure)  # type: ignore[arg-type]
+        out["measures"][measure] = {
+            "mean": dict(zip(study.models, r.mean(axis=0).tolist())),
+            "per_participant": {m: r[:, i].tolist() for i, m in enumerate(study.models)},
+        }
+        out["noise_ceiling"][measure] = {
+            "lower": ceiling.lower, "upper": ceiling.upper,
+            "lower_per_participant": ceiling.lower_per_participant.tolist(),
+            "upper_per_participant": ceiling.upper_per_participant.tolist(),
+        }
+    if n_resamples:
+        dist = bootstrap(sub.human, sub.model, study.models, sub.conditions, n_resamples, options.seed, options.chunk_size)
+        ci = percentile_ci(dist.samples, options.ci_level)
+        ranked = sorted(study.models, key=lambda m: -dist.estimates[dist.names.index(m)])
+        tests = pairwise_tests(dist, include=ranked + [LOWER], alpha=options.alpha)
+        out["bootstrap"] = {
+            "measure": "pearson", "n_resamples": n_resamples, "seed": options.seed, "ci_level": options.ci_level,
+            "strata": int(len(set(sub.conditions.tolist()))),
+            "estimate": dict(zip(dist.names, dist.estimates.tolist())),
+            "ci": {name: ci[i].tolist() for i, name in enumerate(dist.names)},
+            "pairwise": {"names": list(tests.names), "alpha": tests.alpha, "correction": "holm-sidak",
+                         "p_two_tailed": _matrix(tests.p_two_tailed), "p_corrected": _matrix(tests.p_corrected),
+                         "significance": tests.significance.tolist()},
+        }
+    return out
+
+
+def analyze_study(study: Study, options: AnalysisOptions) -> dict:
+    """Human-response prediction on all stimuli and every subset, with bootstrap inference."""
+    subsets = study.subsets()
+    prediction = {}
+    for name, mask in subsets.items():
+        main = name in MAIN_SUBSETS
+        measures = options.measures if main else ("pearson",)
+        resamples = options.n_resamples if name == "all" else (options.subset_resamples if main else 0)
+        if main and mask.sum() < 2:
+            resamples = 0
+        log.debug("subset %s: %d stimuli, %d resamples", name, mask.sum(), resamples)
+        prediction[name] = evaluate_subset(study, mask, measures, resamples, options)
+    means = prediction["all"]["measures"]["pearson"]["mean"]
+    return {
+        "study": {
+            "participants": list(study.participants), "models": list(study.models),
+            "n_stimuli": len(study.stimuli), "categories": list(study.categories),
+            "conditions": {c: int(n) for c, n in zip(*np.unique(study.conditions, return_counts=True))},
+            "exclusions": [e.__dict__ for e in study.exclusions],
+        },
+        "ranking": sorted(means, key=means.get, reverse=True),
+        "prediction": prediction,
+    }
+
+
+def _group_means(kappa: np.ndarray, is_human: np.ndarray, names: tuple[str, ...], level: float) -> dict:
+    """Human-human mean over unordered pairs, and each model's mean over humans, with SEM CIs."""
+    humans = np.flatnonzero(is_human)
+    iu = np.triu_indices(len(humans), k=1)
+    out = {"human-human": group_mean_ci(kappa[np.ix_(humans, humans)][iu], level)}
+    for d in np.flatnonzero(~is_human):
+        out[f"{names[d]}-human"] = group_mean_ci(kappa[d, humans], level)
+    return {k: dict(zip(("mean", "sem", "ci_low", "ci_high"), v)) for k, v in out.items()}
+
+
+def _consistency_block(data: DecisionData, is_human: np.ndarray, options: AnalysisOptions) -> dict:
+    out: dict = {"names": list(data.names), "n_trials": int(data.correct.shape[1])}
+    for aggregation in ("whole", "per_condition"):
+        result = consistency(data, aggregation, options.c_exp_one)  # type: ignore[arg-type]
+        out[aggregation] = {"accuracy": result.accuracy.tolist(), "c_obs": _matrix(result.c_obs),
+                            "c_exp": _matrix(result.c_exp), "kappa": _matrix(result.kappa), "n": _matrix(result.n),
+                            "group_means": _group_means(result.kappa, is_human, data.names, options.ci_level)}
+    if options.ec_resamples:
+        ci = bootstrap_kappa(data, options.ec_resamples, options.seed, "whole", options.c_exp_one, options.ci_level)
+        out["whole"]["kappa_bootstrap_ci"] = {"low": _matrix(ci[..., 0]), "high": _matrix(ci[..., 1]),
+                                              "n_resamples": options.ec_resamples}
+    band = null_band(out["n_trials"], options.null_band_grid, options.null_band_repeats, level=options.ci_level,
+                     seed=options.seed, c_exp_one=options.c_exp_one)
+    out["null_band"] = {"bin_edges": band.bin_edges.tolist(), "c_obs": _matrix(band.c_obs), "kappa": _matrix(band.kappa),
+                        "grid_size": options.null_band_grid, "repeats": options.null_band_repeats}
+    return out
+
+
+def analyze_ratings_consistency(study: Study, options: AnalysisOptions) -> dict:
+    """Error consistency from graded ratings: arg-max decisions (stated tie rule) of participants and models.
+
+    Natural images: correct/incorrect against the true class. Controversial stimuli: Cohen's kappa
+    over the 10-way decisions, pooled and per condition (model pair) then averaged.
+    """
+    names = tuple(study.participants) + tuple(study.models)
+    is_human = np.array([True] * len(study.participants) + [False] * len(study.models))
+    decisions = np.concatenate([decide(study.human, options.tie_rule, options.seed),
+                                decide(study.model, options.tie_rule, options.seed + 1)])
+    conditions = study.conditions
+    out: dict = {"tie_rule": options.tie_rule, "c_exp_one": options.c_exp_one,
+                 "decision": "arg-max over categories"}
+    natural = np.array([s.true_class is not None for s in study.stimuli])
+    if natural.any():
+        truth = np.array([study.categories.index(s.true_class) for s in study.stimuli if s.true_class is not None])
+        correct = decisions[:, natural] == truth
+        data = DecisionData(names, tuple(s.image for s, n in zip(study.stimuli, natural) if n),
+                            conditions[natural], correct, np.ones(correct.shape, bool))
+        out["natural"] = _consistency_block(data, is_human, options)
+    controversial = conditions != NATURAL
+    if controversial.any():
+        d = decisions[:, controversial]
+        pooled = categorical_kappa(d)
+        per = [categorical_kappa(d[:, conditions[controversial] == c]) for c in sorted(set(conditions[controversial]))]
+        with np.errstate(invalid="ignore"):
+            per_mean = np.nanmean(np.stack(per), axis=0) if len(per) else pooled
+        out["controversial"] = {
+            "names": list(names), "n_trials": int(controversial.sum()), "measure": "Cohen's kappa over 10-way decisions",
+            "whole": {"kappa": _matrix(pooled), "group_means": _group_means(pooled, is_human, names, options.ci_level)},
+            "per_condition": {"kappa": _matrix(per_mean), "group_means": _group_means(per_mean, is_human, names, options.ci_level)},
+        }
+    return out
+
+
+def analyze_choices(data: DecisionData, human_names: set[str], options: AnalysisOptions) -> dict:
+    """Error consistency of trial-level categorical choices (model-vs-human format)."""
+    is_human = np.array([n in human_names for n in data.names])
+    out = _consistency_block(data, is_human, options)
+    out["c_exp_one"] = options.c_exp_one
+    return out
+

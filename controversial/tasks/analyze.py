@@ -1,0 +1,157 @@
+"""``python analyze.py``: which model predicts people best, and is the difference real?
+
+Reads human ratings and model responses (or, with no ``human_ratings``, generates a simulated study
+and says so), runs correlations, noise ceilings, the participant x stimulus bootstrap, error
+consistency, and writes ``report.md``, ``results.json`` and figures into the Hydra run dir.
+"""
+from __future__ import annotations
+
+import glob
+import logging
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+from hydra.core.hydra_config import HydraConfig
+from hydra.utils import to_absolute_path
+from omegaconf import DictConfig, OmegaConf
+
+from controversial.analysis import figures
+from controversial.analysis.error_consistency import decisions_from_trials
+from controversial.analysis.io import read_human_ratings, read_model_responses, read_trials
+from controversial.analysis.pipeline import AnalysisOptions, analyze_choices, analyze_ratings_consistency, analyze_study
+from controversial.analysis.report import write_report, write_results
+from controversial.analysis.simulate import (
+    ParticipantNoise, simulate_models, simulate_participants, true_probabilities, write_study,
+)
+from controversial.analysis.study import build_study
+
+log = logging.getLogger(__name__)
+
+
+def options_from(cfg: DictConfig) -> AnalysisOptions:
+    """The typed analysis options from the config."""
+    ec = cfg.error_consistency
+    return AnalysisOptions(
+        n_resamples=int(cfg.bootstrap.n_resamples), subset_resamples=int(cfg.bootstrap.subset_resamples),
+        seed=int(cfg.seed), chunk_size=int(cfg.bootstrap.chunk_size), ci_level=float(cfg.bootstrap.ci_level),
+        alpha=float(cfg.bootstrap.alpha), measures=tuple(cfg.measures), tie_rule=cfg.tie_rule,
+        c_exp_one=str(cfg.c_exp_one), ec_resamples=int(ec.n_resamples) if ec.enabled else 0,
+        null_band_grid=int(ec.null_band_grid), null_band_repeats=int(ec.null_band_repeats),
+    )
+
+
+def simulate_inputs(cfg: DictConfig, out: Path) -> tuple[Path, Path, list[str]]:
+    """Write a simulated study into ``out/simulated`` and describe it for the report."""
+    sim = cfg.simulate
+    models = simulate_models(int(sim.n_models), str(sim.dataset), int(sim.stimuli_per_pair), int(sim.natural_per_class),
+                             seed=int(cfg.seed))
+    weights = {str(k): float(v) for k, v in sim.true_model.items()}
+    truth = true_probabilities(models, models.names, weights)
+    noise = ParticipantNoise(sd=tuple(sim.noise_sd), gain=tuple(sim.gain))
+    ratings = simulate_participants(truth, int(sim.n_participants), noise, tuple(cfg.rating_scale), seed=int(cfg.seed) + 1)
+    human, model = write_study(out / "simulated", models, ratings, seed=int(cfg.seed))
+    generating = " + ".join(f"{w:g} x {m}" for m, w in weights.items())
+    note = (f"**SIMULATED STUDY (no human_ratings given): not human data.** {sim.n_participants} simulated participants x "
+            f"{len(models.stimuli)} stimuli x {len(models.categories)} categories x {sim.n_models} simulated models; "
+            f"ratings generated from {generating} with per-participant logit noise sd in {list(sim.noise_sd)} and gain in "
+            f"{list(sim.gain)}, quantised to {list(cfg.rating_scale)}. The analysis should rank the generating model first.")
+    return human, model, [note]
+
+
+def _choice_files(spec: str) -> list[str]:
+    path = Path(to_absolute_path(spec))
+    files = sorted(glob.glob(str(path / "*.csv"))) if path.is_dir() else sorted(glob.glob(str(path)))
+    if not files:
+        raise FileNotFoundError(f"choices={spec!r}: no CSV files found")
+    return files
+
+
+def run(cfg: DictConfig) -> dict:
+    out = Path(HydraConfig.get().runtime.output_dir)
+    start = time.perf_counter()
+    options = options_from(cfg)
+    header: list[str] = []
+    if cfg.human_ratings is None:
+        human_path, model_path, header = simulate_inputs(cfg, out)
+        log.warning("no human_ratings given: analysing a SIMULATED study written to %s", human_path.parent)
+    else:
+        if cfg.model_responses is None:
+            raise ValueError("human_ratings is set but model_responses is not; pass model_responses=PATH")
+        human_path, model_path = Path(to_absolute_path(cfg.human_ratings)), Path(to_absolute_path(cfg.model_responses))
+    header += [f"- human ratings: `{human_path}`", f"- model responses: `{model_path}`",
+               f"- command: `python analyze.py {' '.join(HydraConfig.get().overrides.task)}`".replace("analyze.py `", "analyze.py`")]
+    study = build_study(
+        read_human_ratings(human_path, tuple(cfg.rating_scale)), read_model_responses(model_path),
+        exclude_repetitions=bool(cfg.exclude_repetitions), exclude_participants=list(cfg.exclude_participants),
+        min_natural_accuracy=None if cfg.min_natural_accuracy is None else float(cfg.min_natural_accuracy),
+        tie_rule=cfg.tie_rule, seed=int(cfg.seed),
+    )
+    log.info("study: %d participants x %d stimuli x %d categories, %d models", len(study.participants),
+             len(study.stimuli), len(study.categories), len(study.models))
+    results = analyze_study(study, options)
+    results["inputs"] = {"human_ratings": str(human_path), "model_responses": str(model_path),
+                         "simulated": cfg.human_ratings is None, "config": OmegaConf.to_container(cfg, resolve=True)}
+    if cfg.error_consistency.enabled:
+        results["error_consistency"] = analyze_ratings_consistency(study, options)
+    if cfg.choices is not None:
+        data = decisions_from_trials(read_trials(_choice_files(cfg.choices)))
+        humans = {n for n in data.names if re.search(cfg.choices_humans, n)}
+        results["choices"] = analyze_choices(data, humans, options)
+    made = draw_figures(results, out) if cfg.figures else {}
+    results["figures"] = made
+    write_results(out / "results.json", results)
+    write_report(out / "report.md", results, made, header)
+    elapsed = time.perf_counter() - start
+    results["wall_time_s"] = elapsed
+    _print_summary(results, out, elapsed)
+    return results
+
+
+def draw_figures(results: dict, out: Path) -> dict[str, str]:
+    """All figures the results support; returns name -> path relative to the run dir."""
+    made: dict[str, str] = {}
+    prediction = results["prediction"]
+
+    def add(name: str, path: Path) -> None:
+        made[name] = str(path.relative_to(out))
+
+    add("model comparison", figures.model_comparison(prediction["all"], out / "fig_model_comparison.png"))
+    subsets = [s for s in prediction if s in ("natural", "controversial") or s.startswith("targets ")]
+    if subsets:
+        add("subsets", figures.subset_comparison(prediction, out / "fig_subsets.png", subsets))
+    blocks = []
+    ec = results.get("error_consistency", {})
+    n_participants = len(results["study"]["participants"])
+    if "natural" in ec:
+        blocks.append(("natural", ec["natural"], np.arange(len(ec["natural"]["names"])) < n_participants))
+    if "choices" in results:
+        names = results["choices"]["names"]
+        pattern = results["inputs"]["config"]["choices_humans"]
+        blocks.append(("choices", results["choices"], np.array([bool(re.search(pattern, n)) for n in names])))
+    for label, block, is_human in blocks:
+        add(f"kappa heatmap ({label})", figures.kappa_heatmap(block["whole"]["kappa"], block["names"],
+                                                              out / f"fig_kappa_{label}.png", f"error consistency ({label})"))
+        add(f"c_obs vs c_exp ({label})", figures.cobs_vs_cexp(block, is_human, out / f"fig_cobs_cexp_{label}.png", label))
+        add(f"kappa vs accuracy ({label})", figures.kappa_vs_accuracy(block, is_human, out / f"fig_kappa_accuracy_{label}.png", label))
+    if "controversial" in ec:
+        add("categorical kappa (controversial)", figures.kappa_heatmap(
+            ec["controversial"]["whole"]["kappa"], ec["controversial"]["names"], out / "fig_kappa_controversial.png",
+            "Cohen's kappa of decisions (controversial stimuli)"))
+    return made
+
+
+def _print_summary(results: dict, out: Path, elapsed: float) -> None:
+    all_ = results["prediction"]["all"]
+    mean = all_["measures"]["pearson"]["mean"]
+    ci = all_.get("bootstrap", {}).get("ci", {})
+    if results["inputs"]["simulated"]:
+        print("SIMULATED STUDY (no human_ratings given) -- not human data")
+    print(f"{'rank':>4}  {'model':<28} {'mean r':>7}  CI")
+    for i, m in enumerate(results["ranking"], start=1):
+        interval = "[{:.3f}, {:.3f}]".format(*ci[m]) if m in ci else ""
+        print(f"{i:>4}  {m:<28} {mean[m]:7.3f}  {interval}")
+    ceiling = all_["noise_ceiling"]["pearson"]
+    print(f"      {'noise ceiling (lower, upper)':<28} {ceiling['lower']:.3f}, {ceiling['upper']:.3f}")
+    print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  ({elapsed:.1f} s)")
