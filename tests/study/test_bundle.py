@@ -1,0 +1,83 @@
+"""Bundles: versioning that never overwrites, opaque ids, private key, display images, loading errors."""
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import re
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from controversial.study.bundle import BundleError, load_bundle
+from controversial.study.display import display_png
+from controversial.study.export import ExportSettings, export_study
+
+from .conftest import SMALL
+from .helpers import WEB_SOURCE, fake_mnist_test, make_sweep
+
+
+def _digest(folder):
+    return {p.relative_to(folder): hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.rglob("*") if p.is_file()}
+
+
+def test_new_versions_never_touch_old_ones(tmp_path):
+    sweep = make_sweep(tmp_path / "sweep")
+    settings = ExportSettings(name="pilot", **SMALL)
+    first = export_study(sweep, tmp_path / "studies", settings, fake_mnist_test, WEB_SOURCE)
+    before = _digest(first)
+    second = export_study(sweep, tmp_path / "studies", settings, fake_mnist_test, WEB_SOURCE)
+    assert (first.name, second.name) == ("v1", "v2")
+    assert _digest(first) == before
+    assert not [p for p in (tmp_path / "studies" / "pilot").iterdir() if p.name.startswith(".")]  # no staging left
+    assert load_bundle(second).label == "pilot/v2"
+
+
+def test_bundle_contents_and_private_key(small_bundle):
+    bundle = load_bundle(small_bundle)
+    kinds = [t.kind for t in bundle.trials]
+    assert (kinds.count("stimulus"), kinds.count("attention"), kinds.count("demo")) == (33, 2, 1)
+    assert sum(t.image_repetition for t in bundle.trials) == 3
+    assert all(re.fullmatch(r"[0-9a-f]{12}", sid) for sid in bundle.key)
+    images = sorted(p.name for p in (small_bundle / "images").iterdir())
+    assert all(re.fullmatch(r"[0-9a-f]{12}\.png", name) for name in images)
+    trials_text = (small_bundle / "trials.csv").read_text()
+    assert not re.search(r"abs|vgg|kde|natural|controversial|MNIST", trials_text)
+    key = list(csv.DictReader(io.StringIO((small_bundle / "key.csv").read_text())))
+    assert sum(r["kind"] == "controversial" for r in key) == 20
+    assert {r["image"] for r in key if r["kind"] == "natural"} == {
+        r["image"] for r in key if r["kind"] == "natural" and re.fullmatch(rf"MNIST_\d+_{r['true_class']}\.png", r["image"])}
+    spec = json.loads((small_bundle / "study.json").read_text())
+    assert spec["categories"] == [str(d) for d in range(10)] and spec["provenance"]["counts"]["repeats"] == 3
+    assert (small_bundle / "web" / "index.html").is_file()
+    with Image.open(small_bundle / "images" / images[0]) as picture:
+        assert picture.size == (56, 56)
+
+
+def test_mnist_display_is_inverted_and_upsampled():
+    digit = np.zeros((28, 28), dtype=np.uint8)
+    digit[10:18, 12:16] = 255
+    shown = np.asarray(Image.open(io.BytesIO(display_png(digit, 56, "nearest", invert=True))))
+    assert shown.shape == (56, 56)
+    assert shown[0, 0] == 255 and shown[28, 28] == 0  # light background, dark stroke
+    assert np.array_equal(shown[::2, ::2], 255 - digit)
+    colour = np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)
+    assert np.asarray(Image.open(io.BytesIO(display_png(colour, 64, "nearest")))).shape == (64, 64, 3)
+    with pytest.raises(ValueError, match="unknown resample 'blur'"):
+        display_png(digit, 56, "blur")
+
+
+def test_loading_something_that_is_not_a_bundle_fails_clearly(tmp_path, small_bundle):
+    with pytest.raises(BundleError, match="named v<k>"):
+        load_bundle(tmp_path)
+    (tmp_path / "v1").mkdir()
+    with pytest.raises(BundleError, match="study.json: missing"):
+        load_bundle(tmp_path / "v1")
+
+
+def test_bad_study_name_is_refused(tmp_path):
+    with pytest.raises(BundleError, match="study name '../x'"):
+        export_study(make_sweep(tmp_path / "sweep"), tmp_path / "studies", ExportSettings(name="../x", **SMALL),
+                     fake_mnist_test, WEB_SOURCE)
