@@ -13,6 +13,15 @@ from typing import Sequence
 from controversial.study.bundle import TrialSpec
 
 
+def _move_repeated_forward(order: list[TrialSpec], repeated: set[str], gap: int, rng: random.Random) -> None:
+    """Swap first showings of repeated stimuli out of the last ``gap`` places, so the gap can be kept."""
+    limit = len(order) - gap - 1
+    late = [i for i in range(max(limit, 0), len(order)) if order[i].stimulus_id in repeated]
+    free = [i for i in range(max(limit, 0)) if order[i].stimulus_id not in repeated]
+    for i, j in zip(late, rng.sample(free, min(len(late), len(free)))):
+        order[i], order[j] = order[j], order[i]
+
+
 def participant_order(trials: Sequence[TrialSpec], rng: random.Random, min_repeat_gap: int = 10) -> list[TrialSpec]:
     """A fresh random order of every non-demo trial in the bundle's trial list."""
     firsts = [t for t in trials if t.kind == "stimulus" and t.image_repetition == 0]
@@ -22,6 +31,7 @@ def participant_order(trials: Sequence[TrialSpec], rng: random.Random, min_repea
     rng.shuffle(repeats)
     rng.shuffle(checks)
     order = list(firsts)
+    _move_repeated_forward(order, {t.stimulus_id for t in repeats}, min_repeat_gap, rng)
     for repeat in repeats:
         first_at = next(i for i, t in enumerate(order) if t.stimulus_id == repeat.stimulus_id
                         and t.image_repetition == repeat.image_repetition - 1)
