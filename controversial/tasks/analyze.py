@@ -42,12 +42,24 @@ def options_from(cfg: DictConfig) -> AnalysisOptions:
     )
 
 
+def parse_mixture(spec: str) -> dict[str, float]:
+    """``"sim3"`` or ``"sim3:0.7,sim5:0.3"`` -> model weights."""
+    weights = {}
+    for part in spec.split(","):
+        name, _, weight = part.strip().partition(":")
+        try:
+            weights[name] = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"true_model={spec!r}: weight {weight!r} of {name!r} is not a number; use e.g. sim3:0.7,sim5:0.3") from None
+    return weights
+
+
 def simulate_inputs(cfg: DictConfig, out: Path) -> tuple[Path, Path, list[str]]:
     """Write a simulated study into ``out/simulated`` and describe it for the report."""
     sim = cfg.simulate
     models = simulate_models(int(sim.n_models), str(sim.dataset), int(sim.stimuli_per_pair), int(sim.natural_per_class),
                              seed=int(cfg.seed))
-    weights = {str(k): float(v) for k, v in sim.true_model.items()}
+    weights = parse_mixture(str(sim.true_model))
     truth = true_probabilities(models, models.names, weights)
     noise = ParticipantNoise(sd=tuple(sim.noise_sd), gain=tuple(sim.gain))
     ratings = simulate_participants(truth, int(sim.n_participants), noise, tuple(cfg.rating_scale), seed=int(cfg.seed) + 1)

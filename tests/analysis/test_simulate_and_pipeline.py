@@ -1,0 +1,58 @@
+"""Simulated studies: the analysis must recover the generating model."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from controversial.analysis.correlation import participant_model_correlations
+from controversial.analysis.io import RATING_SCALE, read_human_ratings, read_model_responses
+from controversial.analysis.pipeline import AnalysisOptions, analyze_ratings_consistency, analyze_study
+from controversial.analysis.simulate import (
+    quantise, simulate_models, simulate_participants, true_probabilities, write_study,
+)
+from controversial.analysis.study import build_study
+
+FAST = AnalysisOptions(n_resamples=500, subset_resamples=200, ec_resamples=50, null_band_grid=30, null_band_repeats=2)
+
+
+def test_quantise_to_the_five_point_scale():
+    np.testing.assert_array_equal(quantise(np.array([0.0, 0.1, 0.13, 0.6, 0.99])), [0.0, 0.0, 0.25, 0.5, 1.0])
+
+
+def test_simulated_stimuli_follow_the_pnas_design():
+    models = simulate_models(n_models=4, stimuli_per_pair=20, natural_per_class=3, seed=0)
+    assert models.probabilities.shape == (4, 30 + 6 * 20, 10)
+    pair = [s for s in models.stimuli if s.targeted_models == ("sim1", "sim2")]
+    assert len(pair) == 20
+    # Every class is model A's target exactly twice and model B's target exactly twice.
+    assert sorted(s.targeted_classes[0] for s in pair) == sorted([str(k) for k in range(10)] * 2)
+    assert sorted(s.targeted_classes[1] for s in pair) == sorted([str(k) for k in range(10)] * 2)
+    assert all(a != b for a, b in (s.targeted_classes for s in pair))
+
+
+@pytest.mark.parametrize("true_model", ["sim2", "sim4"])
+def test_analysis_ranks_the_generating_model_first(tmp_path, true_model):
+    models = simulate_models(n_models=5, stimuli_per_pair=10, natural_per_class=3, seed=1)
+    ratings = simulate_participants(true_probabilities(models, models.names, {true_model: 1.0}), 8, seed=2)
+    assert set(np.unique(ratings)) <= set(RATING_SCALE)
+    human_path, model_path = write_study(tmp_path, models, ratings, seed=3)
+    study = build_study(read_human_ratings(human_path), read_model_responses(model_path))
+    results = analyze_study(study, FAST)
+    assert results["ranking"][0] == true_model
+    boot = results["prediction"]["all"]["bootstrap"]
+    tests = boot["pairwise"]
+    row = tests["names"].index(true_model)
+    assert all(tests["significance"][row][tests["names"].index(m)] == 1 for m in models.names if m != true_model)
+    ec = analyze_ratings_consistency(study, FAST)
+    assert set(ec) >= {"natural", "controversial"}
+
+
+def test_mixture_of_models_generates_an_intermediate_pattern():
+    models = simulate_models(n_models=3, stimuli_per_pair=10, natural_per_class=2, seed=0)
+    mix = true_probabilities(models, models.names, {"sim1": 1.0, "sim3": 1.0})
+    np.testing.assert_allclose(mix, (models.probabilities[0] + models.probabilities[2]) / 2)
+    ratings = simulate_participants(mix, 10, seed=0)
+    r = participant_model_correlations(ratings, models.probabilities).mean(axis=0)
+    assert r[1] < min(r[0], r[2])
+    with pytest.raises(ValueError, match="unknown true model"):
+        true_probabilities(models, models.names, {"nope": 1.0})
