@@ -9,34 +9,7 @@ from controversial.analysis.bootstrap import (
 )
 from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import participant_model_correlations
-
-
-def reference_statistics(human: np.ndarray, model: np.ndarray, ids: np.ndarray, include_copies: bool) -> np.ndarray:
-    """Mean r of each model, lower and upper ceiling, computed literally on one (resampled) dataset;
-    ``ids`` are the original participant indices of the drawn participants."""
-    S = human.shape[0]
-    flat_h = human.reshape(S, -1)
-    flat_m = model.reshape(model.shape[0], -1)
-    out = []
-    for m in range(flat_m.shape[0]):
-        out.append(np.mean([np.corrcoef(flat_h[s], flat_m[m])[0, 1] for s in range(S)]))
-    lower = []
-    for s in range(S):
-        others = [flat_h[t] for t in range(S) if t != s and (include_copies or ids[t] != ids[s])]
-        # Every draw is the same participant: no "other" exists and the bound is undefined.
-        lower.append(np.corrcoef(flat_h[s], np.mean(others, axis=0))[0, 1] if others else np.nan)
-    z = [(x - x.mean()) / x.std() for x in flat_h]
-    best = np.mean(z, axis=0)
-    upper = [np.corrcoef(flat_h[s], best)[0, 1] for s in range(S)]
-    return np.array(out + [np.mean(lower), np.mean(upper)])
-
-
-def reference_bootstrap(human, model, conditions, n_resamples, seed, include_copies=False) -> np.ndarray:
-    rows = []
-    for block in iter_blocks(n_resamples, seed, human.shape[0], conditions):
-        for p, s in zip(block.participants, block.stimuli):
-            rows.append(reference_statistics(human[p][:, s], model[:, s], p, include_copies))
-    return np.array(rows)
+from reference_bootstrap import reference_bootstrap
 
 
 def small_study(seed: int = 1, S: int = 4, M: int = 3, K: int = 5):

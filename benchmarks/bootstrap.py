@@ -1,0 +1,82 @@
+"""Wall time of the participant x stimulus bootstrap at PNAS scale, fast vs the plain reference.
+
+Study: simulated, 30 participants x 820 stimuli (36 model pairs x 20 + 100 natural) x 10 categories
+x 9 models; 37 strata. Fast: ``controversial.analysis.bootstrap`` for all resamples (every model,
+both ceilings), then percentile CIs and Holm-Sidak pairwise tests among the 9 models + lower
+ceiling (45 pairs). Reference: ``tests/analysis/reference_bootstrap.py`` on the first resamples,
+extrapolated linearly. Both in this one run; the overlapping resamples are compared number by number.
+
+    python benchmarks/bootstrap.py [--resamples 100000] [--reference-resamples 1000]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "analysis"))
+
+from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests, percentile_ci  # noqa: E402
+from controversial.analysis.simulate import simulate_models, simulate_participants, true_probabilities  # noqa: E402
+from reference_bootstrap import reference_bootstrap  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--resamples", type=int, default=100_000)
+    parser.add_argument("--reference-resamples", type=int, default=1000)
+    parser.add_argument("--chunk-size", type=int, default=10_000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    models = simulate_models(n_models=9, seed=args.seed)
+    human = simulate_participants(true_probabilities(models, models.names, {"sim3": 1.0}), 30, seed=args.seed + 1)
+    conditions = [s.condition for s in models.stimuli]
+    S, N, K = human.shape
+    print(f"study: {S} participants x {N} stimuli x {K} categories x {len(models.names)} models, "
+          f"{len(set(conditions))} strata; cpu cores visible: {os.cpu_count()}")
+
+    start = time.perf_counter()
+    dist = bootstrap(human, models.probabilities, models.names, conditions, args.resamples, args.seed, args.chunk_size)
+    fast_resample = time.perf_counter() - start
+    start = time.perf_counter()
+    percentile_ci(dist.samples)
+    ranked = sorted(models.names, key=lambda m: -dist.estimates[dist.names.index(m)])
+    tests = pairwise_tests(dist, include=ranked + [LOWER])
+    post = time.perf_counter() - start
+    n_pairs = len(tests.names) * (len(tests.names) - 1) // 2
+
+    start = time.perf_counter()
+    reference = reference_bootstrap(human, models.probabilities, conditions, args.reference_resamples, args.seed)
+    ref_time = time.perf_counter() - start
+    ref_extrapolated = ref_time * args.resamples / args.reference_resamples
+    diff = np.nanmax(np.abs(reference - dist.samples[:args.reference_resamples]))
+
+    fast_total = fast_resample + post
+    rows = [
+        ("fast (count weights x sufficient stats)", args.resamples, fast_resample, fast_resample, "measured"),
+        ("  + CIs and 45-pair Holm-Sidak tests", args.resamples, post, fast_total, "measured"),
+        ("plain reference (loops, np.corrcoef)", args.reference_resamples, ref_time, ref_extrapolated,
+         f"extrapolated x{args.resamples / args.reference_resamples:g}"),
+    ]
+    print()
+    print(f"| method | resamples run | wall time (s) | time for {args.resamples:,} (s) | how |")
+    print("|---|---|---|---|---|")
+    for name, n, t, full, how in rows:
+        print(f"| {name} | {n:,} | {t:.2f} | {full:.2f} | {how} |")
+    print()
+    print(f"speed-up (reference extrapolated / fast resampling): {ref_extrapolated / fast_resample:,.0f}x")
+    print(f"speed-up including CIs and tests on the fast side: {ref_extrapolated / fast_total:,.0f}x")
+    print(f"target: full {args.resamples:,} under 30 s -> {'met' if fast_total < 30 else 'NOT met'} ({fast_total:.1f} s)")
+    print(f"max |fast - reference| over the first {args.reference_resamples:,} resamples x {dist.samples.shape[1]} "
+          f"statistics: {diff:.2e}; {n_pairs} pairwise tests")
+
+
+if __name__ == "__main__":
+    main()
