@@ -183,7 +183,7 @@ def bootstrap(
             flush()
     flush()
     names = tuple(model_names) + ((LOWER, UPPER) if ceilings else ())
-    log.info("bootstrap: %d resamples, %d participants, %d stimuli, %d strata", n_resamples, S, N, len(strata(conditions)))
+    log.debug("bootstrap: %d resamples, %d participants, %d stimuli, %d strata", n_resamples, S, N, len(strata(conditions)))
     return Distributions(names, estimates, np.concatenate(samples), seed)
 
 

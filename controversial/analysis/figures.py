@@ -158,3 +158,17 @@ def kappa_vs_accuracy(block: dict, is_human: np.ndarray, path: str | Path, title
     ax.set_title(title)
     return _save(fig, path)
 
+
+
+def power_plot(n_participants: list[int], power: list[float], se: list[float], target: float, path: str | Path,
+               title: str) -> Path:
+    """Estimated power (with Monte Carlo SE) against the number of participants."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    ax.errorbar(n_participants, power, yerr=se, marker="o", capsize=3)
+    ax.axhline(target, color="0.5", ls="--", lw=1, label=f"target power {target:g}")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel("participants")
+    ax.set_ylabel("power")
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=9)
+    return _save(fig, path)

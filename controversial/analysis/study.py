@@ -211,3 +211,27 @@ def _exclude_inaccurate(study: Study, threshold: float, tie_rule: TieRule, seed:
         exclusions=study.exclusions + (Exclusion("participant", f"natural-image accuracy below {threshold:g}",
                                                  int((~keep).sum()), ", ".join(dropped)),),
     )
+
+
+def stimulus_set(models: ModelTable) -> Study:
+    """A study without participants, from model responses alone (for power analysis and planning)."""
+    categories = _category_order([r.category for r in models.rows])
+    stimuli: dict[str, Stimulus] = {}
+    for r in models.rows:
+        if r.image not in stimuli:
+            targeted = r.targets[:2] if r.targets[0] else None
+            classes = r.targets[2:] if r.targets[0] else None
+            true_class = natural_true_class(r.image, categories) if targeted is None else None
+            stimuli[r.image] = Stimulus(r.image, targeted, classes, true_class)
+    ordered = sorted(stimuli.values(), key=lambda s: (s.condition != NATURAL, s.condition, s.image))
+    index = {s.image: n for n, s in enumerate(ordered)}
+    names = tuple(dict.fromkeys(r.model for r in models.rows))
+    probabilities = np.full((len(names), len(ordered), len(categories)), np.nan)
+    for r in models.rows:
+        probabilities[names.index(r.model), index[r.image], categories.index(r.category)] = r.probability
+    missing = np.argwhere(np.isnan(probabilities))
+    if len(missing):
+        m, n, k = missing[0]
+        raise InputError(f"{models.path}, column 'image': model {names[m]!r} has no response for image "
+                         f"{ordered[n].image!r}, category {categories[k]!r}; every model needs every (image, category)")
+    return Study((), names, tuple(ordered), categories, np.zeros((0, len(ordered), len(categories))), probabilities)

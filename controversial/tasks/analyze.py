@@ -43,14 +43,14 @@ def options_from(cfg: DictConfig) -> AnalysisOptions:
 
 
 def parse_mixture(spec: str) -> dict[str, float]:
-    """``"sim3"`` or ``"sim3:0.7,sim5:0.3"`` -> model weights."""
+    """``"sim3"`` or ``"sim3:0.7+sim5:0.3"`` (``,`` also separates, but needs quoting for Hydra) -> weights."""
     weights = {}
-    for part in spec.split(","):
+    for part in spec.replace(",", "+").split("+"):
         name, _, weight = part.strip().partition(":")
         try:
             weights[name] = float(weight) if weight else 1.0
         except ValueError:
-            raise ValueError(f"true_model={spec!r}: weight {weight!r} of {name!r} is not a number; use e.g. sim3:0.7,sim5:0.3") from None
+            raise ValueError(f"true_model={spec!r}: weight {weight!r} of {name!r} is not a number; use e.g. sim3:0.7+sim5:0.3") from None
     return weights
 
 

@@ -1,0 +1,49 @@
+"""Power analysis: monotone in participants on a clear case, and the task end to end."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import open_dict
+
+from controversial.analysis.power import power_curve
+from controversial.analysis.simulate import simulate_models, true_probabilities
+from controversial.tasks import power as power_task
+
+CONF = str(Path(__file__).resolve().parents[2] / "conf")
+
+
+def test_power_grows_with_participants_and_finds_the_top_two():
+    models = simulate_models(n_models=4, stimuli_per_pair=10, natural_per_class=2, seed=0)
+    truth = true_probabilities(models, models.names, {"sim2": 0.55, "sim4": 0.45})
+    conditions = [s.condition for s in models.stimuli]
+    curve = power_curve(models.probabilities, models.names, conditions, truth, (2, 12), n_simulations=8,
+                        n_resamples=200, correction="none", reference_participants=50, seed=1)
+    assert curve.top_two == ("sim2", "sim4")
+    assert curve.power[0] <= curve.power[1]
+    assert curve.required in (None, 2, 12)
+    assert len(curve.monte_carlo_se) == 2 and all(0 <= e <= 0.5 for e in curve.monte_carlo_se)
+    with pytest.raises(ValueError, match="correction"):
+        power_curve(models.probabilities, models.names, conditions, truth, (3,), correction="bonferroni")
+
+
+def test_power_task_writes_report(tmp_path):
+    overrides = ["participant_counts=[3,6]", "n_simulations=3", "n_resamples=100", "reference_participants=20",
+                 "simulate.n_models=3", "simulate.stimuli_per_pair=10", "simulate.natural_per_class=2",
+                 "true_model=sim1:0.6+sim3:0.4", f"hydra.run.dir={tmp_path}"]
+    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
+        cfg = compose("power", overrides=overrides, return_hydra_config=True)
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(tmp_path)
+            HydraConfig.instance().set_config(cfg)
+            del cfg["hydra"]
+        result = power_task.run(cfg)
+    saved = json.loads((tmp_path / "power.json").read_text())
+    assert saved["n_participants"] == [3, 6] and saved["true_model"] == {"sim1": 0.6, "sim3": 0.4}
+    assert np.isclose(saved["power"], result["power"]).all()
+    assert "| participants | power |" in (tmp_path / "power.md").read_text()
+    assert (tmp_path / "power.png").stat().st_size > 1000
