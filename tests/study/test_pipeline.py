@@ -1,0 +1,109 @@
+"""Sweep -> export -> participants through the server -> PNAS CSV -> the analysis accepts it."""
+from __future__ import annotations
+
+import csv
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from hydra import compose, initialize_config_dir
+from PIL import Image
+
+from controversial.analysis.io import read_human_ratings, read_model_responses
+from controversial.analysis.pipeline import AnalysisOptions, analyze_study
+from controversial.analysis.study import build_study
+from controversial.study.bundle import load_bundle
+from controversial.study.pnas_export import PNAS_COLUMNS
+from controversial.study.server import ServerSettings, create_app
+from controversial.study.simulate import take_study
+from controversial.tasks import export_study as export_task
+from controversial.tasks import serve_study as serve_task
+
+from .helpers import WEB_SOURCE, make_sweep
+
+REPO = Path(__file__).resolve().parents[2]
+MODEL_COLUMNS = ("model", "image", "response_category", "targeted_model_1", "targeted_model_2",
+                 "targeted_class_1", "targeted_class_2", "category_rating")
+
+
+def _model_responses(bundle_dir: Path, path: Path) -> None:
+    """Random probabilities of two stand-in models for every rated image, in the PNAS model format."""
+    bundle, rng = load_bundle(bundle_dir), np.random.default_rng(0)
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(MODEL_COLUMNS)
+        for entry in bundle.key.values():
+            if entry.kind not in ("controversial", "natural"):
+                continue
+            targets = ([entry.model_a, entry.model_b, entry.class_a_name, entry.class_b_name]
+                       if entry.kind == "controversial" else ["", "", "", ""])
+            for model in ("model_x", "model_y"):
+                for category in bundle.spec.categories:
+                    writer.writerow([model, entry.image, category, *targets, f"{rng.random():.4f}"])
+
+
+def _config(name: str, overrides: list[str]):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name=name, overrides=overrides)
+
+
+def test_scripted_participants_yield_ratings_the_analysis_accepts(small_bundle, tmp_path):
+    app = create_app(ServerSettings(bundle_dir=small_bundle, completion_code="X", admin_token="t",
+                                    database_url=f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    with TestClient(app) as client:
+        for index in range(3):
+            result = take_study(client, f"scripted{index}", random.Random(index))
+            assert result.redirect_url.endswith("cc=X") and len(result.answers) == 35
+        export = client.get("/admin/responses.csv", headers={"Authorization": "Bearer t"}).text
+    ratings_path, models_path = tmp_path / "responses.csv", tmp_path / "models.csv"
+    ratings_path.write_text(export)
+    _model_responses(small_bundle, models_path)
+    study = build_study(read_human_ratings(ratings_path), read_model_responses(models_path), exclude_repetitions=True)
+    assert study.participants == ("P0001", "P0002", "P0003") and len(study.stimuli) == 30
+    assert {s.true_class for s in study.stimuli if s.targeted_models is None} == {str(d) for d in range(10)}
+    assert {s.condition for s in study.stimuli} == {"natural", "abs|vgg", "kde|vgg"}
+    results = analyze_study(study, AnalysisOptions(n_resamples=200, subset_resamples=0, measures=("pearson",)))
+    assert set(results["ranking"]) == {"model_x", "model_y"}
+
+
+def test_serve_study_export_mode_writes_the_three_files(small_bundle, tmp_path):
+    database = f"sqlite:///{tmp_path / 'db.sqlite'}"
+    app = create_app(ServerSettings(bundle_dir=small_bundle, completion_code="X", database_url=database))
+    with TestClient(app) as client:
+        take_study(client, "someone", random.Random(0))
+    cfg = _config("serve_study", ["mode=export", f"study_dir={small_bundle}", f"database_url={database}",
+                                  f"export.out_dir={tmp_path / 'out'}"])
+    serve_task.run(cfg)
+    with (tmp_path / "out" / "responses.csv").open() as handle:
+        rows = list(csv.reader(handle))
+    assert tuple(rows[0]) == PNAS_COLUMNS and len(rows) == 1 + 33 * 10
+    assert (tmp_path / "out" / "attention.csv").read_text().count("\n") == 1 + 2
+    assert "someone,scripted" in (tmp_path / "out" / "participants.csv").read_text()
+
+
+def test_serve_mode_needs_a_completion_code(small_bundle, monkeypatch):
+    monkeypatch.delenv("PROLIFIC_COMPLETION_CODE", raising=False)
+    with pytest.raises(ValueError, match="completion_code is not set"):
+        serve_task.run(_config("serve_study", [f"study_dir={small_bundle}"]))
+
+
+@pytest.mark.data
+def test_export_study_task_uses_real_mnist_test_images(tmp_path):
+    from controversial.data import load_uint8
+
+    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
+    cfg = _config("export_study", [f"sweep_dir={sweep}", "name=real", f"studies_dir={tmp_path / 'studies'}",
+                                   "per_pair=10", "natural_per_class=2", "n_repeats=5", "n_attention=1",
+                                   "display.size=56", "display.resample=nearest", f"web_source={WEB_SOURCE}"])
+    bundle = load_bundle(export_task.run(cfg))
+    images, labels = load_uint8("mnist", "test", cfg.data.root, False)
+    natural = [e for e in bundle.key.values() if e.kind == "natural"]
+    assert len(natural) == 20
+    for entry in natural:
+        index = int(entry.image.split("_")[1])
+        assert entry.true_class == str(int(labels[index])) and entry.image == f"MNIST_{index}_{entry.true_class}.png"
+        shown = np.asarray(Image.open(bundle.image_path(entry.stimulus_id)))
+        assert np.array_equal(shown[::2, ::2], 255 - images[index, 0].numpy())  # inverted, 2x nearest upsampling
+    assert bundle.spec.provenance["command"] == "python export_study.py"  # composed, not launched from a shell
