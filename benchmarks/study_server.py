@@ -17,7 +17,6 @@ import itertools
 import os
 import random
 import signal
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from sqlalchemy import create_engine, text
 
 from controversial.stimuli import ManifestRow, save_png, stimulus_filename, write_manifest
 from controversial.study.export import ExportSettings, export_study
@@ -57,9 +57,9 @@ def random_test_split(dataset: str) -> tuple[np.ndarray, np.ndarray]:
 class Server:
     """``serve_study.py`` as a child process that can be killed and restarted on the same database."""
 
-    def __init__(self, bundle: Path, database: Path, port: int, logs: Path) -> None:
+    def __init__(self, bundle: Path, database_url: str, port: int, logs: Path) -> None:
         self.args = [sys.executable, "serve_study.py", f"study_dir={bundle}", "completion_code=BENCH",
-                     f"port={port}", f"database_url=sqlite:///{database}"]
+                     f"port={port}", f"database_url={database_url}"]
         self.base, self.logs, self.process, self.starts = f"http://127.0.0.1:{port}", logs, None, 0
 
     def start(self) -> float:
@@ -125,13 +125,15 @@ def percentiles(values: list[float]) -> str:
     return f"{p50:7.1f} {p95:7.1f} {p99:7.1f}"
 
 
-def verify(database: Path, results: dict[str, TakeResult]) -> tuple[int, int, int, int]:
+def verify(database_url: str, results: dict[str, TakeResult]) -> tuple[int, int, int, int]:
     """(acknowledged answers, found exactly once with the sent ratings, rows in the table, completed)."""
-    with sqlite3.connect(database) as connection:
-        rows = connection.execute(
+    engine = create_engine(database_url)
+    with engine.connect() as connection:
+        rows = connection.execute(text(
             "SELECT p.prolific_pid, r.position, r.ratings_json FROM responses r JOIN participants p "
-            "ON p.id = r.participant_id").fetchall()
-        completed = connection.execute("SELECT COUNT(*) FROM participants WHERE completed_at IS NOT NULL").fetchone()[0]
+            "ON p.id = r.participant_id")).all()
+        completed = connection.execute(text("SELECT COUNT(*) FROM participants WHERE completed_at IS NOT NULL")).scalar()
+    engine.dispose()
     found: dict[tuple[str, int], list[str]] = {}
     for pid, position, ratings in rows:
         found.setdefault((pid, position), []).append(ratings)
@@ -150,6 +152,8 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=2, help="model pairs x 20 stimuli (at most 10)")
     parser.add_argument("--kill-at", type=float, default=0.4, help="fraction of answers acknowledged before SIGKILL")
     parser.add_argument("--port", type=int, default=8791)
+    parser.add_argument("--database-url", default=None,
+                        help="an EMPTY database to use instead of a fresh SQLite file (e.g. postgresql+psycopg://...)")
     parser.add_argument("--timeout", type=float, default=600, help="give up after this many seconds")
     args = parser.parse_args()
 
@@ -157,8 +161,8 @@ def main() -> int:
     sweep = synthetic_sweep(work / "sweep", args.pairs, np.random.default_rng(0))
     bundle = export_study(sweep, work / "studies", ExportSettings(name="bench", display_size=112), random_test_split,
                           REPO / "human_study" / "src")
-    database = work / "bench.db"
-    server = Server(bundle, database, args.port, work)
+    database_url = args.database_url or f"sqlite:///{work / 'bench.db'}"
+    server = Server(bundle, database_url, args.port, work)
     server.start()
     with httpx.Client(base_url=server.base) as probe:
         n_trials = probe.post("/api/session", json={"prolific_pid": "probe"}).json()["n_total"]
@@ -193,9 +197,10 @@ def main() -> int:
 
     before = [s for at, s in recorder.samples if at <= killed_at]
     after = [s for at, s in recorder.samples if at > up_at]
-    acknowledged, exact, rows, completed = verify(database, results)
-    print(f"study server load test: {args.participants} participants x {n_trials} trials, SQLite (WAL, "
-          f"synchronous=FULL), loopback, no think time; client threads and server share {os.cpu_count()} cores")
+    acknowledged, exact, rows, completed = verify(database_url, results)
+    backend = "SQLite (WAL, synchronous=FULL)" if database_url.startswith("sqlite") else database_url.split(":")[0]
+    print(f"study server load test: {args.participants} participants x {n_trials} trials, {backend}, loopback, "
+          f"no think time; client threads and server share {os.cpu_count()} cores")
     print(f"{'phase':<24}{'answers':>9}{'seconds':>9}{'answers/s':>11}   p50 ms  p95 ms  p99 ms")
     print(f"{'before SIGKILL':<24}{len(before):>9}{killed_at - started:>9.1f}{len(before) / (killed_at - started):>11.1f}"
           f"   {percentiles(before)}")

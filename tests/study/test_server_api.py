@@ -4,14 +4,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select, text
+from sqlalchemy import create_engine, func, select, text
 
 from controversial.analysis.io import read_human_ratings
 from controversial.study.bundle import load_bundle
-from controversial.study.db import Response
+from controversial.study.db import Base, Response
 from controversial.study.pnas_export import PNAS_COLUMNS
 from controversial.study.server import ServerSettings, create_app
 
@@ -21,10 +22,24 @@ DIGITS = [str(d) for d in range(10)]
 
 
 @pytest.fixture
-def app(small_bundle, tmp_path):
+def database_url(tmp_path):
+    """A fresh SQLite file, or, with STUDY_TEST_DATABASE_URL set (e.g. PostgreSQL), that database emptied."""
+    url = os.environ.get("STUDY_TEST_DATABASE_URL")
+    if not url:
+        return f"sqlite:///{tmp_path / 'responses.db'}"
+    engine = create_engine(url)
+    Base.metadata.drop_all(engine)
+    engine.dispose()
+    return url
+
+
+@pytest.fixture
+def app(small_bundle, database_url):
     settings = ServerSettings(bundle_dir=small_bundle, completion_code=CODE, admin_token=TOKEN,
-                              database_url=f"sqlite:///{tmp_path / 'responses.db'}")
-    return create_app(settings)
+                              database_url=database_url)
+    app = create_app(settings)
+    yield app
+    app.state.engine.dispose()
 
 
 @pytest.fixture
