@@ -8,12 +8,17 @@ from pathlib import Path
 from typing import IO, Iterator
 
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
+
 @contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO]:
     """Open a temp file next to ``path``; on clean exit fsync it and rename it over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.chmod(tmp_name, 0o666 & ~_UMASK)  # mkstemp's 0600 would make shared outputs unreadable
     try:
         with os.fdopen(fd, mode, **open_kwargs) as handle:
             yield handle

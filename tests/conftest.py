@@ -21,3 +21,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker in OPT_IN_MARKERS:
             if marker in item.keywords and not (run_all or config.getoption(f"--run-{marker}")):
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: pass --run-{marker} (always on in CI)"))
+
+
+# --- shared fixtures: tiny random models, so tests never need trained weights --------------------
+
+import torch  # noqa: E402
+
+from controversial.readout import Calibration, CalibratedModel  # noqa: E402
+from controversial.registry import create_arch  # noqa: E402
+
+MNIST_CLASSES = tuple(str(d) for d in range(10))
+
+
+def make_tiny_model(seed: int, name: str | None = None, intercept: float = -1.0) -> CalibratedModel:
+    net = create_arch("tiny_mlp", image_shape=(1, 28, 28), hidden=16, seed=seed)
+    model = CalibratedModel(net, Calibration(1.0, intercept, "identity"), name or f"tiny{seed}", "mnist", MNIST_CLASSES)
+    return model.eval().requires_grad_(False)
+
+
+@pytest.fixture
+def tiny_pair() -> list[CalibratedModel]:
+    return [make_tiny_model(1), make_tiny_model(2)]

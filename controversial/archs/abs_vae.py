@@ -1,0 +1,160 @@
+"""Analysis by synthesis (Schott et al. 2019): one small VAE per class, classes scored by fit.
+
+Class score = ``-(min_z ||x - G_y(z)||^2 + beta * ||z||^2 / 2)``. The inner minimisation starts
+from the best of a few latents (the class encoder's guess and fixed prior samples; during
+synthesis, the previous step's optimum) and takes gradient steps on z with x held fixed. The score
+is then recomputed at the optimised z* with gradients flowing to the image only (envelope theorem:
+at a minimum, dz*/dx contributes nothing to first order). The ten VAEs are evaluated together as
+grouped matrix products, one group per class.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from controversial.registry import register_arch
+
+N_CLASSES = 10
+
+
+class GroupedLinear(nn.Module):
+    """``G`` independent linear layers applied at once: (G, N, in) -> (G, N, out)."""
+
+    def __init__(self, groups: int, in_features: int, out_features: int) -> None:
+        super().__init__()
+        bound = 1 / math.sqrt(in_features)
+        self.weight = nn.Parameter(torch.empty(groups, in_features, out_features).uniform_(-bound, bound))
+        self.bias = nn.Parameter(torch.empty(groups, 1, out_features).uniform_(-bound, bound))
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return torch.baddbmm(self.bias, inputs, self.weight)
+
+
+def _mlp(sizes: list[int], final: nn.Module | None) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(GroupedLinear(N_CLASSES, n_in, n_out))
+        if i < len(sizes) - 2:
+            layers.append(nn.ELU())
+    if final is not None:
+        layers.append(final)
+    return nn.Sequential(*layers)
+
+
+class AnalysisBySynthesis(nn.Module):
+    def __init__(
+        self,
+        image_shape: tuple[int, int, int] = (1, 28, 28),
+        latent_dim: int = 8,
+        hidden: tuple[int, int] = (256, 128),
+        beta: float = 1.0,
+        n_prior_samples: int = 32,
+        inference_steps: int = 20,
+        warm_start_steps: int = 2,
+        inner_lr: float = 0.1,
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.image_shape = tuple(image_shape)
+        n_pixels = math.prod(image_shape)
+        h1, h2 = hidden
+        self.latent_dim = latent_dim
+        self.beta = beta
+        self.inference_steps = inference_steps
+        self.warm_start_steps = warm_start_steps
+        self.inner_lr = inner_lr
+        self.encoder = _mlp([n_pixels, h1, h2, 2 * latent_dim], None)
+        self.decoder = _mlp([latent_dim, h2, h1, n_pixels], nn.Sigmoid())
+        prior = torch.randn(n_prior_samples, latent_dim, generator=torch.Generator().manual_seed(seed))
+        self.register_buffer("prior_samples", prior, persistent=False)
+        self._warm_latents: torch.Tensor | None = None
+        self._rows: torch.Tensor | None = None
+
+    # --- the generative model -------------------------------------------------------------
+    def encode(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every class's posterior for every image: (N,D) -> mean, log-variance (10,N,d)."""
+        mean, log_var = self.encoder(flat.unsqueeze(0).expand(N_CLASSES, -1, -1)).chunk(2, dim=-1)
+        return mean, log_var
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """(10,M,d) -> (10,M,D): class k's decoder applied to latents[k]."""
+        return self.decoder(latents)
+
+    def loss(self, flat: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+        """Per-class fit loss: flat (N,D) or (10,N,D), latents (10,N,d) -> (10,N)."""
+        recon = self.decode(latents)
+        return ((flat - recon) ** 2).sum(-1) + 0.5 * self.beta * (latents**2).sum(-1)
+
+    # --- inference --------------------------------------------------------------------------
+    def reset_state(self) -> None:
+        """Forget warm-start latents; inference starts cold (the standard, accurate setting)."""
+        self._warm_latents = None
+        self._rows = None
+
+    def set_active_rows(self, rows: torch.Tensor) -> None:
+        """Synthesis mode: the next batch holds elements ``rows`` of a fixed batch, so warm-start them."""
+        self._rows = rows
+
+    @torch.no_grad()
+    def _cold_start(self, flat: torch.Tensor, encoded: torch.Tensor) -> torch.Tensor:
+        """Best start per class and image among the encoder's guess and the fixed prior samples."""
+        priors = self.prior_samples[None, :, None, :].expand(N_CLASSES, -1, len(flat), -1)
+        pool = torch.cat([encoded.unsqueeze(1), priors], 1)  # (10, K, N, d)
+        n_candidates = pool.shape[1]
+        losses = self.loss(flat.repeat(n_candidates, 1), pool.reshape(N_CLASSES, -1, self.latent_dim))
+        choice = losses.view(N_CLASSES, n_candidates, len(flat)).argmin(1)  # (10, N)
+        index = choice[:, None, :, None].expand(-1, 1, -1, self.latent_dim)
+        return pool.gather(1, index).squeeze(1)
+
+    @torch.no_grad()
+    def _warm_start(self, flat: torch.Tensor, encoded: torch.Tensor) -> torch.Tensor:
+        """The previous step's optimum, unless the encoder's guess now fits better."""
+        previous = self._warm_latents[:, self._rows]
+        better = (self.loss(flat, encoded) < self.loss(flat, previous)).unsqueeze(-1)
+        return torch.where(better, encoded, previous)
+
+    def optimise_latents(self, flat: torch.Tensor) -> torch.Tensor:
+        """Approximate argmin_z of the loss for every class and image; x is held constant."""
+        flat = flat.detach()
+        with torch.no_grad():
+            encoded = self.encode(flat)[0]
+        warm = self._rows is not None and self._warm_latents is not None
+        start = self._warm_start(flat, encoded) if warm else self._cold_start(flat, encoded)
+        latents = start.clone().requires_grad_(True)
+        optimizer = torch.optim.Adam([latents], lr=self.inner_lr)
+        with torch.enable_grad():
+            for _ in range(self.warm_start_steps if warm else self.inference_steps):
+                optimizer.zero_grad()
+                self.loss(flat, latents).sum().backward()
+                optimizer.step()
+        latents = latents.detach()
+        if self._rows is not None:
+            size = int(self._rows.max()) + 1
+            if self._warm_latents is None or self._warm_latents.shape[1] < size:
+                grown = torch.zeros(N_CLASSES, size, self.latent_dim)
+                if self._warm_latents is not None:
+                    grown[:, : self._warm_latents.shape[1]] = self._warm_latents
+                self._warm_latents = grown
+            self._warm_latents[:, self._rows] = latents
+        return latents
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        flat = images.reshape(len(images), -1)
+        latents = self.optimise_latents(flat)
+        return -self.loss(flat, latents).T
+
+    # --- training ---------------------------------------------------------------------------
+    def elbo_loss(self, class_batches: torch.Tensor) -> torch.Tensor:
+        """Negative ELBO (Gaussian decoder, squared error) for a (10,B,D) batch, one class per group."""
+        mean, log_var = self.encoder(class_batches).chunk(2, dim=-1)
+        latents = mean + torch.randn_like(mean) * (0.5 * log_var).exp()
+        recon = ((class_batches - self.decode(latents)) ** 2).sum(-1)
+        kl = 0.5 * (mean**2 + log_var.exp() - 1 - log_var).sum(-1)
+        return (recon + self.beta * kl).mean()
+
+
+@register_arch("abs")
+def analysis_by_synthesis(**kwargs) -> AnalysisBySynthesis:
+    return AnalysisBySynthesis(**kwargs)

@@ -1,0 +1,111 @@
+"""Self-describing checkpoints: loading needs nothing but the file (and, for the KDE, the data root)."""
+from __future__ import annotations
+
+import io
+import subprocess
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from controversial import __version__
+from controversial.atomic import atomic_write_bytes
+from controversial.data import dataset_info
+from controversial.readout import Calibration, CalibratedModel
+from controversial.registry import create_arch
+
+FORMAT_VERSION = 1
+
+
+@dataclass
+class CheckpointInfo:
+    """Everything about a trained model except its weights."""
+
+    name: str
+    arch: str
+    arch_kwargs: dict[str, Any]
+    dataset: str
+    calibration: Calibration
+    metrics: dict[str, Any] = field(default_factory=dict)
+    train_config: dict[str, Any] = field(default_factory=dict)
+    command: str = ""
+    card: dict[str, str] = field(default_factory=dict)  # paper name, description, differences from the paper
+    code_version: str = ""
+    created: str = ""
+
+
+def code_version() -> str:
+    """Package version plus the git commit when run from a checkout."""
+    try:
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+            cwd=Path(__file__).resolve().parent,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        commit = ""
+    return f"{__version__}+{commit}" if commit else __version__
+
+
+def _half(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    return {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+
+
+def save_checkpoint(path: str | Path, net: nn.Module, info: CheckpointInfo, float16: bool = True) -> None:
+    """Write weights (float16 by default, to keep ``models/`` small) and metadata atomically."""
+    state = net.state_dict()
+    payload = {
+        "format_version": FORMAT_VERSION,
+        "name": info.name,
+        "arch": info.arch,
+        "arch_kwargs": info.arch_kwargs,
+        "dataset": info.dataset,
+        "calibration": info.calibration.to_dict(),
+        "metrics": info.metrics,
+        "train_config": info.train_config,
+        "command": info.command,
+        "card": info.card,
+        "code_version": info.code_version or code_version(),
+        "created": info.created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "state_dict": _half(state) if float16 else state,
+    }
+    buffer = io.BytesIO()
+    torch.save(payload, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
+
+
+def read_checkpoint(path: str | Path) -> tuple[CheckpointInfo, dict[str, torch.Tensor]]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint at {path}")
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    if payload.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{path}: checkpoint format {payload.get('format_version')!r}, this code reads {FORMAT_VERSION}")
+    info = CheckpointInfo(
+        name=payload["name"],
+        arch=payload["arch"],
+        arch_kwargs=payload["arch_kwargs"],
+        dataset=payload["dataset"],
+        calibration=Calibration(**payload["calibration"]),
+        metrics=payload["metrics"],
+        train_config=payload["train_config"],
+        command=payload["command"],
+        card=payload["card"],
+        code_version=payload["code_version"],
+        created=payload["created"],
+    )
+    return info, payload["state_dict"]
+
+
+def load_checkpoint(path: str | Path, data_root: str | None = None) -> CalibratedModel:
+    """Rebuild the architecture, load float32 weights, and wrap it with its calibration (eval mode)."""
+    info, state = read_checkpoint(path)
+    kwargs = dict(info.arch_kwargs)
+    if info.arch == "gaussian_kde":
+        kwargs["data_root"] = data_root
+    net = create_arch(info.arch, **kwargs)
+    net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    model = CalibratedModel(net, info.calibration, info.name, info.dataset, dataset_info(info.dataset).class_names)
+    return model.eval().requires_grad_(False)

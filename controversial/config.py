@@ -1,0 +1,58 @@
+"""Config schemas, and the registration that makes ``model_a=abs model_b=vgg`` select model files.
+
+Hydra's ``defaults: [model@model_a: abs]`` would turn the override ``model_a=vgg`` into a plain
+string. Instead every ``conf/model/<name>.yaml`` is validated against :class:`ModelConfig` and
+stored in the ConfigStore as an option of the groups ``model_a``, ``model_b`` and ``models``
+(the latter for lists of more than two models). Unknown names then get Hydra's list of options.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
+
+from controversial.training import TrainSettings
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+MODEL_GROUPS = ("model_a", "model_b")
+
+
+@dataclass
+class ModelConfig:
+    name: str
+    dataset: str
+    arch: str
+    arch_kwargs: dict[str, Any] = field(default_factory=dict)
+    calibration: str = "cross_entropy"
+    checkpoint: str = "models/${.dataset}/${.name}.pt"
+    paper_name: str = ""
+    description: str = ""
+    differences: str = ""
+    train: TrainSettings = field(default_factory=TrainSettings)
+
+
+def model_config_files(conf_dir: Path = CONF_DIR) -> list[Path]:
+    return sorted((conf_dir / "model").glob("*.yaml"))
+
+
+def load_model_config(path: Path):
+    """A model YAML merged onto the schema; a wrong key or type names the file."""
+    try:
+        return OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path))
+    except Exception as error:
+        raise ValueError(f"{path}: invalid model config: {error}") from None
+
+
+def register_model_options(conf_dir: Path = CONF_DIR) -> list[str]:
+    """Store every model YAML as an option of model_a and model_b; returns the model names."""
+    store = ConfigStore.instance()
+    names = []
+    for path in model_config_files(conf_dir):
+        node = load_model_config(path)
+        for group in MODEL_GROUPS:
+            store.store(group=group, name=path.stem, node=node)
+        names.append(path.stem)
+    return names

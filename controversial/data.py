@@ -1,0 +1,167 @@
+"""MNIST and CIFAR-10 from a configurable data root, with torchvision's download as the fallback.
+
+The data root is, in order: the ``root`` argument (config key ``data.root``), the environment
+variable ``CONTROVERSIAL_DATA_ROOT``, then ``./data``. Local copies are read in the layouts the
+project ships (gzip or plain IDX files for MNIST, ``ImageFolder`` JPEGs for CIFAR-10) as well as
+torchvision's own layouts, so nothing needs unpacking and a read-only data folder works.
+"""
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch.utils.data import TensorDataset
+
+log = logging.getLogger(__name__)
+
+DATA_ROOT_ENV = "CONTROVERSIAL_DATA_ROOT"
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    image_shape: tuple[int, int, int]
+    class_names: tuple[str, ...]
+    display_name: str
+
+
+DATASETS: dict[str, DatasetInfo] = {
+    "mnist": DatasetInfo("mnist", (1, 28, 28), tuple(str(d) for d in range(10)), "MNIST"),
+    "cifar10": DatasetInfo(
+        "cifar10",
+        (3, 32, 32),
+        ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+        "CIFAR10",
+    ),
+}
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """Raised with the list of places searched and the ways to point the project at the data."""
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset '{name}'; known: {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+def resolve_data_root(root: str | os.PathLike | None = None) -> Path:
+    """The explicit root, else $CONTROVERSIAL_DATA_ROOT, else ./data."""
+    if root not in (None, ""):
+        return Path(root).expanduser()
+    return Path(os.environ.get(DATA_ROOT_ENV) or "data").expanduser()
+
+
+def _read_idx(path: Path) -> np.ndarray:
+    """Read an IDX file (gzip or plain): big-endian dims after a 4-byte magic number."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rb") as handle:
+        data = handle.read()
+    n_dims = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(n_dims)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * n_dims).reshape(dims)
+
+
+def _find_idx(raw_dir: Path, stem: str) -> Path | None:
+    for candidate in (raw_dir / f"{stem}.gz", raw_dir / stem):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _mnist_local(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    prefix = "train" if split == "train" else "t10k"
+    raw_dir = root / "MNIST" / "raw"
+    images = _find_idx(raw_dir, f"{prefix}-images-idx3-ubyte")
+    labels = _find_idx(raw_dir, f"{prefix}-labels-idx1-ubyte")
+    if images is None or labels is None:
+        return None
+    x = torch.from_numpy(_read_idx(images).copy()).unsqueeze(1)
+    y = torch.from_numpy(_read_idx(labels).astype(np.int64))
+    return x, y
+
+
+def _cifar_local(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    folder = root / "cifar10" / split
+    if not folder.is_dir():
+        return None
+    from torchvision.datasets import ImageFolder
+
+    info = DATASETS["cifar10"]
+    dataset = ImageFolder(folder)
+    if tuple(dataset.classes) != info.class_names:
+        raise ValueError(f"{folder}: class folders {dataset.classes} differ from CIFAR-10's {list(info.class_names)}")
+    images = np.stack([np.asarray(dataset.loader(path).convert("RGB")) for path, _ in dataset.samples])
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+    y = torch.tensor(dataset.targets, dtype=torch.int64)
+    return x, y
+
+
+def _torchvision_download(name: str, root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    from torchvision import datasets
+
+    train = split == "train"
+    if name == "mnist":
+        ds = datasets.MNIST(root, train=train, download=True)
+        return ds.data.unsqueeze(1).clone(), ds.targets.clone()
+    ds = datasets.CIFAR10(root, train=train, download=True)
+    return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
+
+
+def _torchvision_cached(name: str, root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """A copy that torchvision downloaded earlier (``cifar-10-batches-py``)."""
+    if name != "cifar10" or not (root / "cifar-10-batches-py").is_dir():
+        return None
+    from torchvision import datasets
+
+    ds = datasets.CIFAR10(root, train=split == "train", download=False)
+    return torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous(), torch.tensor(ds.targets)
+
+
+def load_uint8(
+    name: str, split: str, root: str | os.PathLike | None = None, download: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Images as uint8 (N,C,H,W) and labels as int64 (N,), from the data root or a download."""
+    dataset_info(name)
+    if split not in SPLITS:
+        raise ValueError(f"unknown split '{split}'; known: {', '.join(SPLITS)}")
+    data_root = resolve_data_root(root)
+    local_reader = _mnist_local if name == "mnist" else _cifar_local
+    for reader in (local_reader, lambda r, s: _torchvision_cached(name, r, s)):
+        found = reader(data_root, split)
+        if found is not None:
+            log.info("loaded %s/%s from %s (%d images)", name, split, data_root, len(found[1]))
+            return found
+    tried = (
+        [data_root / "MNIST" / "raw"]
+        if name == "mnist"
+        else [data_root / "cifar10" / split, data_root / "cifar-10-batches-py"]
+    )
+    download_error = "download disabled (data.download=false)"
+    if download:
+        try:
+            return _torchvision_download(name, data_root, split)
+        except Exception as error:  # network errors come in many types; report whichever it was
+            download_error = f"torchvision download failed: {type(error).__name__}: {error}"
+    raise DatasetNotFoundError(
+        f"{DATASETS[name].display_name} ({split}) not found. Looked in: "
+        + ", ".join(str(p) for p in tried)
+        + f"; {download_error}. Point the project at a copy with data.root=/path/to/data or "
+        f"the environment variable {DATA_ROOT_ENV}=/path/to/data (expected layout: "
+        "<root>/MNIST/raw/*-idx?-ubyte[.gz] and <root>/cifar10/{train,test}/<class>/*.jpg)."
+    )
+
+
+def load_dataset(
+    name: str, split: str, root: str | os.PathLike | None = None, download: bool = True
+) -> TensorDataset:
+    """A dataset of (float image in [0,1] with shape (C,H,W), int label)."""
+    images, labels = load_uint8(name, split, root, download)
+    return TensorDataset(images.float().div_(255.0), labels)

@@ -1,0 +1,45 @@
+"""Controversiality scores: pure tensor functions of calibrated logits.
+
+For models ``M_1..M_m`` with target classes ``t_1..t_m``, model ``M_i`` should detect its own target
+and none of the others'. The *terms* are the calibrated logits ``l_i(t_i)`` and ``-l_i(t_j)`` for
+j != i; with two models they are ``[lA(a), -lA(b), lB(b), -lB(a)]`` (Eq. 2 of Golan et al. 2020).
+"""
+from __future__ import annotations
+
+import torch
+
+
+def controversy_terms(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """Signed calibrated logits whose sigmoids must all be high.
+
+    logits: one (N, K) tensor per model; targets: (N, m) class indices, column i for model i.
+    Returns (N, m*m): for every model i, +l_i(t_i) and -l_i(t_j) for each j != i.
+    """
+    n_models = len(logits)
+    if targets.shape[1] != n_models:
+        raise ValueError(f"targets has {targets.shape[1]} columns for {n_models} models")
+    terms = []
+    for i, model_logits in enumerate(logits):
+        for j in range(n_models):
+            value = model_logits.gather(1, targets[:, j : j + 1]).squeeze(1)
+            terms.append(value if i == j else -value)
+    return torch.stack(terms, 1)
+
+
+def hard_score(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """Eq. 2: min over terms of the sigmoid probabilities, in [0, 1]; used to accept stimuli."""
+    return torch.sigmoid(controversy_terms(logits, targets)).min(1).values
+
+
+def smooth_score(logits: list[torch.Tensor], targets: torch.Tensor, alpha: float) -> torch.Tensor:
+    """Eq. 4: ``-(1/alpha) log sum exp(-alpha * terms)``, a smooth minimum of the terms; maximised."""
+    if alpha <= 0:
+        raise ValueError(f"alpha must be positive, got {alpha}")
+    terms = controversy_terms(logits, targets)
+    return -torch.logsumexp(-alpha * terms, dim=1) / alpha
+
+
+def softmax_score(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """Eq. 1, for softmax readouts: ``min_i p_i(t_i)``."""
+    probabilities = [torch.softmax(l, 1).gather(1, targets[:, i : i + 1]).squeeze(1) for i, l in enumerate(logits)]
+    return torch.stack(probabilities, 1).min(1).values

@@ -1,0 +1,78 @@
+"""``python train.py model=<name>``: train, evaluate, calibrate, save, and refresh the model card."""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from controversial.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.data import load_uint8
+from controversial.model_card import write_model_card
+from controversial.registry import create_arch
+from controversial.training import TRAINING_METHODS, TrainSettings, evaluate_and_calibrate
+from controversial.zoo import PROJECT_ROOT
+
+log = logging.getLogger(__name__)
+
+
+def _command() -> str:
+    overrides = " ".join(HydraConfig.get().overrides.task)
+    return f"python train.py {overrides}".strip()
+
+
+def run(cfg: DictConfig) -> Path:
+    model_cfg = cfg.model
+    settings = TrainSettings(**OmegaConf.to_container(model_cfg.train, resolve=True))
+    if settings.method not in TRAINING_METHODS:
+        raise ValueError(f"model.train.method '{settings.method}' unknown; allowed: {', '.join(TRAINING_METHODS)}")
+    torch.manual_seed(settings.seed)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    arch_kwargs = OmegaConf.to_container(model_cfg.arch_kwargs, resolve=True)
+
+    train_x, train_y = load_uint8(model_cfg.dataset, "train", cfg.data.root, cfg.data.download)
+    test_x, test_y = load_uint8(model_cfg.dataset, "test", cfg.data.root, cfg.data.download)
+    train_x, test_x = train_x.float() / 255, test_x.float() / 255
+
+    build_kwargs = dict(arch_kwargs)
+    if model_cfg.arch == "gaussian_kde":
+        build_kwargs.update(train_images=train_x, train_labels=train_y)
+    net = create_arch(model_cfg.arch, **build_kwargs)
+    log.info("training %s (%s, %s parameters) with %s", model_cfg.name, model_cfg.arch,
+             f"{sum(p.numel() for p in net.parameters()):,}", settings.method)
+
+    start = time.perf_counter()
+    TRAINING_METHODS[settings.method](net, train_x, train_y, settings, lambda message: log.info(message))
+    train_time = time.perf_counter() - start
+    if model_cfg.arch == "gaussian_kde":
+        arch_kwargs["sigma"] = net.sigma
+
+    evaluation = evaluate_and_calibrate(net, test_x, test_y, model_cfg.calibration)
+    metrics = {**evaluation.metrics, "train_time_s": round(train_time, 1)}
+    log.info("test accuracy %.2f%%, calibration slope %.4g intercept %.4g, NLL %.4f -> %.4f",
+             100 * metrics["test_accuracy"], evaluation.calibration.slope, evaluation.calibration.intercept,
+             metrics["test_nll_uncalibrated"], metrics["test_nll_calibrated"])
+
+    out = Path(cfg.models_dir if Path(cfg.models_dir).is_absolute() else PROJECT_ROOT / cfg.models_dir)
+    path = out / model_cfg.dataset / f"{model_cfg.name}.pt"
+    info = CheckpointInfo(
+        name=model_cfg.name,
+        arch=model_cfg.arch,
+        arch_kwargs=arch_kwargs,
+        dataset=model_cfg.dataset,
+        calibration=evaluation.calibration,
+        metrics=metrics,
+        train_config={**OmegaConf.to_container(model_cfg.train, resolve=True), **({"extra": settings.extra} if settings.extra else {})},
+        command=_command(),
+        card={"paper_name": model_cfg.paper_name, "description": model_cfg.description, "differences": model_cfg.differences},
+    )
+    save_checkpoint(path, net, info, float16=cfg.float16)
+    log.info("wrote %s (%.2f MB)", path, path.stat().st_size / 1e6)
+    if cfg.update_model_card:
+        log.info("model card: %s", write_model_card(out))
+    print(f"{model_cfg.name}: test accuracy {100 * metrics['test_accuracy']:.2f}% -> {path}", file=sys.stderr)
+    return path

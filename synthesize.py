@@ -1,0 +1,17 @@
+"""Synthesize controversial stimuli: ``python synthesize.py model_a=abs model_b=vgg``."""
+import hydra
+from omegaconf import DictConfig
+
+from controversial.config import register_model_options
+from controversial.tasks import synthesize
+
+register_model_options()
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="synthesize")
+def main(cfg: DictConfig) -> None:
+    synthesize.run(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,71 @@
+import torch
+
+from controversial.registry import create_arch
+
+
+def _tiny_abs(**overrides):
+    kwargs = dict(image_shape=(1, 6, 6), latent_dim=3, hidden=(12, 8), n_prior_samples=4, inference_steps=15, warm_start_steps=2)
+    kwargs.update(overrides)
+    torch.manual_seed(0)
+    return create_arch("abs", **kwargs).eval()
+
+
+def test_logits_are_minus_the_fit_loss_at_the_optimised_latent():
+    model = _tiny_abs()
+    images = torch.rand(4, 1, 6, 6)
+    logits = model(images)
+    latents = model.optimise_latents(images.flatten(1))
+    assert logits.shape == (4, 10)
+    assert torch.allclose(logits, -model.loss(images.flatten(1), latents).T, atol=1e-5)
+
+
+def test_optimisation_lowers_the_loss_below_the_best_start():
+    model = _tiny_abs()
+    flat = torch.rand(4, 36)
+    encoded = model.encode(flat)[0]
+    start_loss = model.loss(flat, model._cold_start(flat, encoded))
+    final_loss = model.loss(flat, model.optimise_latents(flat))
+    assert torch.all(final_loss <= start_loss + 1e-6)
+    assert final_loss.sum() < start_loss.sum()
+
+
+def test_gradient_flows_to_the_image_and_matches_the_envelope_theorem():
+    model = _tiny_abs(inference_steps=200)
+    images = torch.rand(2, 1, 6, 6, requires_grad=True)
+    logits = model(images)
+    logits[:, 3].sum().backward()
+    grad = images.grad.clone()
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+    # At z*, d(-loss)/dx = -2 (x - G(z*)), independent of how z* moves with x.
+    latents = model.optimise_latents(images.detach().flatten(1))
+    recon = model.decode(latents)[3]
+    expected = -2 * (images.detach().flatten(1) - recon)
+    assert torch.allclose(grad.flatten(1), expected, atol=1e-5)
+
+
+def test_warm_start_reuses_latents_for_the_active_rows_only():
+    model = _tiny_abs()
+    images = torch.rand(5, 1, 6, 6)
+    model.reset_state()
+    model.set_active_rows(torch.arange(5))
+    model(images)
+    stored = model._warm_latents.clone()
+    model.set_active_rows(torch.tensor([1, 3]))
+    model(images[[1, 3]])
+    assert torch.equal(model._warm_latents[:, [0, 2, 4]], stored[:, [0, 2, 4]])
+    assert not torch.equal(model._warm_latents[:, [1, 3]], stored[:, [1, 3]])
+    model.reset_state()
+    assert model._warm_latents is None
+
+
+def test_elbo_training_step_reduces_the_loss():
+    model = _tiny_abs()
+    torch.manual_seed(1)
+    batch = torch.rand(10, 16, 36)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    first = model.elbo_loss(batch).item()
+    for _ in range(50):
+        optimizer.zero_grad()
+        model.elbo_loss(batch).backward()
+        optimizer.step()
+    assert model.elbo_loss(batch).item() < first

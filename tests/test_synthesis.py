@@ -1,0 +1,121 @@
+import pytest
+import torch
+from torch import nn
+
+from conftest import MNIST_CLASSES, make_tiny_model
+from controversial.objectives import hard_score
+from controversial.readout import Calibration, CalibratedModel
+from controversial.synthesis import (
+    SynthesisSettings, distinct_target_tuples, noise_images, ordered_class_pairs, score_images, synthesize_batch,
+)
+
+FAST = dict(max_steps=60, stop_score=None)
+
+
+def _problem(n_cells: int = 12):
+    pairs = ordered_class_pairs()[:: 90 // n_cells][:n_cells]
+    return torch.tensor(pairs), noise_images(pairs, [0] * len(pairs), (1, 28, 28))
+
+
+def test_cell_enumeration():
+    pairs = ordered_class_pairs()
+    assert len(pairs) == 90 and len(set(pairs)) == 90 and all(a != b for a, b in pairs)
+    assert len(distinct_target_tuples(3)) == 720
+
+
+def test_batched_synthesis_raises_the_score_of_every_element(tiny_pair):
+    targets, initial = _problem()
+    before, _, _ = score_images(tiny_pair, initial, targets, alpha=1.0)
+    result = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(**FAST))
+    assert torch.all(result.hard > before)
+    assert result.hard.median() > 0.75
+    assert result.images.shape == initial.shape
+    assert torch.equal(result.images, torch.round(result.images * 255) / 255)  # 8-bit
+    rescored, _, probabilities = score_images(tiny_pair, result.images, targets, alpha=1.0)
+    assert torch.allclose(rescored, result.hard)
+    assert probabilities.shape == (len(targets), 2, 2)
+    assert result.failures == [""] * len(targets)
+
+
+def test_converged_elements_freeze_while_others_continue(tiny_pair):
+    targets, initial = _problem(4)
+    settings = SynthesisSettings(max_steps=40, stop_score=None, tolerance_levels=1e9, patience=2)
+    result = synthesize_batch(tiny_pair, targets, initial, settings)
+    assert result.converged.all() and result.steps.tolist() == [3, 3, 3, 3]  # "more than 2 quiet steps"
+
+    settings = SynthesisSettings(max_steps=5, stop_score=None, tolerance_levels=0.0, patience=2)
+    result = synthesize_batch(tiny_pair, targets, initial, settings)
+    assert not result.converged.any() and result.steps.tolist() == [5, 5, 5, 5]
+
+
+def test_stop_score_freezes_elements_that_are_already_good_enough(tiny_pair):
+    targets, initial = _problem(4)
+    result = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(max_steps=50, stop_score=0.0))
+    assert result.steps.tolist() == [1, 1, 1, 1]
+
+
+class _NaNWhenMarked(nn.Module):
+    """Returns NaN logits for images whose top-left pixel is bright: a model that blows up."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, images):
+        logits = self.inner(images)
+        marked = images[:, 0, 0, 0] > 0.99
+        return torch.where(marked[:, None], torch.full_like(logits, float("nan")), logits)
+
+
+def test_nan_marks_only_that_element_failed_and_the_rest_continue(tiny_pair):
+    targets, initial = _problem(4)
+    initial[:, 0, 0, 0] = 0.5
+    initial[1, 0, 0, 0] = 1.0
+    broken = CalibratedModel(_NaNWhenMarked(tiny_pair[0].net), Calibration(1.0, -1.0, "identity"), "broken", "mnist", MNIST_CLASSES)
+    result = synthesize_batch([broken, tiny_pair[1]], targets, initial, SynthesisSettings(**FAST))
+    assert result.failures[1].startswith("non-finite score or gradient at step 0")
+    assert result.steps[1].item() == 0
+    assert [result.failures[i] for i in (0, 2, 3)] == ["", "", ""]
+    assert torch.all(result.steps[[0, 2, 3]] == 60)
+
+
+def test_same_seed_gives_identical_images(tiny_pair):
+    targets, initial = _problem(6)
+    settings = SynthesisSettings(max_steps=30, stop_score=None, jitter=2)
+    first = synthesize_batch(tiny_pair, targets, initial, settings, seed=3)
+    second = synthesize_batch(tiny_pair, targets, initial, settings, seed=3)
+    assert torch.equal(first.images, second.images)
+
+
+def test_fourier_parametrization_also_improves_the_score(tiny_pair):
+    targets, initial = _problem(6)
+    before, _, _ = score_images(tiny_pair, initial, targets, alpha=1.0)
+    result = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(parametrization="fourier", **FAST))
+    assert torch.all(result.hard > before)
+
+
+def test_any_torch_optimizer_can_drive_synthesis(tiny_pair):
+    targets, initial = _problem(4)
+    sgd = lambda params: torch.optim.SGD(params, lr=5.0)  # noqa: E731
+    before, _, _ = score_images(tiny_pair, initial, targets, alpha=1.0)
+    result = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(optimizer=sgd, **FAST))
+    assert torch.all(result.hard > before)
+
+
+def test_three_models_each_detect_their_own_target():
+    models = [make_tiny_model(s) for s in (1, 2, 3)]
+    targets = torch.tensor([[0, 1, 2], [3, 4, 5], [7, 8, 9]])
+    initial = noise_images([tuple(t) for t in targets.tolist()], [0] * 3, (1, 28, 28))
+    result = synthesize_batch(models, targets, initial, SynthesisSettings(max_steps=80, stop_score=None))
+    logits = [m(result.images) for m in models]
+    assert torch.allclose(hard_score(logits, targets), result.hard)
+    assert result.probabilities.shape == (3, 3, 3)
+    diagonal = result.probabilities.diagonal(dim1=1, dim2=2)
+    assert torch.all(diagonal > 0.5)
+
+
+def test_noise_start_of_a_cell_does_not_depend_on_its_batch():
+    alone = noise_images([(3, 7)], [4], (1, 28, 28))
+    batched = noise_images([(1, 2), (3, 7)], [0, 4], (1, 28, 28))
+    assert torch.equal(alone[0], batched[1])
+    assert not torch.equal(batched[0], batched[1])
