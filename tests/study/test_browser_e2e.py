@@ -1,8 +1,10 @@
 """End to end: headless Chromium (Debian's, via Playwright) takes a short study against a live server.
 
-Consent, instructions, a practice trial, part of the study, a reload that must resume where the
-participant was, the rest (including an attention check), and the redirect to Prolific, which must
-come only after the server has stored everything. Then the database and the admin CSV are checked.
+Consent, instructions, a practice trial, part of the study (with one answer lost by the network and
+re-sent by the page), a reload that must resume where the participant was, the rest (including an
+attention check), the redirect to Prolific, which must come only after the server has stored
+everything, and a return visit that is told the study is done. Then the database and the admin CSV
+are checked.
 """
 from __future__ import annotations
 
@@ -122,7 +124,18 @@ def test_participant_takes_the_study_in_chromium(live_server):
         page.on("pageerror", lambda error: errors.append(str(error)))
         page.route("https://app.prolific.co/**", lambda route: route.fulfill(body="<p>Prolific</p>",
                                                                             content_type="text/html"))
-        page.goto(f"{base}/?PROLIFIC_PID=e2e0participant&STUDY_ID=study1&SESSION_ID=sess1")
+        dropped: list[str] = []
+
+        def drop_first_answer(route):  # the network loses the first answer once; the page must re-send it
+            if not dropped:
+                dropped.append(route.request.url)
+                route.abort("failed")
+            else:
+                route.continue_()
+
+        page.route("**/responses", drop_first_answer)
+        url = f"{base}/?PROLIFIC_PID=e2e0participant&STUDY_ID=study1&SESSION_ID=sess1"
+        page.goto(url)
 
         page.get_by_role("button", name="I agree").click()
         page.get_by_role("button", name="Start practice").click()
@@ -145,6 +158,10 @@ def test_participant_takes_the_study_in_chromium(live_server):
             page.wait_for_selector(f".rating-header:text-is('Image {k} of 23')")
             _answer_current(page, expected)
         page.wait_for_url(f"https://app.prolific.co/submissions/complete?cc={CODE}", timeout=15000)
+        assert len(dropped) == 1
+
+        page.goto(url)  # coming back after completing
+        page.get_by_text("You have already completed this study").wait_for()
         browser.close()
     assert errors == []
 
