@@ -16,7 +16,15 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
+# BLAS threads must be fixed before numpy loads. Default 1: on a shared machine, multi-threaded
+# BLAS next to other busy processes spins and runs many times slower (see docs/analysis.md).
+_pre = argparse.ArgumentParser(add_help=False)
+_pre.add_argument("--blas-threads", default="1")
+BLAS_THREADS = _pre.parse_known_args()[0].blas_threads
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = BLAS_THREADS
+
+import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -33,6 +41,7 @@ def main() -> None:
     parser.add_argument("--reference-resamples", type=int, default=1000)
     parser.add_argument("--chunk-size", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--blas-threads", default="1", help="BLAS threads (set before numpy loads)")
     args = parser.parse_args()
 
     models = simulate_models(n_models=9, seed=args.seed)
@@ -40,7 +49,7 @@ def main() -> None:
     conditions = [s.condition for s in models.stimuli]
     S, N, K = human.shape
     print(f"study: {S} participants x {N} stimuli x {K} categories x {len(models.names)} models, "
-          f"{len(set(conditions))} strata; cpu cores visible: {os.cpu_count()}")
+          f"{len(set(conditions))} strata; cpu cores: {os.cpu_count()}, BLAS threads: {BLAS_THREADS}")
 
     start = time.perf_counter()
     dist = bootstrap(human, models.probabilities, models.names, conditions, args.resamples, args.seed, args.chunk_size)

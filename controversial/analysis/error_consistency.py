@@ -172,16 +172,14 @@ def bootstrap_kappa(
     samples = np.empty((n_resamples, len(iu[0])), dtype=np.float32)
     x = (data.correct & data.available).astype(np.float32)
     a = None if data.available.all() else data.available.astype(np.float32)
+    parts = [slice(None)] if aggregation == "whole" else groups
+    factors = [_GramFactors(x[:, p], None if a is None else a[:, p]) for p in parts]
     for b, child in enumerate(np.random.SeedSequence(seed).spawn(n_resamples)):
         rng = np.random.default_rng(child)
         drawn = np.concatenate([g[rng.integers(0, len(g), len(g))] for g in groups])
         w = np.bincount(drawn, minlength=T).astype(np.float32)
-        if aggregation == "whole":
-            k = _weighted_kappa(x, a, w, c_exp_one)
-        else:
-            with _quiet_nanmean():
-                k = np.nanmean([_weighted_kappa(x[:, g], None if a is None else a[:, g], w[g], c_exp_one)
-                                for g in groups], axis=0)
+        with _quiet_nanmean():
+            k = np.nanmean([f.kappa(w[p], c_exp_one) for f, p in zip(factors, parts)], axis=0)
         samples[b] = k[iu]
     tail = (1 - level) / 2
     with _quiet_nanmean():
@@ -191,16 +189,23 @@ def bootstrap_kappa(
     return out
 
 
-def _weighted_kappa(x: np.ndarray, a: np.ndarray | None, w: np.ndarray, c_exp_one: CExpOne) -> np.ndarray:
-    """Kappa matrix for trial weights ``w``; with full availability only one Gram product is needed."""
-    xw = x * w
-    n11 = xw @ x.T
-    if a is None:
-        n = np.full(n11.shape, w.sum())
-        n_i = np.broadcast_to((x @ w)[:, None], n11.shape)
-    else:
-        n, n_i = (a * w) @ a.T, xw @ a.T
-    return consistency_from_counts(n, n_i, n_i.T, n11, c_exp_one)[2]
+class _GramFactors:
+    """Correct/available matrices with contiguous transposes (BLAS runs about twice as fast on them),
+    reused across resamples; ``kappa`` gives the all-pairs kappa for one trial weighting."""
+
+    def __init__(self, x: np.ndarray, a: np.ndarray | None) -> None:
+        self.x, self.xt = x, np.ascontiguousarray(x.T)
+        self.a, self.at = a, None if a is None else np.ascontiguousarray(a.T)
+
+    def kappa(self, w: np.ndarray, c_exp_one: CExpOne) -> np.ndarray:
+        xw = self.x * w
+        n11 = xw @ self.xt
+        if self.a is None:  # everyone saw every trial: one Gram product suffices
+            n = np.full(n11.shape, w.sum())
+            n_i = np.broadcast_to((self.x @ w)[:, None], n11.shape)
+        else:
+            n, n_i = (self.a * w) @ self.at, xw @ self.at
+        return consistency_from_counts(n, n_i, n_i.T, n11, c_exp_one)[2]
 
 
 def group_mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float, float]:
