@@ -55,7 +55,7 @@ def run(cfg: DictConfig) -> None:
         vendor_dir=Path(cfg.vendor_dir).resolve(),
     )
     app = create_app(settings)
-    log.info("serving %s on http://%s:%d%s/ (admin export %s)", app.state.bundle.label, cfg.host, cfg.port,
-             cfg.root_path, "enabled" if cfg.admin_token else "disabled")
-    uvicorn.run(app, host=cfg.host, port=cfg.port, root_path=cfg.root_path, proxy_headers=True,
+    log.info("serving %s on http://%s:%d/ (admin export %s)", app.state.bundle.label, cfg.host, cfg.port,
+             "enabled" if cfg.admin_token else "disabled")
+    uvicorn.run(app, host=cfg.host, port=cfg.port, proxy_headers=True,
                 forwarded_allow_ips=cfg.forwarded_allow_ips, access_log=cfg.access_log, log_config=None)
