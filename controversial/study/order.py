@@ -18,7 +18,7 @@ def _move_repeated_forward(order: list[TrialSpec], repeated: set[str], gap: int,
     limit = len(order) - gap - 1
     late = [i for i in range(max(limit, 0), len(order)) if order[i].stimulus_id in repeated]
     free = [i for i in range(max(limit, 0)) if order[i].stimulus_id not in repeated]
-    for i, j in zip(late, rng.sample(free, min(len(late), len(free)))):
+    for i, j in zip(late, rng.sample(free, min(len(late), len(free))), strict=False):
         order[i], order[j] = order[j], order[i]
 
 

@@ -54,7 +54,7 @@ def _ms(value: float) -> str:
 
 def attention_passed(ratings: Sequence[int], categories: Sequence[str], instructed: str) -> bool:
     """Passed = 100% for the instructed category and 0% for every other one, as the prompt asks."""
-    return all(r == (100 if c == instructed else 0) for c, r in zip(categories, ratings))
+    return all(r == (100 if c == instructed else 0) for c, r in zip(categories, ratings, strict=True))
 
 
 def build_tables(session: Session, bundle: StudyBundle, include_incomplete: bool = False) -> Tables:
@@ -94,7 +94,7 @@ def build_tables(session: Session, bundle: StudyBundle, include_incomplete: bool
                 continue
             targets = ([entry.model_a, entry.model_b, entry.class_a_name, entry.class_b_name]
                        if entry.kind == "controversial" else ["", "", "", ""])
-            for category, value in zip(categories, ratings):
+            for category, value in zip(categories, ratings, strict=True):
                 tables.responses.append([
                     code, entry.image, response.image_repetition, category, *targets, _rating(value),
                     _ms(response.first_reaction_rt_ms), _ms(response.rt_ms), stimulus_trial[response.position],

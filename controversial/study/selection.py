@@ -121,7 +121,7 @@ def _solve_pair(
             + ", ".join(f"'{class_name.get(c, c)}' ({counts_first[c]} as {first}'s target, "
                         f"{counts_second[c]} as {second}'s)" for c in scarce)
         )
-    chosen = [cells[k] for k, x in zip(keys, result.x) if x > 0.5]
+    chosen = [cells[k] for k, x in zip(keys, result.x, strict=True) if x > 0.5]
     log.info("pair %s vs %s: %d stimuli, total controversiality %.3f (of %d candidate cells)",
              first, second, len(chosen), sum(s.row.hard_score for s in chosen), len(keys))
     return chosen

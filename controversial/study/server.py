@@ -25,7 +25,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from controversial.study.bundle import IMAGES_DIR, WEB_DIR, StudyBundle, load_bundle
+from controversial.study.bundle import IMAGES_DIR, WEB_DIR, load_bundle
 from controversial.study.db import Participant, Response, default_database_url, make_engine, session_factory, utcnow
 from controversial.study.order import participant_order
 from controversial.study.pnas_export import (
@@ -236,6 +236,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
             except IntegrityError:  # a concurrent duplicate won the race; compare with what it stored
                 session.rollback()
                 existing = session.scalar(existing_query)
+                if existing is None:
+                    raise
         if existing is not None:
             if existing.ratings_json != encoded:
                 raise ApiError(409, f"position {body.position} was already answered with different ratings; "
