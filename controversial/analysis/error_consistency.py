@@ -49,6 +49,7 @@ class Consistency:
     c_obs: np.ndarray
     c_exp: np.ndarray
     kappa: np.ndarray
+    kappa_unbiased: np.ndarray  # n kappa / ((n - 1) + kappa), per condition before averaging
 
 
 @dataclass(frozen=True)
@@ -133,14 +134,18 @@ def consistency(data: DecisionData, aggregation: Aggregation = "whole", c_exp_on
         accuracy = (data.correct & data.available).sum(axis=1) / data.available.sum(axis=1)
     if aggregation == "whole":
         n, n_i, n_j, n11 = _pair_counts(data.correct, data.available)
-        return Consistency(data.names, n, accuracy, *consistency_from_counts(n, n_i, n_j, n11, c_exp_one))
+        stats = consistency_from_counts(n, n_i, n_j, n11, c_exp_one)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return Consistency(data.names, n, accuracy, *stats, unbiased_kappa(stats[2], n))
     if aggregation != "per_condition":
         raise ValueError(f"unknown aggregation {aggregation!r}; allowed: whole, per_condition")
     per = []
     for condition in sorted(set(data.conditions.tolist())):
         mask = data.conditions == condition
         n, n_i, n_j, n11 = _pair_counts(data.correct[:, mask], data.available[:, mask])
-        per.append((n, *consistency_from_counts(n, n_i, n_j, n11, c_exp_one)))
+        stats = consistency_from_counts(n, n_i, n_j, n11, c_exp_one)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per.append((n, *stats, unbiased_kappa(stats[2], n)))
     stacked = [np.stack(v) for v in zip(*per)]
     with np.errstate(invalid="ignore"), _quiet_nanmean():
         means = [np.nanmean(v, axis=0) for v in stacked[1:]]

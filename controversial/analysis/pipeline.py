@@ -120,7 +120,8 @@ def _consistency_block(data: DecisionData, is_human: np.ndarray, options: Analys
     for aggregation in ("whole", "per_condition"):
         result = consistency(data, aggregation, options.c_exp_one)  # type: ignore[arg-type]
         out[aggregation] = {"accuracy": result.accuracy.tolist(), "c_obs": _matrix(result.c_obs),
-                            "c_exp": _matrix(result.c_exp), "kappa": _matrix(result.kappa), "n": _matrix(result.n),
+                            "c_exp": _matrix(result.c_exp), "kappa": _matrix(result.kappa),
+                            "kappa_unbiased": _matrix(result.kappa_unbiased), "n": _matrix(result.n),
                             "group_means": _group_means(result.kappa, is_human, data.names, options.ci_level)}
     if options.ec_resamples:
         ci = bootstrap_kappa(data, options.ec_resamples, options.seed, "whole", options.c_exp_one, options.ci_level)

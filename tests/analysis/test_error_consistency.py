@@ -24,6 +24,7 @@ def test_hand_computed_pair():
     assert result.kappa[0, 1] == pytest.approx(8 / 23) and result.kappa[1, 0] == pytest.approx(8 / 23)
     assert result.c_obs[0, 1] == pytest.approx(0.7) and result.c_exp[0, 1] == pytest.approx(0.54)
     np.testing.assert_allclose(result.accuracy, [0.7, 0.6])
+    assert result.kappa_unbiased[0, 1] == pytest.approx(16 / 43)
 
 
 def test_c_exp_one_convention_is_explicit():
