@@ -37,7 +37,7 @@ def display_png(image: np.ndarray, size: int, resample: str = "bicubic", invert:
 
 def png_to_uint8(data: bytes) -> np.ndarray:
     """Decode a stimulus PNG to uint8 (H,W) for grey or (H,W,3) for colour, without rescaling."""
-    picture = Image.open(io.BytesIO(data))
+    picture: Image.Image = Image.open(io.BytesIO(data))
     if picture.mode not in ("L", "RGB"):
         picture = picture.convert("RGB" if "A" in picture.mode or picture.mode == "P" else "L")
     return np.asarray(picture, dtype=np.uint8)

@@ -173,6 +173,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
             except IntegrityError:  # the same PID arrived twice at once: use the stored one
                 session.rollback()
                 participant = session.scalar(query)
+                if participant is None:
+                    raise
         return JSONResponse(state(session, participant), headers=_NO_STORE)
 
     @app.post("/api/sessions/{token}/consent")

@@ -293,3 +293,28 @@ def test_internal_errors_show_no_stack_trace(small_bundle, tmp_path):
         reply = client.post(f"/api/sessions/{state['token']}/responses", json=answer(state["trials"][0]))
         assert reply.status_code == 500
         assert reply.json() == {"detail": "internal server error; your earlier answers are saved, please retry"}
+
+
+def test_concurrent_first_visits_and_duplicate_answers_store_one_row(app):
+    from concurrent.futures import ThreadPoolExecutor
+
+    def arrive(_):
+        return TestClient(app).post("/api/session", json={"prolific_pid": "twin"}).json()["token"]
+
+    with ThreadPoolExecutor(8) as pool:
+        tokens = set(pool.map(arrive, range(8)))
+    assert len(tokens) == 1
+    token = tokens.pop()
+    client = TestClient(app)
+    client.post(f"/api/sessions/{token}/consent", json={"consent": True})
+    trial = client.post("/api/session", json={"prolific_pid": "twin"}).json()["trials"][0]
+
+    def send(_):
+        return TestClient(app).post(f"/api/sessions/{token}/responses", json=answer(trial)).json()["status"]
+
+    with ThreadPoolExecutor(8) as pool:
+        statuses = sorted(pool.map(send, range(8)))
+    assert statuses == ["duplicate"] * 7 + ["stored"]
+    assert stored(app) == 1
+    with app.state.sessions() as session:
+        assert session.execute(text("SELECT COUNT(*) FROM participants")).scalar() == 1
