@@ -64,3 +64,15 @@ def test_ratings_without_model_responses_is_an_error(tmp_path):
         run_analyze(tmp_path, SMALL + ["human_ratings=somewhere.csv"])
     with pytest.raises(InputError, match="file not found"):
         run_analyze(tmp_path, SMALL + ["human_ratings=nowhere.csv", "model_responses=nowhere.csv"])
+
+
+@pytest.mark.slow
+def test_acceptance_scale_default_run(tmp_path):
+    """The issue's acceptance run: 30 participants x 820 stimuli x 10 categories x 9 models, 100,000 resamples."""
+    results = run_analyze(tmp_path, [])
+    assert results["ranking"][0] == "sim3"
+    all_ = results["prediction"]["all"]
+    assert all_["n_stimuli"] == 820 and len(results["study"]["participants"]) == 30
+    assert all_["bootstrap"]["n_resamples"] == 100_000 and all_["bootstrap"]["strata"] == 37
+    assert len(all_["bootstrap"]["pairwise"]["names"]) == 10
+    assert (tmp_path / "report.md").is_file() and (tmp_path / "fig_model_comparison.png").is_file()
