@@ -6,6 +6,8 @@ Layout (``docs/human_study.md`` has the details)::
     trials.csv     what every participant sees: opaque stimulus_id, kind, image_repetition
     key.csv        PRIVATE: stimulus_id -> original image name and condition (never served)
     images/<id>.png  display images, named by opaque id only
+    stimuli/<name>.png  PRIVATE: the rated stimuli at native resolution under their original names,
+                   so ``evaluate.py images=<bundle>/stimuli`` scores models on exactly these images
     web/           the experiment's own HTML/JS/CSS (jsPsych itself comes from npm)
 
 A version is assembled in a hidden temporary folder and renamed into place, so readers never see
@@ -34,6 +36,7 @@ STUDY_FILE = "study.json"
 TRIALS_FILE = "trials.csv"
 KEY_FILE = "key.csv"
 IMAGES_DIR = "images"
+STIMULI_DIR = "stimuli"
 WEB_DIR = "web"
 RATING_LEVELS: tuple[int, ...] = (0, 25, 50, 75, 100)
 KINDS = ("controversial", "natural", "attention", "demo")
@@ -140,11 +143,17 @@ def validate_name(name: str) -> str:
 
 def write_bundle(
     studies_dir: str | Path, spec: StudySpec, trials: Sequence[TrialSpec], key: Sequence[KeyEntry],
-    images: Mapping[str, bytes], web_source: str | Path,
+    images: Mapping[str, bytes], originals: Mapping[str, bytes], web_source: str | Path,
 ) -> Path:
-    """Write a new version ``<studies_dir>/<name>/v<k>`` (k = latest + 1) and return its path."""
+    """Write a new version ``<studies_dir>/<name>/v<k>`` (k = latest + 1) and return its path.
+
+    ``images`` are display PNGs by stimulus id; ``originals`` the native stimuli by original name.
+    """
     validate_name(spec.name)
     _check_consistent(spec, trials, {entry.stimulus_id: entry for entry in key}, set(images), Path("<new bundle>"))
+    rated = {entry.image for entry in key if entry.kind in ("controversial", "natural")}
+    if set(originals) != rated:
+        raise BundleError(f"original stimuli must be exactly the rated images; differing: {sorted(set(originals) ^ rated)[:5]}")
     web_source = Path(web_source)
     if not (web_source / "index.html").is_file():
         raise BundleError(f"web experiment sources not found at {web_source} (expected index.html there)")
@@ -157,6 +166,8 @@ def write_bundle(
         atomic_write_text(staging / KEY_FILE, _csv_text(KEY_COLUMNS, key))
         for stimulus_id, data in images.items():
             atomic_write_bytes(staging / IMAGES_DIR / f"{stimulus_id}.png", data)
+        for name, data in originals.items():
+            atomic_write_bytes(staging / STIMULI_DIR / name, data)
         shutil.copytree(web_source, staging / WEB_DIR)
         os.chmod(staging, 0o755)
         while True:

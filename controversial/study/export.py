@@ -6,6 +6,7 @@ tell a controversial stimulus from a natural image or which models it targets; o
 """
 from __future__ import annotations
 
+import io
 import logging
 import secrets
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+from PIL import Image
 
 from controversial.data import dataset_info
 from controversial.study.bundle import KeyEntry, StudySpec, TrialSpec, write_bundle
@@ -62,6 +64,12 @@ def _hwc(image: np.ndarray) -> np.ndarray:
     return image[0] if image.shape[0] == 1 else np.transpose(image, (1, 2, 0))
 
 
+def _png(image: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def _check_class_names(stimuli: Sequence[SweepStimulus], categories: Sequence[str]) -> None:
     for stim in stimuli:
         for index, name in ((stim.row.class_a, stim.row.class_a_name), (stim.row.class_b, stim.row.class_b_name)):
@@ -92,6 +100,7 @@ def export_study(
     taken: set[str] = set()
     key: list[KeyEntry] = []
     images: dict[str, bytes] = {}
+    originals: dict[str, bytes] = {}
     for stim in chosen:
         stimulus_id = _new_id(taken)
         row = stim.row
@@ -101,7 +110,8 @@ def export_study(
             class_a_name=row.class_a_name, class_b_name=row.class_b_name, hard_score=repr(row.hard_score),
             origin=str(stim.image_path),
         ))
-        images[stimulus_id] = render(png_to_uint8(stim.image_path.read_bytes()))
+        originals[stim.image_path.name] = stim.image_path.read_bytes()
+        images[stimulus_id] = render(png_to_uint8(originals[stim.image_path.name]))
 
     test_images, test_labels = natural_loader(dataset)
     natural = select_natural(test_labels, settings.natural_per_class, len(categories), rng)
@@ -111,11 +121,12 @@ def export_study(
         for index in indices:
             stimulus_id = _new_id(taken)
             true_class = categories[int(test_labels[index])]
-            key.append(KeyEntry(
-                stimulus_id=stimulus_id, kind=kind, image=f"{info.display_name}_{index}_{true_class}.png",
-                true_class=true_class, origin=f"{dataset} test #{index}",
-            ))
+            name = f"{info.display_name}_{index}_{true_class}.png"
+            key.append(KeyEntry(stimulus_id=stimulus_id, kind=kind, image=name, true_class=true_class,
+                                origin=f"{dataset} test #{index}"))
             images[stimulus_id] = render(_hwc(test_images[index]))
+            if kind == "natural":
+                originals[name] = _png(_hwc(test_images[index]))
 
     rated = [entry.stimulus_id for entry in key if entry.kind in ("controversial", "natural")]
     repeats = select_repeats(rated, settings.n_repeats, rng)
@@ -135,4 +146,4 @@ def export_study(
                     "counts": {"controversial": len(chosen), "natural": len(natural), "repeats": len(repeats),
                                "attention": settings.n_attention, "demo": len(demos)}},
     )
-    return write_bundle(studies_dir, spec, trials, key, images, web_source)
+    return write_bundle(studies_dir, spec, trials, key, images, originals, web_source)

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -52,6 +53,10 @@ def test_bundle_contents_and_private_key(small_bundle):
     spec = json.loads((small_bundle / "study.json").read_text())
     assert spec["categories"] == [str(d) for d in range(10)] and spec["provenance"]["counts"]["repeats"] == 3
     assert (small_bundle / "web" / "index.html").is_file()
+    originals = {p.name for p in (small_bundle / "stimuli").iterdir()}
+    assert originals == {r["image"] for r in key if r["kind"] in ("controversial", "natural")}
+    synthetic = next(r for r in key if r["kind"] == "controversial")
+    assert (small_bundle / "stimuli" / synthetic["image"]).read_bytes() == Path(synthetic["origin"]).read_bytes()
     with Image.open(small_bundle / "images" / images[0]) as picture:
         assert picture.size == (56, 56)
 

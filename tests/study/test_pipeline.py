@@ -12,6 +12,7 @@ from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from controversial.analysis.io import read_human_ratings, read_model_responses
+from controversial.analysis.model_responses import stimuli_from_folder
 from controversial.analysis.pipeline import AnalysisOptions, analyze_study
 from controversial.analysis.study import build_study
 from controversial.study.bundle import load_bundle
@@ -26,6 +27,18 @@ from .helpers import WEB_SOURCE, make_sweep
 REPO = Path(__file__).resolve().parents[2]
 MODEL_COLUMNS = ("model", "image", "response_category", "targeted_model_1", "targeted_model_2",
                  "targeted_class_1", "targeted_class_2", "category_rating")
+
+
+def test_bundle_stimuli_folder_is_what_evaluate_reads(small_bundle):
+    bundle = load_bundle(small_bundle)
+    by_image = {e.image: e for e in bundle.key.values()}
+    found = stimuli_from_folder(small_bundle / "stimuli")
+    assert len(found) == 30
+    for stimulus in found:
+        entry = by_image[stimulus.image]
+        expected = ((entry.model_a, entry.model_b, entry.class_a_name, entry.class_b_name)
+                    if entry.kind == "controversial" else ("", "", "", ""))
+        assert stimulus.targets == expected
 
 
 def _model_responses(bundle_dir: Path, path: Path) -> None:
@@ -106,4 +119,6 @@ def test_export_study_task_uses_real_mnist_test_images(tmp_path):
         assert entry.true_class == str(int(labels[index])) and entry.image == f"MNIST_{index}_{entry.true_class}.png"
         shown = np.asarray(Image.open(bundle.image_path(entry.stimulus_id)))
         assert np.array_equal(shown[::2, ::2], 255 - images[index, 0].numpy())  # inverted, 2x nearest upsampling
+        original = np.asarray(Image.open(bundle.root / "stimuli" / entry.image))
+        assert np.array_equal(original, images[index, 0].numpy())  # what models are evaluated on
     assert bundle.spec.provenance["command"] == "python export_study.py"  # composed, not launched from a shell
