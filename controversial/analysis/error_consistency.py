@@ -11,7 +11,6 @@ observers always right or always wrong: 0/0) -- ``"nan"`` (undefined, the later 
 """
 from __future__ import annotations
 
-import logging
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,8 +20,6 @@ import numpy as np
 from scipy import stats
 
 from controversial.analysis.io import Trial
-
-log = logging.getLogger(__name__)
 
 CExpOne = Literal["nan", "one"]
 Aggregation = Literal["whole", "per_condition"]

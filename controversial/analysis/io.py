@@ -116,7 +116,8 @@ def natural_true_class(image: str, categories: Sequence[str]) -> str | None:
     raise InputError(f"natural image {image!r}: class {label!r} is neither a category ({', '.join(categories)}) nor an index")
 
 
-def _open_rows(path: Path, required: Sequence[str], aliases: dict[str, str]) -> tuple[list[str], Iterable[tuple[int, dict]]]:
+def _open_rows(path: Path, required: Sequence[str], aliases: dict[str, str]) -> Iterable[tuple[int, dict]]:
+    """Check the header (aliases renamed), then yield (line number, record) pairs."""
     if not path.is_file():
         raise InputError(f"{path}: file not found")
     handle = path.open(newline="", encoding="utf-8-sig")
@@ -130,12 +131,13 @@ def _open_rows(path: Path, required: Sequence[str], aliases: dict[str, str]) -> 
 
     def rows() -> Iterable[tuple[int, dict]]:
         with handle:
-            for line, record in enumerate(reader, start=2):
+            for record in reader:
+                line = reader.line_num  # physical line: blank lines skipped by csv still count
                 if None in record:
                     raise InputError(f"{path}, row {line}: more fields than the header has columns")
                 yield line, record
 
-    return header, rows()
+    return rows()
 
 
 def _text(path: Path, line: int, record: dict, column: str, allow_empty: bool = False) -> str:
@@ -178,7 +180,7 @@ def _check_duplicate(seen: dict, key: tuple, path: Path, line: int, what: str) -
 def read_human_ratings(path: str | Path, scale: Sequence[float] = RATING_SCALE) -> RatingTable:
     """Read PNAS-format human ratings (``subject code`` accepted for ``subject``), validating every row."""
     path = Path(path)
-    _, records = _open_rows(path, HUMAN_REQUIRED, {alias: "subject" for alias in SUBJECT_ALIASES})
+    records = _open_rows(path, HUMAN_REQUIRED, {alias: "subject" for alias in SUBJECT_ALIASES})
     allowed = ", ".join(f"{v:g}" for v in scale)
     rows, seen = [], {}
     for line, record in records:
@@ -206,7 +208,7 @@ def read_human_ratings(path: str | Path, scale: Sequence[float] = RATING_SCALE) 
 def read_model_responses(path: str | Path) -> ModelTable:
     """Read PNAS-format model responses (probabilities in [0, 1]), validating every row."""
     path = Path(path)
-    _, records = _open_rows(path, MODEL_COLUMNS, {})
+    records = _open_rows(path, MODEL_COLUMNS, {})
     rows, seen = [], {}
     for line, record in records:
         probability = _number(path, line, record, "category_rating")
@@ -229,7 +231,7 @@ def read_trials(paths: Sequence[str | Path]) -> list[Trial]:
     trials: list[Trial] = []
     seen: dict[tuple[str, str], tuple[Path, int]] = {}
     for path in map(Path, paths):
-        _, records = _open_rows(path, TRIAL_COLUMNS, {})
+        records = _open_rows(path, TRIAL_COLUMNS, {})
         count = 0
         for line, record in records:
             trial_raw = _text(path, line, record, "trial")

@@ -12,7 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from controversial.analysis.decisions import TieRule, decide
-from controversial.analysis.io import InputError, ModelTable, RatingTable, natural_true_class
+from controversial.analysis.io import InputError, ModelTable, Rating, RatingTable, natural_true_class
 
 NATURAL = "natural"
 
@@ -124,7 +124,7 @@ def build_study(
     participants = tuple(dict.fromkeys(r.subject for r in rows))
     images: dict[str, int] = {}
     stimuli: list[Stimulus] = []
-    first_row: dict[str, object] = {}
+    first_row: dict[str, Rating] = {}
     for r in rows:
         if r.image not in images:
             images[r.image] = len(stimuli)
@@ -133,9 +133,9 @@ def build_study(
             classes = r.targets[2:] if r.targets[0] else None
             true_class = natural_true_class(r.image, categories) if targeted is None else None
             stimuli.append(Stimulus(r.image, targeted, classes, true_class))
-        elif r.targets != first_row[r.image].targets:  # type: ignore[attr-defined]
+        elif r.targets != first_row[r.image].targets:
             raise InputError(f"{human.path}, row {r.line}, column 'targeted_model_1': targeted columns for {r.image!r} differ "
-                             f"from row {first_row[r.image].line}")  # type: ignore[attr-defined]
+                             f"from row {first_row[r.image].line}")
 
     order = sorted(range(len(stimuli)), key=lambda n: (stimuli[n].condition != NATURAL, stimuli[n].condition, stimuli[n].image))
     stimuli = [stimuli[n] for n in order]
@@ -164,7 +164,7 @@ def build_study(
         m, n, k = missing[0]
         image = stimuli[n].image
         raise InputError(f"{models.path}, column 'image': model {model_names[m]!r} has no response for image {image!r}, "
-                         f"category {categories[k]!r} (rated in {human.path}, row {first_row[image].line}); "  # type: ignore[attr-defined]
+                         f"category {categories[k]!r} (rated in {human.path}, row {first_row[image].line}); "
                          f"{len(missing)} (model, image, category) entries are missing in all")
     if unused:
         exclusions.append(Exclusion("model rows", "image not rated by any participant", len(unused), f"{len(unused)} images"))
