@@ -96,8 +96,8 @@ def _solve_pair(
             if available < per_class:
                 raise SelectionError(
                     f"pair {first} vs {second}: class '{class_name.get(cls, cls)}' is model {model}'s target in only "
-                    f"{available} accepted stimulus cell(s), {per_class} needed; synthesize more seeds for this pair "
-                    f"or lower per_pair (must be a multiple of {n_classes})"
+                    f"{available} accepted stimulus cell(s), {per_class} needed; re-synthesize this pair's failed "
+                    f"cells (e.g. more seeds or steps) or lower per_pair"
                 )
     keys = sorted(cells)
     constraints = lil_matrix((2 * n_classes, len(keys)))
@@ -134,6 +134,9 @@ def select_controversial(
     """Balanced, maximally controversial ``per_pair`` stimuli for every model pair in the sweep."""
     if per_pair <= 0 or per_pair % n_classes:
         raise SelectionError(f"per_pair={per_pair}: must be a positive multiple of {n_classes} (one share per class)")
+    if per_pair > n_classes * (n_classes - 1):
+        raise SelectionError(f"per_pair={per_pair}: at most {n_classes * (n_classes - 1)}, one stimulus per ordered "
+                             "class pair")
     eligible = _eligible(stimuli, sources)
     if not eligible:
         raise SelectionError(f"no accepted stimuli with source in {list(sources)} in the sweep")

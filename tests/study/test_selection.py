@@ -70,8 +70,11 @@ def test_infeasible_request_names_pair_and_class(tmp_path):
 
 
 def test_per_pair_must_be_a_multiple_of_the_class_count(tmp_path):
+    stimuli = collect_sweep(make_sweep(tmp_path))
     with pytest.raises(SelectionError, match="multiple of 10"):
-        select_controversial(collect_sweep(make_sweep(tmp_path)), per_pair=15)
+        select_controversial(stimuli, per_pair=15)
+    with pytest.raises(SelectionError, match="per_pair=100: at most 90, one stimulus per ordered class pair"):
+        select_controversial(stimuli, per_pair=100)
 
 
 def test_missing_sweep_is_a_clear_error(tmp_path):
