@@ -35,6 +35,8 @@ MODEL_COLUMNS: tuple[str, ...] = (
 )
 TARGET_COLUMNS: tuple[str, ...] = ("targeted_model_1", "targeted_model_2", "targeted_class_1", "targeted_class_2")
 
+ATTENTION_COLUMNS: tuple[str, ...] = ("subject", "passed")  # the study server's attention.csv (other columns ignored)
+
 TRIAL_COLUMNS: tuple[str, ...] = ("subj", "session", "trial", "rt", "object_response", "category", "condition", "imagename")
 MISSED_RESPONSE = "na"
 
@@ -224,6 +226,22 @@ def read_model_responses(path: str | Path) -> ModelTable:
     if not rows:
         raise InputError(f"{path}: no data rows")
     return ModelTable(path, tuple(rows))
+
+
+def read_attention(path: str | Path) -> dict[str, tuple[int, int]]:
+    """Attention-check outcomes per participant, ``subject -> (passed, total)``, from the study
+    server's ``attention.csv`` (one row per check; ``passed`` is true/false)."""
+    path = Path(path)
+    records = _open_rows(path, ATTENTION_COLUMNS, {alias: "subject" for alias in SUBJECT_ALIASES})
+    outcome: dict[str, tuple[int, int]] = {}
+    for line, record in records:
+        subject = _text(path, line, record, "subject")
+        passed = _text(path, line, record, "passed").lower()
+        if passed not in ("true", "false"):
+            raise InputError(f"{path}, row {line}, column 'passed': {passed!r}; allowed: true, false")
+        ok, total = outcome.get(subject, (0, 0))
+        outcome[subject] = (ok + (passed == "true"), total + 1)
+    return outcome
 
 
 def read_trials(paths: Sequence[str | Path]) -> list[Trial]:

@@ -7,7 +7,7 @@ exclusion is recorded in ``Study.exclusions`` so that reports show it; nothing i
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -89,13 +89,17 @@ def build_study(
     min_natural_accuracy: float | None = None,
     tie_rule: TieRule = "random",
     seed: int = 0,
+    attention: Mapping[str, tuple[int, int]] | None = None,
+    min_attention_passed: float | None = None,
 ) -> Study:
     """Validate the two tables against each other and align them.
 
     Policies: ``exclude_repetitions`` drops repeated presentations (image_repetition > 0), which
     are otherwise an error; ``exclude_participants`` drops listed participants (e.g. attention-check
     failures); ``min_natural_accuracy`` drops participants whose arg-max accuracy on natural images
-    is below it. Each is recorded as an ``Exclusion``.
+    is below it; ``min_attention_passed`` drops participants whose fraction of passed attention
+    checks (``attention``: subject -> (passed, total), see ``io.read_attention``) is below it.
+    Each is recorded as an ``Exclusion``.
     """
     exclusions: list[Exclusion] = []
     rows = list(human.rows)
@@ -116,6 +120,9 @@ def build_study(
     if listed:
         rows = [r for r in rows if r.subject not in listed]
         exclusions.append(Exclusion("participant", "listed in exclude_participants (policy)", len(listed), ", ".join(sorted(listed))))
+    if min_attention_passed is not None:
+        rows, exclusion = _exclude_inattentive(rows, attention, min_attention_passed, human)
+        exclusions.append(exclusion)
     if not rows:
         raise InputError(f"{human.path}: no ratings left after exclusions")
 
@@ -173,6 +180,20 @@ def build_study(
     if min_natural_accuracy is not None:
         study = _exclude_inaccurate(study, min_natural_accuracy, tie_rule, seed)
     return study
+
+
+def _exclude_inattentive(rows: list[Rating], attention: Mapping[str, tuple[int, int]] | None, threshold: float,
+                         human: RatingTable) -> tuple[list[Rating], Exclusion]:
+    if attention is None:
+        raise InputError("min_attention_passed is set but no attention-check file was given (attention_checks=PATH)")
+    subjects = list(dict.fromkeys(r.subject for r in rows))
+    missing = [s for s in subjects if s not in attention or attention[s][1] == 0]
+    if missing:
+        raise InputError(f"attention checks: no record for participant(s) {', '.join(missing)} of {human.path}")
+    failed = {s: attention[s] for s in subjects if attention[s][0] / attention[s][1] < threshold}
+    detail = ", ".join(f"{s} ({ok}/{total})" for s, (ok, total) in failed.items())
+    return ([r for r in rows if r.subject not in failed],
+            Exclusion("participant", f"attention checks passed below {threshold:g}", len(failed), detail))
 
 
 def _check_complete(ratings: np.ndarray, participants, stimuli, categories, rows, human: RatingTable) -> None:

@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from controversial.analysis import figures
 from controversial.analysis.error_consistency import decisions_from_trials
-from controversial.analysis.io import read_human_ratings, read_model_responses, read_trials
+from controversial.analysis.io import read_attention, read_human_ratings, read_model_responses, read_trials
 from controversial.analysis.pipeline import AnalysisOptions, analyze_choices, analyze_ratings_consistency, analyze_study
 from controversial.analysis.report import write_report, write_results
 from controversial.analysis.simulate import (
@@ -99,6 +99,8 @@ def run(cfg: DictConfig) -> dict:
         exclude_repetitions=bool(cfg.exclude_repetitions), exclude_participants=list(cfg.exclude_participants),
         min_natural_accuracy=None if cfg.min_natural_accuracy is None else float(cfg.min_natural_accuracy),
         tie_rule=cfg.tie_rule, seed=int(cfg.seed),
+        attention=None if cfg.attention_checks is None else read_attention(to_absolute_path(cfg.attention_checks)),
+        min_attention_passed=None if cfg.min_attention_passed is None else float(cfg.min_attention_passed),
     )
     log.info("study: %d participants x %d stimuli x %d categories, %d models", len(study.participants),
              len(study.stimuli), len(study.categories), len(study.models))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from controversial.analysis.io import (
-    HUMAN_COLUMNS, MODEL_COLUMNS, InputError, natural_true_class, read_human_ratings, read_model_responses,
+    HUMAN_COLUMNS, MODEL_COLUMNS, InputError, natural_true_class, read_attention, read_human_ratings, read_model_responses,
     read_trials, write_human_ratings, write_model_responses, write_trials,
 )
 from controversial.analysis.study import build_study
@@ -226,3 +226,22 @@ def test_trials_format_errors(tmp_path):
 def test_round_trip_preserves_values(files):
     table = read_human_ratings(files[0])
     assert np.isclose(sum(r.rating for r in table.rows), sum(r[8] for r in human_rows()))
+
+
+def test_attention_check_file_policy(tmp_path, files):
+    path = write_csv(tmp_path / "attention.csv", ["subject", "position", "instructed_category", "passed", "ratings"],
+                     [["s1", 4, "3", "true", "0 100 0"], ["s1", 9, "7", "true", "0 0 100"],
+                      ["s2", 4, "3", "true", "0 100 0"], ["s2", 9, "7", "false", "0 0 0"]])
+    attention = read_attention(path)
+    assert attention == {"s1": (2, 2), "s2": (1, 2)}
+    human, model = read_human_ratings(files[0]), read_model_responses(files[1])
+    study = build_study(human, model, attention=attention, min_attention_passed=1.0)
+    assert study.participants == ("s1",)
+    assert study.exclusions[0].reason == "attention checks passed below 1" and study.exclusions[0].detail == "s2 (1/2)"
+    with pytest.raises(InputError, match=r"no record for participant\(s\) s2"):
+        build_study(human, model, attention={"s1": (2, 2)}, min_attention_passed=1.0)
+    with pytest.raises(InputError, match="no attention-check file"):
+        build_study(human, model, min_attention_passed=1.0)
+    bad = write_csv(tmp_path / "bad.csv", ["subject", "passed"], [["s1", "yes"]])
+    with pytest.raises(InputError, match=r"bad\.csv, row 2, column 'passed': 'yes'; allowed: true, false"):
+        read_attention(bad)
