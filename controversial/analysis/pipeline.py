@@ -30,6 +30,7 @@ MAIN_SUBSETS = ("all", "natural", "controversial")
 class AnalysisOptions:
     n_resamples: int = 100_000
     subset_resamples: int = 10_000  # for the natural and controversial subsets; 0 skips
+    other_subset_resamples: int = 0  # for each targeted pair and targeted model subset; 0 skips
     seed: int = 0
     chunk_size: int = 10_000
     ci_level: float = 0.95
@@ -87,9 +88,7 @@ def analyze_study(study: Study, options: AnalysisOptions) -> dict:
     for name, mask in subsets.items():
         main = name in MAIN_SUBSETS
         measures = options.measures if main else ("pearson",)
-        resamples = options.n_resamples if name == "all" else (options.subset_resamples if main else 0)
-        if main and mask.sum() < 2:
-            resamples = 0
+        resamples = options.n_resamples if name == "all" else (options.subset_resamples if main else options.other_subset_resamples)
         log.debug("subset %s: %d stimuli, %d resamples", name, mask.sum(), resamples)
         prediction[name] = evaluate_subset(study, mask, measures, resamples, options)
     means = prediction["all"]["measures"]["pearson"]["mean"]

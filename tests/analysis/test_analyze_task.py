@@ -13,7 +13,7 @@ from controversial.analysis.io import InputError, write_trials
 from controversial.tasks import analyze
 
 CONF = str(Path(__file__).resolve().parents[2] / "conf")
-SMALL = ["bootstrap.n_resamples=300", "bootstrap.subset_resamples=100", "error_consistency.n_resamples=30",
+SMALL = ["bootstrap.n_resamples=300", "bootstrap.subset_resamples=100", "bootstrap.other_subset_resamples=50", "error_consistency.n_resamples=30",
          "error_consistency.null_band_grid=20", "simulate.n_participants=6", "simulate.n_models=4",
          "simulate.stimuli_per_pair=10", "simulate.natural_per_class=2", "simulate.true_model=sim2"]
 
@@ -76,3 +76,10 @@ def test_acceptance_scale_default_run(tmp_path):
     assert all_["bootstrap"]["n_resamples"] == 100_000 and all_["bootstrap"]["strata"] == 37
     assert len(all_["bootstrap"]["pairwise"]["names"]) == 10
     assert (tmp_path / "report.md").is_file() and (tmp_path / "fig_model_comparison.png").is_file()
+
+
+def test_other_subsets_are_bootstrapped_when_asked(tmp_path):
+    results = run_analyze(tmp_path, SMALL + ["figures=false", "error_consistency.enabled=false"])
+    pair = results["prediction"]["pair sim1|sim2"]
+    assert pair["bootstrap"]["n_resamples"] == 50 and pair["bootstrap"]["strata"] == 1
+    assert results["prediction"]["targets sim2"]["bootstrap"]["strata"] == 3
