@@ -98,11 +98,13 @@ def subset_comparison(prediction: dict, path: str | Path, subsets: list[str]) ->
 
 
 def kappa_heatmap(kappa: list, names: list[str], path: str | Path, title: str) -> Path:
-    """All-pairs kappa matrix."""
-    k = np.asarray(kappa, dtype=float)
+    """All-pairs kappa matrix; the diagonal (self-agreement) is blanked so the colour scale shows the pairs."""
+    k = np.array(kappa, dtype=float)
+    np.fill_diagonal(k, np.nan)
+    finite = k[np.isfinite(k)]
     size = max(5.0, 0.18 * len(names) + 2)
     fig, ax = plt.subplots(figsize=(size + 1, size))
-    image = ax.imshow(k, cmap="viridis", vmin=np.nanmin(k) if np.isfinite(k).any() else 0, vmax=1)
+    image = ax.imshow(k, cmap="viridis", vmin=finite.min() if finite.size else 0, vmax=finite.max() if finite.size else 1)
     ax.set_xticks(range(len(names)), names, rotation=90, fontsize=6)
     ax.set_yticks(range(len(names)), names, fontsize=6)
     fig.colorbar(image, ax=ax, label="kappa")
