@@ -91,7 +91,10 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 15})
+        # Every transaction takes SQLite's write lock, so one pooled connection loses no concurrency, and
+        # threads queue on the pool (woken at once) instead of in SQLite's sleeping busy handler.
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 15},
+                               pool_size=1, max_overflow=0, pool_timeout=60)
         _configure_sqlite(engine)
     else:
         engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
