@@ -115,7 +115,7 @@ def _group_means(kappa: np.ndarray, is_human: np.ndarray, names: tuple[str, ...]
 
 
 def _consistency_block(data: DecisionData, is_human: np.ndarray, options: AnalysisOptions) -> dict:
-    out: dict = {"names": list(data.names), "n_trials": int(data.correct.shape[1])}
+    out: dict = {"names": list(data.names), "is_human": is_human.tolist(), "n_trials": int(data.correct.shape[1])}
     for aggregation in ("whole", "per_condition"):
         result = consistency(data, aggregation, options.c_exp_one)  # type: ignore[arg-type]
         out[aggregation] = {"accuracy": result.accuracy.tolist(), "c_obs": _matrix(result.c_obs),

@@ -12,7 +12,6 @@ import re
 import time
 from pathlib import Path
 
-import numpy as np
 from hydra.core.hydra_config import HydraConfig
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig, OmegaConf
@@ -93,8 +92,8 @@ def run(cfg: DictConfig) -> dict:
         if cfg.model_responses is None:
             raise ValueError("human_ratings is set but model_responses is not; pass model_responses=PATH")
         human_path, model_path = Path(to_absolute_path(cfg.human_ratings)), Path(to_absolute_path(cfg.model_responses))
-    header += [f"- human ratings: `{human_path}`", f"- model responses: `{model_path}`",
-               f"- command: `python analyze.py {' '.join(HydraConfig.get().overrides.task)}`".replace("analyze.py `", "analyze.py`")]
+    command = " ".join(["python analyze.py", *HydraConfig.get().overrides.task])
+    header += [f"- human ratings: `{human_path}`", f"- model responses: `{model_path}`", f"- command: `{command}`"]
     study = build_study(
         read_human_ratings(human_path, tuple(cfg.rating_scale)), read_model_responses(model_path),
         exclude_repetitions=bool(cfg.exclude_repetitions), exclude_participants=list(cfg.exclude_participants),
@@ -114,7 +113,7 @@ def run(cfg: DictConfig) -> dict:
         data = decisions_from_trials(read_trials(_choice_files(cfg.choices)))
         humans = {n for n in data.names if re.search(cfg.choices_humans, n)}
         results["choices"] = analyze_choices(data, humans, options)
-    made = draw_figures(results, out) if cfg.figures else {}
+    made = figures.draw_all(results, out) if cfg.figures else {}
     results["figures"] = made
     write_results(out / "results.json", results)
     write_report(out / "report.md", results, made, header)
@@ -122,39 +121,6 @@ def run(cfg: DictConfig) -> dict:
     results["wall_time_s"] = elapsed
     _print_summary(results, out, elapsed)
     return results
-
-
-def draw_figures(results: dict, out: Path) -> dict[str, str]:
-    """All figures the results support; returns name -> path relative to the run dir."""
-    made: dict[str, str] = {}
-    prediction = results["prediction"]
-
-    def add(name: str, path: Path) -> None:
-        made[name] = str(path.relative_to(out))
-
-    add("model comparison", figures.model_comparison(prediction["all"], out / "fig_model_comparison.png"))
-    subsets = [s for s in prediction if s in ("natural", "controversial") or s.startswith("targets ")]
-    if subsets:
-        add("subsets", figures.subset_comparison(prediction, out / "fig_subsets.png", subsets))
-    blocks = []
-    ec = results.get("error_consistency", {})
-    n_participants = len(results["study"]["participants"])
-    if "natural" in ec:
-        blocks.append(("natural", ec["natural"], np.arange(len(ec["natural"]["names"])) < n_participants))
-    if "choices" in results:
-        names = results["choices"]["names"]
-        pattern = results["inputs"]["config"]["choices_humans"]
-        blocks.append(("choices", results["choices"], np.array([bool(re.search(pattern, n)) for n in names])))
-    for label, block, is_human in blocks:
-        add(f"kappa heatmap ({label})", figures.kappa_heatmap(block["whole"]["kappa"], block["names"],
-                                                              out / f"fig_kappa_{label}.png", f"error consistency ({label})"))
-        add(f"c_obs vs c_exp ({label})", figures.cobs_vs_cexp(block, is_human, out / f"fig_cobs_cexp_{label}.png", label))
-        add(f"kappa vs accuracy ({label})", figures.kappa_vs_accuracy(block, is_human, out / f"fig_kappa_accuracy_{label}.png", label))
-    if "controversial" in ec:
-        add("categorical kappa (controversial)", figures.kappa_heatmap(
-            ec["controversial"]["whole"]["kappa"], ec["controversial"]["names"], out / "fig_kappa_controversial.png",
-            "Cohen's kappa of decisions (controversial stimuli)"))
-    return made
 
 
 def _print_summary(results: dict, out: Path, elapsed: float) -> None:
