@@ -179,6 +179,8 @@ def build_study(
     study = Study(participants, model_names, tuple(stimuli), categories, ratings, probabilities, tuple(exclusions))
     if min_natural_accuracy is not None:
         study = _exclude_inaccurate(study, min_natural_accuracy, tie_rule, seed)
+    _check_variable(study.human, study.participants, "participant", human.path, "exclude_participants=[...]")
+    _check_variable(study.model, study.models, "model", models.path, "drop its rows")
     return study
 
 
@@ -194,6 +196,15 @@ def _exclude_inattentive(rows: list[Rating], attention: Mapping[str, tuple[int, 
     detail = ", ".join(f"{s} ({ok}/{total})" for s, (ok, total) in failed.items())
     return ([r for r in rows if r.subject not in failed],
             Exclusion("participant", f"attention checks passed below {threshold:g}", len(failed), detail))
+
+
+def _check_variable(values: np.ndarray, names: Sequence[str], what: str, path, remedy: str) -> None:
+    """A constant response pattern has no correlation with anything: say so instead of returning NaN."""
+    flat = values.reshape(values.shape[0], -1)
+    constant = [n for n, row in zip(names, flat) if np.ptp(row) == 0]
+    if constant:
+        raise InputError(f"{path}, column 'category_rating': {what}(s) {', '.join(constant)} gave the same value for "
+                         f"every (image, category), so correlations are undefined; {remedy}")
 
 
 def _check_complete(ratings: np.ndarray, participants, stimuli, categories, rows, human: RatingTable) -> None:

@@ -245,3 +245,12 @@ def test_attention_check_file_policy(tmp_path, files):
     bad = write_csv(tmp_path / "bad.csv", ["subject", "passed"], [["s1", "yes"]])
     with pytest.raises(InputError, match=r"bad\.csv, row 2, column 'passed': 'yes'; allowed: true, false"):
         read_attention(bad)
+
+
+def test_constant_participant_is_an_error(tmp_path, files):
+    rows = [[*r[:8], 0.0 if r[0] == "s2" else r[8], *r[9:]] for r in human_rows()]
+    path = write_csv(tmp_path / "h.csv", HUMAN_COLUMNS, rows)
+    with pytest.raises(InputError, match=r"h\.csv, column 'category_rating': participant\(s\) s2 gave the same value .*exclude_participants"):
+        build_study(read_human_ratings(path), read_model_responses(files[1]))
+    study = build_study(read_human_ratings(path), read_model_responses(files[1]), exclude_participants=["s2"])
+    assert study.participants == ("s1",)
