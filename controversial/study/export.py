@@ -26,6 +26,8 @@ from controversial.study.selection import (
 
 log = logging.getLogger(__name__)
 
+DEFAULT_WEB_SOURCE = Path(__file__).resolve().parents[2] / "human_study" / "src"
+
 # (dataset name) -> (uint8 images (N,C,H,W), int labels (N,)) of the test split
 NaturalLoader = Callable[[str], tuple[np.ndarray, np.ndarray]]
 

@@ -12,7 +12,7 @@ from omegaconf import DictConfig, OmegaConf
 from controversial import __version__
 from controversial.data import load_uint8
 from controversial.study.bundle import load_bundle
-from controversial.study.export import ExportSettings, export_study
+from controversial.study.export import DEFAULT_WEB_SOURCE, ExportSettings, export_study
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,8 @@ def run(cfg: DictConfig) -> Path:
         images, labels = load_uint8(dataset, "test", cfg.data.root, cfg.data.download)
         return images.numpy(), labels.numpy()
 
-    path = export_study(cfg.sweep_dir, cfg.studies_dir, settings, natural_loader, cfg.web_source)
+    web_source = Path(cfg.web_source) if cfg.web_source else DEFAULT_WEB_SOURCE
+    path = export_study(cfg.sweep_dir, cfg.studies_dir, settings, natural_loader, web_source)
     bundle = load_bundle(path)
     counts = bundle.spec.provenance["counts"]
     log.info("study bundle %s: %d controversial + %d natural + %d repeats + %d attention checks = %d trials "

@@ -13,7 +13,7 @@ from controversial.study.db import default_database_url, make_engine, session_fa
 from controversial.study.pnas_export import (
     ATTENTION_COLUMNS, PARTICIPANT_COLUMNS, PNAS_COLUMNS, build_tables, csv_text,
 )
-from controversial.study.server import ServerSettings, create_app
+from controversial.study.server import DEFAULT_VENDOR_DIR, ServerSettings, create_app
 
 log = logging.getLogger(__name__)
 MODES = ("serve", "export")
@@ -49,10 +49,12 @@ def run(cfg: DictConfig) -> None:
     if not cfg.completion_code:
         raise ValueError("completion_code is not set: pass completion_code=<CODE> (from the study's page on "
                          "Prolific) or set PROLIFIC_COMPLETION_CODE")
+    vendor_dir = Path(cfg.vendor_dir).resolve() if cfg.vendor_dir else DEFAULT_VENDOR_DIR
+    if not (vendor_dir / "jspsych" / "dist").is_dir():
+        raise FileNotFoundError(f"jsPsych not found under {vendor_dir}: run `npm ci` in human_study/ first")
     settings = ServerSettings(
         bundle_dir=Path(cfg.study_dir), completion_code=str(cfg.completion_code), database_url=cfg.database_url,
-        admin_token=cfg.admin_token, completion_url_template=cfg.completion_url_template,
-        vendor_dir=Path(cfg.vendor_dir).resolve(),
+        admin_token=cfg.admin_token, completion_url_template=cfg.completion_url_template, vendor_dir=vendor_dir,
     )
     app = create_app(settings)
     log.info("serving %s on http://%s:%d/ (admin export %s)", app.state.bundle.label, cfg.host, cfg.port,

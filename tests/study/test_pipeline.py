@@ -102,6 +102,12 @@ def test_serve_mode_needs_a_completion_code(small_bundle, monkeypatch):
         serve_task.run(_config("serve_study", [f"study_dir={small_bundle}"]))
 
 
+def test_serve_mode_needs_jspsych_installed(small_bundle, tmp_path):
+    with pytest.raises(FileNotFoundError, match="run `npm ci` in human_study/"):
+        serve_task.run(_config("serve_study", [f"study_dir={small_bundle}", "completion_code=X",
+                                               f"vendor_dir={tmp_path}"]))
+
+
 @pytest.mark.data
 def test_export_study_task_uses_real_mnist_test_images(tmp_path):
     from controversial.data import load_uint8
