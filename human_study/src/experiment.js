@@ -77,6 +77,7 @@
       rejected += 1;
       console.error(`answer for position ${answer.position} rejected: ${error.message}`);
     });
+    document.getElementById("study").replaceChildren();  // drop "Loading..." before jsPsych takes over
     const jsPsych = initJsPsych({ display_element: "study" });
     const rating = { type: jsPsychRateCategories, categories: study.categories, levels: study.rating_levels };
     const timeline = [];

@@ -21,6 +21,9 @@ var jsPsychRateCategories = (function (jspsych) {
       levels: { type: jspsych.ParameterType.INT, array: true, default: [0, 25, 50, 75, 100] },
       /** Line above the image, e.g. "Image 3 of 120". */
       header: { type: jspsych.ParameterType.STRING, default: "" },
+      /** The question above the rating grid. */
+      question: { type: jspsych.ParameterType.STRING,
+                  default: "How likely is it that the image shows each of these?" },
       /** Displayed image size in CSS pixels. */
       image_size: { type: jspsych.ParameterType.INT, default: 224 },
       button_label: { type: jspsych.ParameterType.STRING, default: "Continue" },
@@ -62,6 +65,7 @@ var jsPsychRateCategories = (function (jspsych) {
       root.appendChild(body);
 
       const table = element("table", { class: "rating-grid" });
+      table.appendChild(element("caption", {}, trial.question));
       const head = element("tr");
       head.appendChild(element("th", {}, ""));
       for (const level of trial.levels) head.appendChild(element("th", {}, `${level}%`));
