@@ -9,23 +9,27 @@ import numpy as np
 from controversial.stimuli import ManifestRow, save_png, stimulus_filename, write_manifest
 
 DIGITS = [str(d) for d in range(10)]
+CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 WEB_SOURCE = Path(__file__).resolve().parents[2] / "human_study" / "src"
 
 
 def make_run(run_dir: Path, model_a: str, model_b: str, rng: np.random.Generator, seeds: int = 1,
-             drop: set[tuple[int, int]] = frozenset(), accept_rate: float = 1.0) -> list[ManifestRow]:
-    """A synthesize-style run dir: every ordered class pair x seed, random 28x28 PNGs and scores."""
+             drop: set[tuple[int, int]] = frozenset(), accept_rate: float = 1.0,
+             dataset: str = "mnist") -> list[ManifestRow]:
+    """A synthesize-style run dir: every ordered class pair x seed, random PNGs and scores."""
+    names = DIGITS if dataset == "mnist" else list(CIFAR_CLASSES)
+    shape = (1, 28, 28) if dataset == "mnist" else (3, 32, 32)
     rows = []
     for (a, b), seed in itertools.product(itertools.permutations(range(10), 2), range(seeds)):
         if (a, b) in drop:
             continue
-        name = stimulus_filename(model_a, DIGITS[a], model_b, DIGITS[b], seed)
-        save_png(run_dir / name, rng.random((1, 28, 28)))
+        name = stimulus_filename(model_a, names[a], model_b, names[b], seed)
+        save_png(run_dir / name, rng.random(shape))
         score = float(rng.uniform(0.75, 1.0))
         accepted = bool(rng.random() < accept_rate)
         rows.append(ManifestRow(
-            dataset="mnist", model_a=model_a, model_b=model_b, class_a=a, class_b=b, class_a_name=DIGITS[a],
-            class_b_name=DIGITS[b], seed=seed, source="synthetic", init="noise", steps=100, converged=True,
+            dataset=dataset, model_a=model_a, model_b=model_b, class_a=a, class_b=b, class_a_name=names[a],
+            class_b_name=names[b], seed=seed, source="synthetic", init="noise", steps=100, converged=True,
             hard_score=score if accepted else 0.5, smooth_score=1.0, p_model_a_class_a=0.9, p_model_a_class_b=0.1,
             p_model_b_class_a=0.1, p_model_b_class_b=0.9, accepted=accepted,
             status="accepted" if accepted else "below_threshold", image_file=name, wall_time_s=0.1,
@@ -43,8 +47,8 @@ def make_sweep(root: Path, pairs=(("abs", "vgg"), ("kde", "vgg")), seed: int = 0
 
 
 def fake_mnist_test(dataset: str, n_per_class: int = 30) -> tuple[np.ndarray, np.ndarray]:
-    """Stand-in for the MNIST test split: random uint8 (N,1,28,28) images, labels cycling 0..9."""
-    assert dataset == "mnist"
+    """Stand-in for a test split: random uint8 (N,C,H,W) images of the dataset's shape, labels cycling 0..9."""
+    shape = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}[dataset]
     rng = np.random.default_rng(1)
     labels = np.tile(np.arange(10), n_per_class)
-    return rng.integers(0, 256, size=(len(labels), 1, 28, 28), dtype=np.uint8), labels
+    return rng.integers(0, 256, size=(len(labels), *shape), dtype=np.uint8), labels

@@ -17,7 +17,7 @@ from controversial.study.display import display_png
 from controversial.study.export import ExportSettings, export_study
 
 from .conftest import SMALL
-from .helpers import WEB_SOURCE, fake_mnist_test, make_sweep
+from .helpers import CIFAR_CLASSES, WEB_SOURCE, fake_mnist_test, make_run, make_sweep
 
 
 def _digest(folder):
@@ -59,6 +59,24 @@ def test_bundle_contents_and_private_key(small_bundle):
     assert (small_bundle / "stimuli" / synthetic["image"]).read_bytes() == Path(synthetic["origin"]).read_bytes()
     with Image.open(small_bundle / "images" / images[0]) as picture:
         assert picture.size == (56, 56)
+
+
+def test_cifar_study_keeps_colour_and_is_not_inverted(tmp_path):
+    """CIFAR-10: colour display images, class names in natural-image names, no inversion."""
+    make_run(tmp_path / "sweep" / "jem_vs_vgg", "jem", "vgg", np.random.default_rng(0), dataset="cifar10")
+    bundle = load_bundle(export_study(tmp_path / "sweep", tmp_path / "studies",
+                                      ExportSettings(name="cifar", **{**SMALL, "display_size": 64}),
+                                      fake_mnist_test, WEB_SOURCE))
+    assert bundle.spec.categories == CIFAR_CLASSES
+    natural = next(e for e in bundle.key.values() if e.kind == "natural")
+    assert re.fullmatch(rf"CIFAR10_(\d+)_{natural.true_class}\.png", natural.image)
+    index = int(natural.image.split("_")[1])
+    original = fake_mnist_test("cifar10")[0][index].transpose(1, 2, 0)
+    assert np.array_equal(np.asarray(Image.open(bundle.root / "stimuli" / natural.image)), original)
+    shown = np.asarray(Image.open(bundle.image_path(natural.stimulus_id)))
+    assert shown.shape == (64, 64, 3)
+    correlation = np.corrcoef(shown[::2, ::2].ravel(), original.ravel())[0, 1]
+    assert correlation > 0.5  # upsampled, not inverted (inversion would make it negative)
 
 
 def test_mnist_display_is_inverted_and_upsampled():
