@@ -19,7 +19,7 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 from scipy import stats
 
-from controversial.analysis.io import Trial
+from controversial.analysis.io import InputError, Trial
 
 CExpOne = Literal["nan", "one"]
 Aggregation = Literal["whole", "per_condition"]
@@ -284,7 +284,7 @@ def decisions_from_trials(trials: Sequence[Trial]) -> DecisionData:
         else:
             known, first = categories[t.image]
             if (t.category, t.condition) != (known, conditions[images[t.image]]):
-                raise ValueError(f"{t.path}, row {t.line}, column 'category': {t.image!r} has category/condition "
+                raise InputError(f"{t.path}, row {t.line}, column 'category': {t.image!r} has category/condition "
                                  f"{t.category!r}/{t.condition!r}, but {first.path}, row {first.line} says "
                                  f"{known!r}/{conditions[images[t.image]]!r}")
     index = {n: i for i, n in enumerate(names)}
