@@ -193,6 +193,9 @@ def _check_consistent(spec: StudySpec, trials: Sequence[TrialSpec], key: Mapping
                       images: set[str], where: Path) -> None:
     if len(spec.categories) != len(set(spec.categories)) or not spec.categories:
         raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(spec.categories)}")
+    for entry in key.values():
+        if entry.kind not in KINDS:
+            raise BundleError(f"{where}: key kind {entry.kind!r} for {entry.stimulus_id!r} unknown; allowed: {', '.join(KINDS)}")
     seen: set[tuple[str, int]] = set()
     for trial in trials:
         if trial.kind not in TRIAL_KINDS:
