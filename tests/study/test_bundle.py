@@ -104,3 +104,15 @@ def test_bad_study_name_is_refused(tmp_path):
     with pytest.raises(BundleError, match="study name '../x'"):
         export_study(make_sweep(tmp_path / "sweep"), tmp_path / "studies", ExportSettings(name="../x", **SMALL),
                      fake_mnist_test, WEB_SOURCE)
+
+
+def test_concurrent_exports_get_distinct_versions(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
+    settings = ExportSettings(name="race", **SMALL)
+    with ThreadPoolExecutor(3) as pool:
+        paths = list(pool.map(lambda _: export_study(sweep, tmp_path / "studies", settings, fake_mnist_test,
+                                                     WEB_SOURCE), range(3)))
+    assert sorted(p.name for p in paths) == ["v1", "v2", "v3"]
+    assert len({next(iter(load_bundle(p).key)) for p in paths}) == 3  # three distinct, complete bundles
