@@ -33,6 +33,7 @@ class AnalysisOptions:
     other_subset_resamples: int = 0  # for each targeted pair and targeted model subset; 0 skips
     seed: int = 0
     chunk_size: int = 10_000
+    include_copies: bool = False  # lower ceiling: may a resampled participant's own copies count as "others"?
     ci_level: float = 0.95
     alpha: float = 0.05
     measures: tuple[str, ...] = MEASURES  # rank measures are computed on the main subsets only
@@ -65,12 +66,14 @@ def evaluate_subset(study: Study, mask: np.ndarray, measures: tuple[str, ...], n
             "upper_per_participant": ceiling.upper_per_participant.tolist(),
         }
     if n_resamples:
-        dist = bootstrap(sub.human, sub.model, study.models, sub.conditions, n_resamples, options.seed, options.chunk_size)
+        dist = bootstrap(sub.human, sub.model, study.models, sub.conditions, n_resamples, options.seed, options.chunk_size,
+                         include_copies=options.include_copies)
         ci = percentile_ci(dist.samples, options.ci_level)
         ranked = sorted(study.models, key=lambda m: -dist.estimates[dist.names.index(m)])
         tests = pairwise_tests(dist, include=ranked + [LOWER], alpha=options.alpha)
         out["bootstrap"] = {
             "measure": "pearson", "n_resamples": n_resamples, "seed": options.seed, "ci_level": options.ci_level,
+            "lower_ceiling_includes_own_copies": options.include_copies,
             "strata": int(len(set(sub.conditions.tolist()))),
             "estimate": dict(zip(dist.names, dist.estimates.tolist())),
             "ci": {name: ci[i].tolist() for i, name in enumerate(dist.names)},

@@ -137,8 +137,10 @@ def write_report(path: str | Path, results: dict, figures: dict[str, str], heade
     lines += ["", "## Which model predicts people best? (all stimuli)", ""] + ranking_table(prediction["all"]) + [""]
     boot = prediction["all"].get("bootstrap")
     if boot:
+        copies = "include" if boot["lower_ceiling_includes_own_copies"] else "exclude"
         lines += [f"Bootstrap: {boot['n_resamples']} resamples of participants and stimuli (stratified by condition, "
-                  f"{boot['strata']} strata), seed {boot['seed']}; percentile CIs.", "", "## Is the difference real?", ""]
+                  f"{boot['strata']} strata), seed {boot['seed']}; percentile CIs. The lower ceiling's \"others\" {copies} "
+                  "copies of the predicted participant drawn into the same resample.", "", "## Is the difference real?", ""]
         lines += significance_table(boot) + [""]
     for name in ("natural", "controversial"):
         if name in prediction and "bootstrap" in prediction[name]:

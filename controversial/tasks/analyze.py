@@ -35,7 +35,8 @@ def options_from(cfg: DictConfig) -> AnalysisOptions:
     return AnalysisOptions(
         n_resamples=int(cfg.bootstrap.n_resamples), subset_resamples=int(cfg.bootstrap.subset_resamples),
         other_subset_resamples=int(cfg.bootstrap.other_subset_resamples),
-        seed=int(cfg.seed), chunk_size=int(cfg.bootstrap.chunk_size), ci_level=float(cfg.bootstrap.ci_level),
+        seed=int(cfg.seed), chunk_size=int(cfg.bootstrap.chunk_size), include_copies=bool(cfg.bootstrap.include_copies),
+        ci_level=float(cfg.bootstrap.ci_level),
         alpha=float(cfg.bootstrap.alpha), measures=tuple(cfg.measures), tie_rule=cfg.tie_rule,
         c_exp_one=str(cfg.c_exp_one), ec_resamples=int(ec.n_resamples) if ec.enabled else 0,
         null_band_grid=int(ec.null_band_grid), null_band_repeats=int(ec.null_band_repeats),
