@@ -83,3 +83,15 @@ def test_other_subsets_are_bootstrapped_when_asked(tmp_path):
     pair = results["prediction"]["pair sim1|sim2"]
     assert pair["bootstrap"]["n_resamples"] == 50 and pair["bootstrap"]["strata"] == 1
     assert results["prediction"]["targets sim2"]["bootstrap"]["strata"] == 3
+
+
+def test_entry_point_runs_from_the_command_line(tmp_path):
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "analyze.py", *SMALL, "figures=false", "error_consistency.enabled=false",
+                           f"hydra.run.dir={tmp_path}"], cwd=root, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "SIMULATED STUDY" in done.stdout and "   1  sim2" in done.stdout
+    assert (tmp_path / "report.md").is_file() and (tmp_path / "results.json").is_file()
