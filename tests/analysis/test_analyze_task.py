@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,9 +88,6 @@ def test_other_subsets_are_bootstrapped_when_asked(tmp_path):
 
 
 def test_entry_point_runs_from_the_command_line(tmp_path):
-    import subprocess
-    import sys
-
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "analyze.py", *SMALL, "figures=false", "error_consistency.enabled=false",
                            f"hydra.run.dir={tmp_path}"], cwd=root, capture_output=True, text=True, timeout=120)
