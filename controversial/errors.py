@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -18,9 +19,10 @@ USER_FACING = (UserError, UnknownNameError, DatasetNotFoundError)
 
 @contextmanager
 def user_errors_as_messages(log: logging.Logger) -> Iterator[None]:
-    """Turn user-facing errors into one logged paragraph (Hydra logs to the console) and exit status 2."""
+    """Turn user-facing errors into one paragraph on stderr and exit status 2."""
     try:
         yield
     except USER_FACING as error:
-        log.error("%s", error)
+        log.debug("user error: %s", error)  # kept in the run's log file
+        print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -19,7 +19,7 @@ NLL is the mean over test images of the summed per-class binary cross-entropy of
 def _row(path: Path) -> tuple[str, str]:
     info, state = read_checkpoint(path)
     m = info.metrics
-    n_params = sum(v.numel() for v in state.values() if v.is_floating_point())
+    n_params = m.get("parameters", sum(v.numel() for v in state.values() if v.is_floating_point()))
     table = (
         f"| {info.dataset}/{info.name} | {info.card.get('paper_name', '')} | {n_params:,} | "
         f"{100 * m['test_accuracy']:.2f}% | {info.calibration.slope:.4g} | {info.calibration.intercept:.4g} | "
@@ -31,7 +31,7 @@ def _row(path: Path) -> tuple[str, str]:
         f"- **Reproduce:** `{info.command}`\n"
         f"- **Architecture:** `{info.arch}` with `{info.arch_kwargs}`\n"
         f"- **Test accuracy:** {100 * m['test_accuracy']:.2f}% on the full test set ({m['n_test']:,} images)\n"
-        + "".join(f"- **{k}:** {v}\n" for k, v in m.items() if k not in {"test_accuracy", "n_test", "test_nll_uncalibrated", "test_nll_calibrated", "train_time_s"})
+        + "".join(f"- **{k}:** {v}\n" for k, v in m.items() if k not in {"test_accuracy", "n_test", "test_nll_uncalibrated", "test_nll_calibrated", "train_time_s", "parameters"})
         + f"- **File:** `{path.parent.name}/{path.name}` ({path.stat().st_size / 1e6:.2f} MB), code version {info.code_version}, created {info.created}\n"
     )
     return table, details

@@ -12,11 +12,13 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from controversial.registry import register_arch
 
 N_CLASSES = 10
+LIKELIHOODS = ("gaussian", "bernoulli")
 
 
 class GroupedLinear(nn.Module):
@@ -54,6 +56,7 @@ class AnalysisBySynthesis(nn.Module):
         inference_steps: int = 20,
         warm_start_steps: int = 2,
         inner_lr: float = 0.1,
+        likelihood: str = "gaussian",
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -66,7 +69,10 @@ class AnalysisBySynthesis(nn.Module):
         self.warm_start_steps = warm_start_steps
         self.inner_lr = inner_lr
         self.encoder = _mlp([n_pixels, h1, h2, 2 * latent_dim], None)
-        self.decoder = _mlp([latent_dim, h2, h1, n_pixels], nn.Sigmoid())
+        if likelihood not in LIKELIHOODS:
+            raise ValueError(f"ABS likelihood must be one of {', '.join(LIKELIHOODS)}, got {likelihood!r}")
+        self.likelihood = likelihood
+        self.decoder = _mlp([latent_dim, h2, h1, n_pixels], None)  # outputs pixel logits
         prior = torch.randn(n_prior_samples, latent_dim, generator=torch.Generator().manual_seed(seed))
         self.register_buffer("prior_samples", prior, persistent=False)
         self._warm_latents: torch.Tensor | None = None
@@ -79,13 +85,19 @@ class AnalysisBySynthesis(nn.Module):
         return mean, log_var
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """(10,M,d) -> (10,M,D): class k's decoder applied to latents[k]."""
-        return self.decoder(latents)
+        """(10,M,d) -> (10,M,D) images in [0,1]: class k's decoder applied to latents[k]."""
+        return torch.sigmoid(self.decoder(latents))
+
+    def reconstruction_error(self, flat: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
+        """-log p(x|z) up to a constant: squared error (Gaussian) or cross-entropy (Bernoulli)."""
+        pixel_logits = self.decoder(latents)
+        if self.likelihood == "bernoulli":
+            return F.binary_cross_entropy_with_logits(pixel_logits, flat.expand_as(pixel_logits), reduction="none").sum(-1)
+        return ((flat - torch.sigmoid(pixel_logits)) ** 2).sum(-1)
 
     def loss(self, flat: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
         """Per-class fit loss: flat (N,D) or (10,N,D), latents (10,N,d) -> (10,N)."""
-        recon = self.decode(latents)
-        return ((flat - recon) ** 2).sum(-1) + 0.5 * self.beta * (latents**2).sum(-1)
+        return self.reconstruction_error(flat, latents) + 0.5 * self.beta * (latents**2).sum(-1)
 
     # --- inference --------------------------------------------------------------------------
     def reset_state(self) -> None:
@@ -147,10 +159,10 @@ class AnalysisBySynthesis(nn.Module):
 
     # --- training ---------------------------------------------------------------------------
     def elbo_loss(self, class_batches: torch.Tensor) -> torch.Tensor:
-        """Negative ELBO (Gaussian decoder, squared error) for a (10,B,D) batch, one class per group."""
+        """Negative ELBO for a (10,B,D) batch, one class per group."""
         mean, log_var = self.encoder(class_batches).chunk(2, dim=-1)
         latents = mean + torch.randn_like(mean) * (0.5 * log_var).exp()
-        recon = ((class_batches - self.decode(latents)) ** 2).sum(-1)
+        recon = self.reconstruction_error(class_batches, latents)
         kl = 0.5 * (mean**2 + log_var.exp() - 1 - log_var).sum(-1)
         return (recon + self.beta * kl).mean()
 

@@ -52,7 +52,8 @@ def run(cfg: DictConfig) -> Path:
         arch_kwargs["sigma"] = net.sigma
 
     evaluation = evaluate_and_calibrate(net, test_x, test_y, model_cfg.calibration)
-    metrics = {**evaluation.metrics, "train_time_s": round(train_time, 1)}
+    n_parameters = sum(p.numel() for p in net.parameters())
+    metrics = {**evaluation.metrics, "parameters": n_parameters, "train_time_s": round(train_time, 1)}
     log.info("test accuracy %.2f%%, calibration slope %.4g intercept %.4g, NLL %.4f -> %.4f",
              100 * metrics["test_accuracy"], evaluation.calibration.slope, evaluation.calibration.intercept,
              metrics["test_nll_uncalibrated"], metrics["test_nll_calibrated"])
