@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, func, select, text
 
-from controversial.analysis.io import read_human_ratings
+from controversial.analysis.io import read_attention, read_human_ratings
 from controversial.study.bundle import load_bundle
 from controversial.study.db import Base, Response
 from controversial.study.pnas_export import PNAS_COLUMNS
@@ -275,8 +275,11 @@ def test_admin_export_is_pnas_format_and_readable_by_the_analysis(client, small_
 
     with_partial = admin(client, "/admin/responses.csv?include_incomplete=true").text
     assert "P0003" in with_partial
-    attention = list(csv.DictReader(io.StringIO(admin(client, "/admin/attention.csv").text)))
+    attention_text = admin(client, "/admin/attention.csv").text
+    attention = list(csv.DictReader(io.StringIO(attention_text)))
     assert len(attention) == 4 and all(r["passed"] == "true" for r in attention)
+    (tmp_path / "attention.csv").write_text(attention_text)
+    assert read_attention(tmp_path / "attention.csv") == {"P0001": (2, 2), "P0002": (2, 2)}
     participants = list(csv.DictReader(io.StringIO(admin(client, "/admin/participants.csv").text)))
     assert [(p["prolific_pid"], p["status"]) for p in participants] == [
         ("alice", "completed"), ("bob", "completed"), ("carol", "in_progress")]
