@@ -51,6 +51,15 @@ class ExportSettings:
     attention_prompt: str = StudySpec.attention_prompt
     provenance: dict = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name in ("natural_per_class", "n_repeats", "n_attention", "n_demo"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)}: must be 0 or more")
+        if self.display_size <= 0:
+            raise ValueError(f"display.size={self.display_size}: must be a positive number of pixels")
+        if self.n_attention and "{category}" not in self.attention_prompt:
+            raise ValueError("attention_prompt must contain {category}, the category participants are told to pick")
+
 
 def _new_id(taken: set[str]) -> str:
     while True:

@@ -100,6 +100,16 @@ def test_loading_something_that_is_not_a_bundle_fails_clearly(tmp_path, small_bu
         load_bundle(tmp_path / "v1")
 
 
+@pytest.mark.parametrize("change, message", [
+    ({"n_repeats": -1}, "n_repeats=-1: must be 0 or more"),
+    ({"display_size": 0}, "display.size=0"),
+    ({"attention_prompt": "pick cat"}, "must contain {category}"),
+])
+def test_bad_export_settings_are_refused(change, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        ExportSettings(name="x", **{**SMALL, **change})
+
+
 def test_bad_study_name_is_refused(tmp_path):
     with pytest.raises(BundleError, match="study name '../x'"):
         export_study(make_sweep(tmp_path / "sweep"), tmp_path / "studies", ExportSettings(name="../x", **SMALL),
