@@ -4,7 +4,7 @@ from controversial.registry import create_arch
 
 
 def _tiny_abs(**overrides):
-    kwargs = dict(image_shape=(1, 6, 6), latent_dim=3, hidden=(12, 8), n_prior_samples=4, inference_steps=15, warm_start_steps=2)
+    kwargs = dict(image_shape=(1, 6, 6), latent_dim=3, encoder_hidden=(12,), decoder_hidden=(8, 12), n_prior_samples=4, inference_steps=15, warm_start_steps=2)
     kwargs.update(overrides)
     torch.manual_seed(0)
     return create_arch("abs", **kwargs).eval()
@@ -69,3 +69,17 @@ def test_elbo_training_step_reduces_the_loss():
         model.elbo_loss(batch).backward()
         optimizer.step()
     assert model.elbo_loss(batch).item() < first
+
+
+def test_scores_under_no_grad_and_refuses_inference_mode_clearly():
+    model = _tiny_abs()
+    images = torch.rand(3, 1, 6, 6)
+    with torch.no_grad():
+        assert torch.isfinite(model(images)).all()
+    with torch.inference_mode():
+        try:
+            model(images)
+        except RuntimeError as error:
+            assert "torch.no_grad()" in str(error)
+        else:
+            raise AssertionError("inference_mode should be refused")

@@ -76,7 +76,7 @@ def probabilities(models: Sequence[CalibratedModel], stimuli: Sequence[StimulusI
         per_model = []
         for start in range(0, len(stimuli), batch_size):
             batch = torch.from_numpy(np.stack([load_png(s.path) for s in stimuli[start:start + batch_size]]))
-            with torch.inference_mode():
+            with torch.no_grad():  # not inference_mode: ABS optimises its latents with autograd inside
                 per_model.append(model.probabilities(batch).double().numpy())
         out.append(np.concatenate(per_model))
     return np.stack(out)

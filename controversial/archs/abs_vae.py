@@ -34,14 +34,12 @@ class GroupedLinear(nn.Module):
         return torch.baddbmm(self.bias, inputs, self.weight)
 
 
-def _mlp(sizes: list[int], final: nn.Module | None) -> nn.Sequential:
+def _mlp(sizes: list[int]) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(GroupedLinear(N_CLASSES, n_in, n_out))
         if i < len(sizes) - 2:
             layers.append(nn.ELU())
-    if final is not None:
-        layers.append(final)
     return nn.Sequential(*layers)
 
 
@@ -50,7 +48,8 @@ class AnalysisBySynthesis(nn.Module):
         self,
         image_shape: tuple[int, int, int] = (1, 28, 28),
         latent_dim: int = 8,
-        hidden: tuple[int, int] = (256, 128),
+        encoder_hidden: tuple[int, ...] = (256,),
+        decoder_hidden: tuple[int, ...] = (256, 512),
         beta: float = 1.0,
         n_prior_samples: int = 32,
         inference_steps: int = 20,
@@ -62,17 +61,16 @@ class AnalysisBySynthesis(nn.Module):
         super().__init__()
         self.image_shape = tuple(image_shape)
         n_pixels = math.prod(image_shape)
-        h1, h2 = hidden
         self.latent_dim = latent_dim
         self.beta = beta
         self.inference_steps = inference_steps
         self.warm_start_steps = warm_start_steps
         self.inner_lr = inner_lr
-        self.encoder = _mlp([n_pixels, h1, h2, 2 * latent_dim], None)
+        self.encoder = _mlp([n_pixels, *encoder_hidden, 2 * latent_dim])
         if likelihood not in LIKELIHOODS:
             raise ValueError(f"ABS likelihood must be one of {', '.join(LIKELIHOODS)}, got {likelihood!r}")
         self.likelihood = likelihood
-        self.decoder = _mlp([latent_dim, h2, h1, n_pixels], None)  # outputs pixel logits
+        self.decoder = _mlp([latent_dim, *decoder_hidden, n_pixels])  # outputs pixel logits
         prior = torch.randn(n_prior_samples, latent_dim, generator=torch.Generator().manual_seed(seed))
         self.register_buffer("prior_samples", prior, persistent=False)
         self._warm_latents: torch.Tensor | None = None
@@ -129,6 +127,8 @@ class AnalysisBySynthesis(nn.Module):
 
     def optimise_latents(self, flat: torch.Tensor) -> torch.Tensor:
         """Approximate argmin_z of the loss for every class and image; x is held constant."""
+        if torch.is_inference_mode_enabled():
+            raise RuntimeError("ABS optimises its latents with autograd: call it under torch.no_grad(), not torch.inference_mode()")
         flat = flat.detach()
         with torch.no_grad():
             encoded = self.encode(flat)[0]
