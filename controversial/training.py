@@ -100,7 +100,7 @@ def kde_heldout_loglik(train_x: torch.Tensor, train_y: torch.Tensor, held_x: tor
 
 def select_kde_bandwidth(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
     """Pick sigma from a grid by held-out likelihood (a per-class split of the training set)."""
-    grid = [float(s) for s in settings.extra.get("sigma_grid", [0.2, 0.25, 0.3, 0.35, 0.4, 0.5])]
+    grid = [float(s) for s in settings.extra.get("sigma_grid", [0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25])]
     n_held = int(settings.extra.get("n_heldout", 2000))
     generator = torch.Generator().manual_seed(settings.seed)
     order = torch.randperm(len(images), generator=generator)
