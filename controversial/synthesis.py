@@ -86,11 +86,14 @@ def synthesize_batch(
     settings: SynthesisSettings,
     seed: int = 0,
     on_step: Callable[[int, int], None] | None = None,
+    on_scores: Callable[[int, torch.Tensor], None] | None = None,
 ) -> BatchResult:
     """Maximise the smooth controversiality of every element at once.
 
     models: m calibrated models; targets: (N, m) target class of each model per element;
-    initial_images: (N, C, H, W) in [0, 1]. ``on_step(step, n_active)`` reports progress.
+    initial_images: (N, C, H, W) in [0, 1]. ``on_step(step, n_active)`` reports progress;
+    ``on_scores(step, hard)`` receives a CPU copy of the hard scores of the elements optimised in
+    that step (for tracking; it costs a device sync per step, so pass it only when needed).
     """
     n = len(targets)
     start_time = time.perf_counter()
@@ -151,6 +154,8 @@ def synthesize_batch(
             converged[active[newly_converged]] = True
             reached = current_hard >= settings.stop_score if settings.stop_score is not None else torch.zeros_like(finite)
             done[active[newly_converged | reached | ~finite]] = True
+        if on_scores is not None:
+            on_scores(step + 1, current_hard.detach().cpu())
         if on_step is not None:
             on_step(step + 1, int((~done).sum()))
 

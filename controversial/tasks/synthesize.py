@@ -2,10 +2,13 @@
 
 Cells that fail (hard score of the 8-bit image below the threshold, or a non-finite score) are
 retried with new seeds, all failed cells of an attempt in one batch, until ``max_attempts``.
-The manifest is rewritten atomically after every attempt, so a killed run leaves a valid one.
+PNGs are written before the manifest rows that reference them, and the manifest is rewritten
+atomically after every attempt, so a killed run leaves a valid one. Re-running into the same
+folder (a sweep, or ``output_dir=``) resumes: see :mod:`controversial.runstate`.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import statistics
 import time
@@ -14,17 +17,20 @@ from pathlib import Path
 
 import torch
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from hydra.utils import instantiate
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from controversial import runstate
 from controversial.checkpoints import load_checkpoint
 from controversial.data import dataset_info, load_uint8
-from controversial.errors import UserError, user_errors_as_messages
+from controversial.errors import USER_FACING, UserError, user_errors_as_messages
 from controversial.figures import plot_stimulus_grid
 from controversial.readout import CalibratedModel
-from controversial.stimuli import MANIFEST_NAME, ManifestRow, save_png, stimulus_filename, write_manifest
+from controversial.stimuli import MANIFEST_NAME, ManifestRow, load_png, save_png, stimulus_filename, write_manifest
 from controversial.synthesis import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.tracking import start_tracking
 from controversial.zoo import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -36,6 +42,11 @@ def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
         raise UserError("device=cuda was requested but no CUDA GPU is visible; use device=auto or device=cpu")
     return torch.device(name)
+
+
+def checkpoint_file(model_cfg: DictConfig) -> Path:
+    path = Path(model_cfg.checkpoint)
+    return path if path.is_absolute() else PROJECT_ROOT / path
 
 
 def load_model_pair(model_a: DictConfig, model_b: DictConfig, data_root: str | None) -> list[CalibratedModel]:
@@ -52,8 +63,7 @@ def load_model_pair(model_a: DictConfig, model_b: DictConfig, data_root: str | N
         )
     models = []
     for cfg in (model_a, model_b):
-        path = Path(cfg.checkpoint)
-        path = path if path.is_absolute() else PROJECT_ROOT / path
+        path = checkpoint_file(cfg)
         if not path.is_file():
             raise UserError(
                 f"no checkpoint for model '{cfg.name}' at {path}. Train it with `python train.py model={cfg.name}` "
@@ -61,6 +71,26 @@ def load_model_pair(model_a: DictConfig, model_b: DictConfig, data_root: str | N
             )
         models.append(load_checkpoint(path, data_root))
     return models
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def result_settings(cfg: DictConfig) -> dict:
+    """What determines a run dir's results; a resumed run must match it (max_attempts may grow)."""
+    return {
+        "model_a": cfg.model_a.name, "model_b": cfg.model_b.name,
+        "checkpoint_a_sha256": _sha256(checkpoint_file(cfg.model_a)),
+        "checkpoint_b_sha256": _sha256(checkpoint_file(cfg.model_b)),
+        "seed": cfg.seed, "seeds_per_cell": cfg.seeds_per_cell, "init": cfg.init,
+        "synthesis": OmegaConf.to_container(cfg.synthesis, resolve=True),
+        "optimizer": OmegaConf.to_container(cfg.optimizer, resolve=True),
+    }
 
 
 @dataclass
@@ -81,15 +111,42 @@ def _initial_images(cells: list[Cell], shape: tuple[int, int, int], init: str, d
     raise UserError(f"init={init!r} is not known; allowed: noise, test_image")
 
 
-def run(cfg: DictConfig) -> list[ManifestRow]:
+def output_dir() -> Path:
+    return Path(HydraConfig.get().runtime.output_dir)
+
+
+def run(cfg: DictConfig) -> list[ManifestRow] | None:
+    """One model pair. In a sweep, a pair with a user error (e.g. no checkpoint) is reported and skipped."""
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        try:
+            return _run(cfg)
+        except USER_FACING as error:
+            log.error("%s vs %s skipped: %s", cfg.model_a.name, cfg.model_b.name, error)
+            print(f"error: {cfg.model_a.name} vs {cfg.model_b.name} skipped, the sweep goes on: {error}", flush=True)
+            return None
     with user_errors_as_messages(log):
         return _run(cfg)
 
 
 def _run(cfg: DictConfig) -> list[ManifestRow]:
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    out_dir = output_dir()
     device = resolve_device(cfg.device)
     models = [m.to(device) for m in load_model_pair(cfg.model_a, cfg.model_b, cfg.data.root)]
+    with runstate.exclusive_run_dir(out_dir):
+        runstate.remove_stale_temp_files(out_dir)
+        runstate.check_run_settings(out_dir, result_settings(cfg))
+        rows = runstate.load_finished_rows(out_dir, cfg.model_a.name, cfg.model_b.name)
+        tracker = start_tracking(cfg.wandb.mode, cfg.wandb.project, out_dir,
+                                 run_name=f"{cfg.model_a.name}_vs_{cfg.model_b.name}",
+                                 group=cfg.wandb.group, config=OmegaConf.to_container(cfg, resolve=True))
+        try:
+            return _synthesize_pair(cfg, models, device, out_dir, rows, tracker)
+        finally:
+            tracker.finish()
+
+
+def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: torch.device, out_dir: Path,
+                     rows: list[ManifestRow], tracker) -> list[ManifestRow]:
     info = dataset_info(cfg.model_a.dataset)
     settings = SynthesisSettings(
         **{k: v for k, v in cfg.synthesis.items()},
@@ -97,19 +154,19 @@ def _run(cfg: DictConfig) -> list[ManifestRow]:
     )
     name_a, name_b = cfg.model_a.name, cfg.model_b.name
     pairs = ordered_class_pairs(len(info.class_names))
-    rows: list[ManifestRow] = []
-    accepted_cells: set[tuple[int, int]] = set()
-    grid_images: dict[tuple[int, int], object] = {}
-    grid_ranks: dict[tuple[int, int], tuple[bool, float]] = {}
     start = time.perf_counter()
+    if rows:
+        log.info("resuming %s: %d earlier row(s), %d/%d cells already accepted",
+                 out_dir, len(rows), len({r.cell for r in rows if r.accepted}), len(pairs))
     log.info("synthesizing %s vs %s: %d cells x %d seeds on %s", name_a, name_b, len(pairs), cfg.seeds_per_cell, device)
 
+    global_step = 0
     for attempt in range(cfg.max_attempts):
-        pending = [p for p in pairs if p not in accepted_cells]
-        if not pending:
-            break
         base = cfg.seed + attempt * cfg.seeds_per_cell
-        cells = [Cell(a, b, base + k, "") for (a, b) in pending for k in range(cfg.seeds_per_cell)]
+        work = runstate.pending_work(rows, pairs, runstate.attempt_seeds(cfg.seed, attempt, cfg.seeds_per_cell))
+        if not work:
+            continue
+        cells = [Cell(a, b, seed, "") for (a, b), seed in work]
         initial, inits = _initial_images(cells, info.image_shape, cfg.init, info.name, cfg.data)
         targets = torch.tensor([[c.class_a, c.class_b] for c in cells], device=device)
         bar = tqdm(total=settings.max_steps, desc=f"attempt {attempt + 1}/{cfg.max_attempts} ({len(cells)} images)", disable=not cfg.progress, leave=False)
@@ -118,21 +175,26 @@ def _run(cfg: DictConfig) -> list[ManifestRow]:
             bar.update(1)
             bar.set_postfix(active=n_active)
 
-        result = synthesize_batch(models, targets, initial.to(device), settings, seed=base, on_step=on_step)
+        def on_scores(step: int, hard: torch.Tensor) -> None:
+            tracker.log({"attempt": attempt + 1, "active": len(hard), "hard/median": float(hard.median()),
+                         "hard/max": float(hard.max())}, step=global_step + step)
+
+        result = synthesize_batch(models, targets, initial.to(device), settings, seed=base, on_step=on_step,
+                                  on_scores=on_scores if tracker.enabled else None)
         bar.close()
+        global_step += settings.max_steps
         per_image_time = result.total_seconds / len(cells)
+        new_rows = []
         for i, (cell, init) in enumerate(zip(cells, inits)):
-            key = (cell.class_a, cell.class_b)
             failure = result.failures[i]
             hard = float(result.hard[i])
             accepted = not failure and hard >= settings.threshold
-            image = result.images[i].cpu().numpy()
             filename = ""
             if not failure:
                 filename = stimulus_filename(name_a, info.class_names[cell.class_a], name_b, info.class_names[cell.class_b], cell.seed)
-                save_png(out_dir / filename, image)
+                save_png(out_dir / filename, result.images[i].cpu().numpy())
             probabilities = result.probabilities[i].cpu()
-            rows.append(ManifestRow(
+            new_rows.append(ManifestRow(
                 dataset=info.name, model_a=name_a, model_b=name_b,
                 class_a=cell.class_a, class_b=cell.class_b,
                 class_a_name=info.class_names[cell.class_a], class_b_name=info.class_names[cell.class_b],
@@ -145,20 +207,25 @@ def _run(cfg: DictConfig) -> list[ManifestRow]:
                 status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
                 image_file=filename, wall_time_s=round(per_image_time, 4),
             ))
-            if accepted:
-                accepted_cells.add(key)
-            rank = (accepted, hard)
-            if not failure and rank > grid_ranks.get(key, (False, -1.0)):
-                grid_images[key], grid_ranks[key] = image, rank
+        rows = rows + new_rows
         write_manifest(out_dir / MANIFEST_NAME, rows)
+        n_accepted = len({r.cell for r in rows if r.accepted})
+        tracker.log({"attempt": attempt + 1, "cells_accepted": n_accepted, "images_accepted_this_attempt": sum(r.accepted for r in new_rows),
+                     "images_this_attempt": len(new_rows)}, step=global_step)
         log.info("attempt %d: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward)",
-                 attempt + 1, len(accepted_cells), len(pairs), result.total_seconds, 100 * result.model_seconds / max(result.total_seconds, 1e-9))
+                 attempt + 1, n_accepted, len(pairs), result.total_seconds, 100 * result.model_seconds / max(result.total_seconds, 1e-9))
 
-    plot_stimulus_grid(grid_images, {k: k in accepted_cells for k in grid_images}, info.class_names, name_a, name_b, out_dir / "grid.png")
+    best = runstate.best_rows(rows)
+    grid_path = out_dir / "grid.png"
+    plot_stimulus_grid({k: load_png(out_dir / r.image_file) for k, r in best.items()}, {k: r.accepted for k, r in best.items()},
+                       info.class_names, name_a, name_b, grid_path)
+    accepted_cells = {(r.class_a, r.class_b) for r in rows if r.accepted}
+    best_scores = [max(r.hard_score for r in rows if r.cell[2:] == p) for p in pairs]
+    tracker.summary({"cells_accepted": len(accepted_cells), "median_best_hard_score": statistics.median(best_scores)})
+    tracker.log_image("grid", grid_path)
     wall = time.perf_counter() - start
-    best = [max(r.hard_score for r in rows if r.cell[2:] == p) for p in pairs]
     summary = (f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold {settings.threshold}, "
-               f"median best hard score {statistics.median(best):.3f}, wall time {wall:.0f} s -> {out_dir}")
+               f"median best hard score {statistics.median(best_scores):.3f}, wall time {wall:.0f} s -> {out_dir}")
     log.info(summary)
     print(summary)
     return rows

@@ -1,0 +1,131 @@
+"""The state of one model pair's run dir: what is done, what is left, and who may write.
+
+A run dir holds ``manifest.csv``, the PNGs it references and ``run_settings.json``. Re-entering it
+(a sweep re-run after a kill, or ``output_dir=`` for a single run) keeps every row whose PNG still
+decodes, so accepted cells are skipped and unfinished cells continue with seeds not yet used.
+Only one worker writes a run dir at a time: an ``flock`` on ``<dir>/.lock``, which the kernel
+releases even when the worker is killed with SIGKILL. The pair is the unit of work (all its cells
+are one batch), so locking the pair's dir is what keeps parallel workers from duplicating cells.
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from PIL import Image
+
+from controversial.atomic import atomic_write_text
+from controversial.errors import UserError
+from controversial.stimuli import MANIFEST_NAME, ManifestRow, read_manifest
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".lock"
+SETTINGS_NAME = "run_settings.json"
+
+Cell = tuple[int, int]
+
+
+@contextmanager
+def exclusive_run_dir(run_dir: Path) -> Iterator[None]:
+    """Hold the run dir's lock; a second worker on the same dir waits, then resumes what is left."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("%s is being written by another worker; waiting for it to finish", run_dir)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def remove_stale_temp_files(run_dir: Path) -> list[Path]:
+    """Delete temp files that a killed writer left behind (call only while holding the lock)."""
+    stale = [p for p in run_dir.glob(".*.tmp") if p.is_file()]
+    for path in stale:
+        path.unlink()
+    if stale:
+        log.info("removed %d temp file(s) left by an interrupted run in %s", len(stale), run_dir)
+    return stale
+
+
+def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
+    """Record the result-relevant settings, or refuse to resume a dir made with different ones.
+
+    Mixing settings in one manifest would make its rows incomparable; ``max_attempts`` is not
+    part of them, so raising it is how a finished run retries its failed cells.
+    """
+    path = run_dir / SETTINGS_NAME
+    current = json.loads(json.dumps(settings))
+    if path.is_file():
+        previous = json.loads(path.read_text(encoding="utf-8"))
+        if previous != current:
+            changed = sorted(k for k in previous.keys() | current.keys() if previous.get(k) != current.get(k))
+            details = "; ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
+            raise UserError(
+                f"{run_dir} holds a run made with other settings ({details}). Resume it with the "
+                f"settings recorded in {path}, or write to a new folder (output_dir=... for one run, sweep_dir=... for a sweep)."
+            )
+        return
+    atomic_write_text(path, json.dumps(current, indent=2, sort_keys=True) + "\n")
+
+
+def _png_decodes(path: Path) -> bool:
+    try:
+        with Image.open(path) as image:
+            image.load()
+        return True
+    except (OSError, ValueError, SyntaxError):
+        return False
+
+
+def load_finished_rows(run_dir: Path, model_a: str, model_b: str) -> list[ManifestRow]:
+    """Rows of an earlier run of this pair whose images are intact; rows with a bad PNG are dropped (and redone)."""
+    path = run_dir / MANIFEST_NAME
+    if not path.is_file():
+        return []
+    try:
+        rows = read_manifest(path)
+    except ValueError as error:
+        raise UserError(f"cannot resume from {path}: {error}. Move it away to start this run dir afresh.") from None
+    other = sorted({(r.model_a, r.model_b) for r in rows} - {(model_a, model_b)})
+    if other:
+        raise UserError(
+            f"{path} belongs to {other[0][0]} vs {other[0][1]}, not {model_a} vs {model_b}; "
+            "point output_dir/sweep_dir at the right folder or a new one."
+        )
+    kept = [r for r in rows if not r.image_file or _png_decodes(run_dir / r.image_file)]
+    if len(kept) < len(rows):
+        log.warning("%s: %d row(s) reference a missing or unreadable PNG; those cells will be redone", path, len(rows) - len(kept))
+    return kept
+
+
+def attempt_seeds(base_seed: int, attempt: int, seeds_per_cell: int) -> list[int]:
+    """The seeds of one attempt: attempt k uses base + k*n ... base + k*n + n - 1."""
+    first = base_seed + attempt * seeds_per_cell
+    return list(range(first, first + seeds_per_cell))
+
+
+def pending_work(rows: list[ManifestRow], cells: list[Cell], seeds: list[int]) -> list[tuple[Cell, int]]:
+    """(cell, seed) jobs of one attempt: cells not yet accepted, seeds without a row for that cell."""
+    accepted = {(r.class_a, r.class_b) for r in rows if r.accepted}
+    done = {(r.class_a, r.class_b, r.seed) for r in rows}
+    return [(cell, seed) for cell in cells if cell not in accepted for seed in seeds if (*cell, seed) not in done]
+
+
+def best_rows(rows: list[ManifestRow]) -> dict[Cell, ManifestRow]:
+    """Per cell the row to show: accepted before not, then the highest hard score; rows without an image never."""
+    best: dict[Cell, ManifestRow] = {}
+    for row in rows:
+        key = (row.class_a, row.class_b)
+        if row.image_file and (key not in best or (row.accepted, row.hard_score) > (best[key].accepted, best[key].hard_score)):
+            best[key] = row
+    return best
