@@ -160,7 +160,7 @@ def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: tor
                  out_dir, len(rows), len({r.cell for r in rows if r.accepted}), len(pairs))
     log.info("synthesizing %s vs %s: %d cells x %d seeds on %s", name_a, name_b, len(pairs), cfg.seeds_per_cell, device)
 
-    global_step = 0
+    global_step = n_new_rows = 0
     for attempt in range(cfg.max_attempts):
         base = cfg.seed + attempt * cfg.seeds_per_cell
         work = runstate.pending_work(rows, pairs, runstate.attempt_seeds(cfg.seed, attempt, cfg.seeds_per_cell))
@@ -208,6 +208,7 @@ def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: tor
                 image_file=filename, wall_time_s=round(per_image_time, 4),
             ))
         rows = rows + new_rows
+        n_new_rows += len(new_rows)
         write_manifest(out_dir / MANIFEST_NAME, rows)
         n_accepted = len({r.cell for r in rows if r.accepted})
         tracker.log({"attempt": attempt + 1, "cells_accepted": n_accepted, "images_accepted_this_attempt": sum(r.accepted for r in new_rows),
@@ -215,10 +216,11 @@ def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: tor
         log.info("attempt %d: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward)",
                  attempt + 1, n_accepted, len(pairs), result.total_seconds, 100 * result.model_seconds / max(result.total_seconds, 1e-9))
 
-    best = runstate.best_rows(rows)
     grid_path = out_dir / "grid.png"
-    plot_stimulus_grid({k: load_png(out_dir / r.image_file) for k, r in best.items()}, {k: r.accepted for k, r in best.items()},
-                       info.class_names, name_a, name_b, grid_path)
+    if n_new_rows or not grid_path.is_file():  # a re-run with nothing left to do keeps its grid
+        best = runstate.best_rows(rows)
+        plot_stimulus_grid({k: load_png(out_dir / r.image_file) for k, r in best.items()}, {k: r.accepted for k, r in best.items()},
+                           info.class_names, name_a, name_b, grid_path)
     accepted_cells = {(r.class_a, r.class_b) for r in rows if r.accepted}
     best_scores = [max(r.hard_score for r in rows if r.cell[2:] == p) for p in pairs]
     tracker.summary({"cells_accepted": len(accepted_cells), "median_best_hard_score": statistics.median(best_scores)})
