@@ -1,0 +1,175 @@
+"""An experiment at a glance: one manifest for a whole sweep, the paper's Fig. 2 and Fig. 3, and
+a model x model matrix of acceptance rates and median scores.
+
+A sweep dir holds one run dir per model pair (``<a>_vs_<b>/manifest.csv``). The combined manifest
+keeps every row and rewrites ``image_file`` relative to the overview folder, so it can be exported
+like any other manifest. A sweep of unordered pairs fills both triangles of the matrices: pair
+(a, b) with classes (i, j) is the same stimulus as pair (b, a) with classes (j, i).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import statistics
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from controversial.figures import _show, plot_stimulus_grid, save_figure
+from controversial.runstate import best_rows
+from controversial.stimuli import MANIFEST_NAME, ManifestRow, load_png, read_manifest
+
+log = logging.getLogger(__name__)
+
+Pair = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class PairSummary:
+    """One model pair: how many of its attempted cells were accepted, and the median best hard score."""
+
+    model_a: str
+    model_b: str
+    n_cells: int
+    n_accepted: int
+    median_best_hard: float
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.n_accepted / self.n_cells if self.n_cells else float("nan")
+
+
+def pair_manifests(sweep_dir: Path, exclude: Path | None = None) -> list[Path]:
+    """``<sweep_dir>/*/manifest.csv`` in name order, without the overview's own manifest."""
+    found = sorted(p for p in sweep_dir.glob(f"*/{MANIFEST_NAME}") if exclude is None or p.parent.resolve() != exclude.resolve())
+    if not found:
+        raise FileNotFoundError(f"no {sweep_dir}/<pair>/{MANIFEST_NAME}: is {sweep_dir} a synthesize.py sweep dir (-m ... sweep_dir=...)?")
+    return found
+
+
+def collect_rows(manifests: Sequence[Path], out_dir: Path) -> list[ManifestRow]:
+    """All rows of all pairs, with image paths relative to ``out_dir``; a pair found twice is an error."""
+    rows: list[ManifestRow] = []
+    owner: dict[Pair, Path] = {}
+    for path in manifests:
+        for row in read_manifest(path):
+            pair = (row.model_a, row.model_b)
+            if owner.setdefault(pair, path.parent) != path.parent:
+                raise ValueError(f"{pair[0]} vs {pair[1]} appears in both {owner[pair]} and {path.parent}; keep one of them")
+            image = os.path.relpath(path.parent / row.image_file, out_dir) if row.image_file else ""
+            rows.append(replace(row, image_file=image))
+    return rows
+
+
+def image_path(folder: Path, row: ManifestRow) -> Path:
+    """A row's PNG, normalised so that ``../`` works before ``folder`` exists."""
+    return Path(os.path.normpath(folder / row.image_file))
+
+
+def model_order(rows: Sequence[ManifestRow], preferred: Sequence[str] | None = None) -> list[str]:
+    """The preferred order (e.g. the experiment's model list) for models that occur, then the rest as they appear."""
+    seen = list(dict.fromkeys(m for r in rows for m in (r.model_a, r.model_b)))
+    first = [m for m in (preferred or []) if m in seen]
+    return first + [m for m in seen if m not in first]
+
+
+def summarize_pairs(rows: Sequence[ManifestRow]) -> dict[Pair, PairSummary]:
+    by_pair: dict[Pair, list[ManifestRow]] = {}
+    for row in rows:
+        by_pair.setdefault((row.model_a, row.model_b), []).append(row)
+    summaries = {}
+    for (a, b), pair_rows in by_pair.items():
+        best: dict[tuple[int, int], float] = {}
+        for row in pair_rows:
+            key = (row.class_a, row.class_b)
+            best[key] = max(best.get(key, float("-inf")), row.hard_score)
+        accepted = {(r.class_a, r.class_b) for r in pair_rows if r.accepted}
+        summaries[(a, b)] = PairSummary(a, b, len(best), len(accepted), statistics.median(best.values()))
+    return summaries
+
+
+def _oriented(summaries: dict[Pair, PairSummary], a: str, b: str) -> PairSummary | None:
+    return summaries.get((a, b)) or summaries.get((b, a))
+
+
+def acceptance_markdown(summaries: dict[Pair, PairSummary], models: Sequence[str]) -> str:
+    """Rows and columns are models; an entry is ``accepted/cells (median best hard score)``; '-' = not run."""
+    lines = ["| | " + " | ".join(models) + " |", "|---" * (len(models) + 1) + "|"]
+    for a in models:
+        entries = []
+        for b in models:
+            s = None if a == b else _oriented(summaries, a, b)
+            entries.append("" if a == b else "-" if s is None else f"{s.n_accepted}/{s.n_cells} ({s.median_best_hard:.2f})")
+        lines.append(f"| **{a}** | " + " | ".join(entries) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot_acceptance_matrix(summaries: dict[Pair, PairSummary], models: Sequence[str], path: Path) -> None:
+    """Heatmap of acceptance rates; each cell is annotated with the rate and the median best hard score."""
+    n = len(models)
+    rates = np.full((n, n), np.nan)
+    figure, axis = plt.subplots(figsize=(1.0 * n + 2, 1.0 * n + 1))
+    for i, a in enumerate(models):
+        for j, b in enumerate(models):
+            s = None if i == j else _oriented(summaries, a, b)
+            if s is not None:
+                rates[i, j] = s.acceptance_rate
+                axis.text(j, i, f"{100 * s.acceptance_rate:.0f}%\n{s.median_best_hard:.2f}", ha="center", va="center", fontsize=8)
+    image = axis.imshow(rates, vmin=0, vmax=1, cmap="viridis")
+    axis.set_xticks(range(n), models, rotation=45, ha="right")
+    axis.set_yticks(range(n), models)
+    figure.colorbar(image, ax=axis, label="cells accepted")
+    axis.set_title("acceptance rate (top) and median best hard score (bottom)")
+    save_figure(figure, path)
+
+
+def _best_by_cell(rows: Sequence[ManifestRow]) -> dict[Pair, dict[tuple[int, int], ManifestRow]]:
+    by_pair: dict[Pair, list[ManifestRow]] = {}
+    for row in rows:
+        by_pair.setdefault((row.model_a, row.model_b), []).append(row)
+    return {pair: best_rows(pair_rows) for pair, pair_rows in by_pair.items()}
+
+
+def plot_class_pair_matrix(rows: Sequence[ManifestRow], models: Sequence[str], class_a: int, class_b: int,
+                           out_dir: Path, path: Path) -> None:
+    """Fig. 2: rows are the model that should see ``class_a``, columns the one that should see ``class_b``."""
+    best = _best_by_cell(rows)
+    names = {r.class_a: r.class_a_name for r in rows} | {r.class_b: r.class_b_name for r in rows}
+    n = len(models)
+    figure, axes = plt.subplots(n, n, figsize=(n * 1.1 + 1, n * 1.1 + 1), squeeze=False)
+    for i, a in enumerate(models):
+        for j, b in enumerate(models):
+            axis = axes[i, j]
+            axis.set_xticks([])
+            axis.set_yticks([])
+            row = best.get((a, b), {}).get((class_a, class_b)) or best.get((b, a), {}).get((class_b, class_a))
+            if row is not None:
+                _show(axis, load_png(image_path(out_dir, row)))
+                if not row.accepted:
+                    axis.plot([0, 1], [0, 1], color="red", lw=1.5, transform=axis.transAxes)
+                    axis.plot([0, 1], [1, 0], color="red", lw=1.5, transform=axis.transAxes)
+            if j == 0:
+                axis.set_ylabel(a, rotation=0, ha="right", va="center")
+            if i == 0:
+                axis.set_title(b, fontsize=9)
+    label_a, label_b = names.get(class_a, str(class_a)), names.get(class_b, str(class_b))
+    figure.supylabel(f"model that should see '{label_a}'")
+    figure.supxlabel(f"model that should see '{label_b}'")
+    figure.suptitle(f"'{label_a}' vs '{label_b}' for every model pair")
+    save_figure(figure, path)
+
+
+def plot_pair_grids(rows: Sequence[ManifestRow], out_dir: Path) -> list[Path]:
+    """Fig. 3 for every pair: ``fig3_<a>_vs_<b>.png``."""
+    written = []
+    class_names: dict[int, str] = {r.class_a: r.class_a_name for r in rows} | {r.class_b: r.class_b_name for r in rows}
+    names = tuple(class_names[k] for k in sorted(class_names))
+    for (a, b), cells in _best_by_cell(rows).items():
+        path = out_dir / f"fig3_{a}_vs_{b}.png"
+        plot_stimulus_grid({k: load_png(image_path(out_dir, r)) for k, r in cells.items()},
+                           {k: r.accepted for k, r in cells.items()}, names, a, b, path)
+        written.append(path)
+    return written

@@ -1,0 +1,55 @@
+"""``python overview.py sweep_dir=multirun/exp1_mnist``: one manifest and the summary figures of a sweep."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+from tqdm import tqdm
+
+from controversial import overview
+from controversial.atomic import atomic_write_text
+from controversial.errors import UserError, user_errors_as_messages
+from controversial.stimuli import MANIFEST_NAME, write_manifest
+
+log = logging.getLogger(__name__)
+
+
+def _swept_models(sweep_dir: Path) -> list[str] | None:
+    """The experiment's model list from Hydra's record of the sweep, if it had one."""
+    record = sweep_dir / "multirun.yaml"
+    if not record.is_file():
+        return None
+    models = OmegaConf.load(record).get("models")
+    return list(models) if models is not None else None
+
+
+def run(cfg: DictConfig) -> None:
+    with user_errors_as_messages(log):
+        _run(cfg)
+
+
+def _run(cfg: DictConfig) -> None:
+    sweep_dir, out_dir = Path(cfg.sweep_dir), Path(cfg.out_dir)
+    try:
+        manifests = overview.pair_manifests(sweep_dir, exclude=out_dir)
+        rows = overview.collect_rows(manifests, out_dir)
+    except (FileNotFoundError, ValueError) as error:
+        raise UserError(str(error)) from None
+    models = overview.model_order(rows, list(cfg.models) if cfg.models is not None else _swept_models(sweep_dir))
+    write_manifest(out_dir / MANIFEST_NAME, rows)
+    summaries = overview.summarize_pairs(rows)
+    table = overview.acceptance_markdown(summaries, models)
+    atomic_write_text(out_dir / "acceptance.md", table)
+    overview.plot_acceptance_matrix(summaries, models, out_dir / "acceptance_matrix.png")
+    n_classes = len({r.class_a for r in rows})
+    for class_a, class_b in tqdm(cfg.fig2_class_pairs, desc="fig. 2", disable=not cfg.progress):
+        if not (0 <= class_a < n_classes and 0 <= class_b < n_classes and class_a != class_b):
+            raise UserError(f"fig2_class_pairs: [{class_a}, {class_b}] is not a pair of two different classes in 0..{n_classes - 1}")
+        overview.plot_class_pair_matrix(rows, models, class_a, class_b, out_dir, out_dir / f"fig2_{class_a}_{class_b}.png")
+    overview.plot_pair_grids(rows, out_dir)
+    accepted = sum(s.n_accepted for s in summaries.values())
+    cells = sum(s.n_cells for s in summaries.values())
+    print(f"{len(summaries)} model pairs, {accepted}/{cells} cells accepted ({100 * accepted / max(cells, 1):.1f}%), "
+          f"{len(rows)} rows -> {out_dir}")
+    print(table, end="")
