@@ -9,7 +9,7 @@ orders of every pair. An experiment instead lists its models once and sweeps
 from __future__ import annotations
 
 import itertools
-from typing import Sequence
+from collections.abc import Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf

@@ -7,6 +7,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
@@ -17,7 +18,13 @@ from controversial.config import CONF_DIR, register_model_options
 from controversial.errors import UserError
 from controversial.readout import Calibration
 from controversial.registry import create_arch
-from controversial.stimuli import ManifestRow, read_manifest, save_png, without_timing, write_manifest
+from controversial.stimuli import (
+    ManifestRow,
+    read_manifest,
+    save_png,
+    without_timing,
+    write_manifest,
+)
 from controversial.sweeps import register_pair_options, unordered_pairs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,7 +50,7 @@ def _command(*overrides: str) -> list[str]:
 
 def _run(*overrides: str, timeout: int = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    return subprocess.run(_command(*overrides), cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(_command(*overrides), check=False, cwd=ROOT, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _tiny(folder: Path) -> list[str]:
@@ -112,7 +119,7 @@ def test_pending_work_skips_accepted_cells_and_used_seeds():
 
 
 def test_rows_with_missing_or_corrupt_pngs_are_dropped_and_temp_files_removed(tmp_path):
-    save_png(tmp_path / "good.png", __import__("numpy").zeros((1, 28, 28)))
+    save_png(tmp_path / "good.png", np.zeros((1, 28, 28)))
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
     rows = [_row((0, 1), 0, True, "good.png"), _row((0, 2), 0, True, "bad.png"), _row((0, 3), 0, True, "gone.png"),
             _row((0, 4), 0, False)]
