@@ -5,6 +5,7 @@ import logging
 import math
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -53,6 +54,62 @@ def train_supervised(net: nn.Module, images: torch.Tensor, labels: torch.Tensor,
             batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
             x = _random_shift(images[batch], settings.max_shift, generator)
             loss = F.cross_entropy(net(x), labels[batch])
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            running += loss.item()
+        progress(f"epoch {epoch + 1}/{settings.epochs}: train loss {running / steps_per_epoch:.4f}")
+    net.eval()
+
+
+def non_digit_images(count: int, digits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Images with no digit in them, in three equal kinds chosen to cover where synthesis wanders.
+
+    Uniform pixel noise (the synthesis starting point), smooth random blobs (bilinearly upsampled
+    7x7 noise, contrast-stretched: large stroke-free shapes), and training digits cut into a 4x4
+    grid of 7x7 tiles and shuffled (digit-like local strokes without a digit's global shape).
+    """
+    side = digits.shape[-1]
+    kinds = torch.arange(count) % 3
+    out = torch.rand(count, 1, side, side, generator=generator)
+    n_blobs = int((kinds == 1).sum())
+    if n_blobs:
+        coarse = torch.rand(n_blobs, 1, 7, 7, generator=generator)
+        smooth = F.interpolate(coarse, size=(side, side), mode="bilinear", align_corners=False)
+        out[kinds == 1] = ((smooth - 0.5) * 3 + 0.5).clamp(0, 1)
+    n_tiles = int((kinds == 2).sum())
+    if n_tiles:
+        tile = side // 4
+        source = digits[torch.randint(len(digits), (n_tiles,), generator=generator)]
+        tiles = source.unfold(2, tile, tile).unfold(3, tile, tile).reshape(n_tiles, 1, 16, tile, tile)
+        shuffled = torch.stack([t[:, torch.randperm(16, generator=generator)] for t in tiles])
+        grid = shuffled.reshape(n_tiles, 1, 4, 4, tile, tile).permute(0, 1, 2, 4, 3, 5)
+        out[kinds == 2] = grid.reshape(n_tiles, 1, side, side)
+    return out
+
+
+def train_supervised_negatives(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
+    """Per-class sigmoid (binary cross-entropy) training with extra non-digit images whose ten targets are all zero.
+
+    Sigmoid targets, not a softmax, because a softmax cannot say "no class"; ``extra.negative_fraction``
+    sets how many negatives are added per batch, relative to the batch of digits.
+    """
+    fraction = float(settings.extra.get("negative_fraction", 0.25))
+    generator = torch.Generator().manual_seed(settings.seed)
+    optimizer = torch.optim.Adam(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    steps_per_epoch = math.ceil(len(images) / settings.batch_size)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.lr, total_steps=settings.epochs * steps_per_epoch)
+    net.train()
+    for epoch in range(settings.epochs):
+        order = torch.randperm(len(images), generator=generator)
+        running = 0.0
+        for step in range(steps_per_epoch):
+            batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
+            negatives = non_digit_images(max(1, round(fraction * len(batch))), images, generator)
+            x = torch.cat([_random_shift(images[batch], settings.max_shift, generator), negatives])
+            targets = torch.cat([F.one_hot(labels[batch], 10).float(), torch.zeros(len(negatives), 10)])
+            loss = F.binary_cross_entropy_with_logits(net(x), targets, reduction="sum") / len(x)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -116,10 +173,115 @@ def select_kde_bandwidth(net: nn.Module, images: torch.Tensor, labels: torch.Ten
     settings.extra["chosen_sigma"] = best
 
 
+def capsule_margin_loss(lengths: torch.Tensor, labels: torch.Tensor, m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5) -> torch.Tensor:
+    """Sabour et al.'s margin loss: the true capsule longer than m+, the others shorter than m-; mean over images."""
+    target = F.one_hot(labels, lengths.shape[1]).float()
+    present = target * F.relu(m_plus - lengths) ** 2
+    absent = down_weight * (1 - target) * F.relu(lengths - m_minus) ** 2
+    return (present + absent).sum(1).mean()
+
+
+def train_capsule(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
+    """Margin loss on capsule lengths plus ``extra.reconstruction_weight`` x the decoder's summed squared error.
+
+    The decoder reconstructs from the true class's capsule only, as the reconstruction readout does.
+    """
+    weight = float(settings.extra.get("reconstruction_weight", 0.0005))
+    generator = torch.Generator().manual_seed(settings.seed)
+    optimizer = torch.optim.Adam(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    steps_per_epoch = math.ceil(len(images) / settings.batch_size)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.lr, total_steps=settings.epochs * steps_per_epoch)
+    net.train()
+    for epoch in range(settings.epochs):
+        order = torch.randperm(len(images), generator=generator)
+        margin_sum = recon_sum = 0.0
+        for step in range(steps_per_epoch):
+            batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
+            x, y = _random_shift(images[batch], settings.max_shift, generator), labels[batch]
+            capsules = net.capsules(x)
+            margin = capsule_margin_loss(capsules.norm(dim=-1), y)
+            reconstruction = ((net.reconstruct(capsules, y) - x) ** 2).flatten(1).sum(1).mean()
+            loss = margin + weight * reconstruction
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            margin_sum += margin.item()
+            recon_sum += reconstruction.item()
+        progress(f"epoch {epoch + 1}/{settings.epochs}: margin loss {margin_sum / steps_per_epoch:.4f}, "
+                 f"reconstruction SSE {recon_sum / steps_per_epoch:.2f}")
+    net.eval()
+
+
+def derive_from_checkpoint(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
+    """No training: copy the weights of another bundled checkpoint (``extra.source``, e.g. models/mnist/capsnet.pt).
+
+    For a second readout of an already trained network; the architecture kwargs may differ only in
+    ones that do not change the parameters (such as the readout).
+    """
+    from controversial.checkpoints import read_checkpoint
+    from controversial.zoo import PROJECT_ROOT
+
+    if "source" not in settings.extra:
+        raise ValueError("train.method 'derive' needs train.extra.source, the checkpoint to copy weights from")
+    source = Path(settings.extra["source"])
+    source = source if source.is_absolute() else PROJECT_ROOT / source
+    if not source.is_file():
+        raise FileNotFoundError(f"{source} not found: train the source model first (python train.py model={source.stem})")
+    _, state = read_checkpoint(source)
+    net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    progress(f"copied weights from {source}")
+    net.eval()
+
+
+def train_adversarial(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
+    """Madry-style adversarial training: cross-entropy on PGD examples only (random start).
+
+    ``extra``: ``norm`` (linf or l2), ``eps``, ``steps``, ``step_size``, and ``warmup_epochs`` over
+    which eps grows linearly from 0 (a curriculum that helps short schedules start learning).
+    """
+    from controversial.attacks import pgd
+
+    norm, eps = str(settings.extra["norm"]), float(settings.extra["eps"])
+    steps, step_size = int(settings.extra["steps"]), float(settings.extra["step_size"])
+    warmup = float(settings.extra.get("warmup_epochs", 0))
+    generator = torch.Generator().manual_seed(settings.seed)
+    optimizer = torch.optim.Adam(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    steps_per_epoch = math.ceil(len(images) / settings.batch_size)
+    total = settings.epochs * steps_per_epoch
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.lr, total_steps=total)
+    for epoch in range(settings.epochs):
+        order = torch.randperm(len(images), generator=generator)
+        running = correct = 0.0
+        for step in range(steps_per_epoch):
+            progress_fraction = (epoch * steps_per_epoch + step) / (warmup * steps_per_epoch) if warmup > 0 else 1.0
+            current = eps * min(1.0, progress_fraction)
+            batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
+            x, y = _random_shift(images[batch], settings.max_shift, generator), labels[batch]
+            net.eval()  # the attack sees the network as it will be used
+            adversarial = pgd(net, x, y, norm, current, steps, step_size * current / eps, generator=generator)
+            net.train()
+            logits = net(adversarial)
+            loss = F.cross_entropy(logits, y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            running += loss.item()
+            correct += float((logits.argmax(1) == y).float().mean())
+        progress(f"epoch {epoch + 1}/{settings.epochs}: eps {current:.3f}, adversarial loss {running / steps_per_epoch:.4f}, "
+                 f"adversarial train accuracy {100 * correct / steps_per_epoch:.1f}%")
+    net.eval()
+
+
 TRAINING_METHODS: dict[str, Callable[..., None]] = {
     "supervised": train_supervised,
+    "supervised_negatives": train_supervised_negatives,
     "abs_vae": train_abs,
     "kde_bandwidth": select_kde_bandwidth,
+    "capsule": train_capsule,
+    "derive": derive_from_checkpoint,
+    "adversarial": train_adversarial,
 }
 
 
@@ -149,6 +311,28 @@ def evaluate_and_calibrate(net: nn.Module, images: torch.Tensor, labels: torch.T
         "n_test": len(labels),
     }
     return Evaluation(calibration, metrics)
+
+
+def robustness_metrics(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings) -> dict[str, float]:
+    """PGD accuracy at the training eps for adversarially trained models (empty for the others).
+
+    A stronger attack than in training: ``extra.eval_steps`` (default 40) steps of
+    ``extra.eval_step_size`` (default 2.5 eps / steps) from a random start, on the first
+    ``extra.eval_images`` (default 1000) test images.
+    """
+    if settings.method != "adversarial":
+        return {}
+    from controversial.attacks import pgd_accuracy
+
+    norm, eps = str(settings.extra["norm"]), float(settings.extra["eps"])
+    steps = int(settings.extra.get("eval_steps", 40))
+    step_size = float(settings.extra.get("eval_step_size", 2.5 * eps / steps))
+    n = min(int(settings.extra.get("eval_images", 1000)), len(images))
+    accuracy = pgd_accuracy(net, images[:n], labels[:n], norm, eps, steps, step_size, seed=settings.seed)
+    with torch.no_grad():
+        clean = float((net(images[:n]).argmax(1) == labels[:n]).double().mean())
+    attack = f"{norm} eps {eps:g}, {steps} steps of {step_size:.3g}, random start, first {n} test images"
+    return {"pgd_attack": attack, "pgd_accuracy": accuracy, "clean_accuracy_same_images": clean}
 
 
 def timed(function: Callable[[], None]) -> float:

@@ -14,7 +14,7 @@ from controversial.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.data import load_uint8
 from controversial.model_card import write_model_card
 from controversial.registry import create_arch
-from controversial.training import TRAINING_METHODS, TrainSettings, evaluate_and_calibrate
+from controversial.training import TRAINING_METHODS, TrainSettings, evaluate_and_calibrate, robustness_metrics
 from controversial.zoo import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,8 @@ def run(cfg: DictConfig) -> Path:
 
     evaluation = evaluate_and_calibrate(net, test_x, test_y, model_cfg.calibration)
     n_parameters = sum(p.numel() for p in net.parameters())
-    metrics = {**evaluation.metrics, "parameters": n_parameters, "train_time_s": round(train_time, 1)}
+    metrics = {**evaluation.metrics, **robustness_metrics(net, test_x, test_y, settings),
+               "parameters": n_parameters, "train_time_s": round(train_time, 1)}
     log.info("test accuracy %.2f%%, calibration slope %.4g intercept %.4g, NLL %.4f -> %.4f",
              100 * metrics["test_accuracy"], evaluation.calibration.slope, evaluation.calibration.intercept,
              metrics["test_nll_uncalibrated"], metrics["test_nll_calibrated"])

@@ -1,0 +1,80 @@
+"""Projected gradient descent (Madry et al. 2018) in l-inf and l2 balls, for training and evaluation.
+
+Images stay in [0, 1]; the perturbation starts at a random point of the ball and each step
+ascends the cross-entropy (sign of the gradient for l-inf, the normalised gradient for l2), then
+projects back onto the ball and the image range.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+NORMS = ("linf", "l2")
+
+
+def _per_image_norm(t: torch.Tensor) -> torch.Tensor:
+    return t.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (t.dim() - 1)))
+
+
+def project(delta: torch.Tensor, norm: str, eps: float) -> torch.Tensor:
+    """The closest perturbation inside the eps ball of the given norm."""
+    if norm == "linf":
+        return delta.clamp(-eps, eps)
+    if norm == "l2":
+        return delta * (eps / _per_image_norm(delta)).clamp(max=1.0)
+    raise ValueError(f"unknown norm '{norm}'; allowed: {', '.join(NORMS)}")
+
+
+def _random_start(images: torch.Tensor, norm: str, eps: float, generator: torch.Generator | None) -> torch.Tensor:
+    if norm == "linf":
+        return (torch.rand(images.shape, generator=generator) * 2 - 1) * eps
+    direction = torch.randn(images.shape, generator=generator)
+    radius = eps * torch.rand(len(images), generator=generator) ** (1 / images[0].numel())
+    return direction / _per_image_norm(direction) * radius.view(-1, *([1] * (images.dim() - 1)))
+
+
+def pgd(
+    net: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    norm: str,
+    eps: float,
+    steps: int,
+    step_size: float,
+    random_start: bool = True,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Adversarial images within ``eps`` of ``images`` (in ``norm``) that raise the cross-entropy.
+
+    The network's train/eval mode and its parameters' gradients are left as they were.
+    """
+    if norm not in NORMS:
+        raise ValueError(f"unknown norm '{norm}'; allowed: {', '.join(NORMS)}")
+    images = images.detach()
+    delta = _random_start(images, norm, eps, generator) if random_start else torch.zeros_like(images)
+    delta = (images + delta).clamp(0, 1) - images
+    for _ in range(steps):
+        delta.requires_grad_(True)
+        loss = F.cross_entropy(net(images + delta), labels)
+        (grad,) = torch.autograd.grad(loss, delta)
+        with torch.no_grad():
+            step = grad.sign() if norm == "linf" else grad / _per_image_norm(grad)
+            delta = project(delta + step_size * step, norm, eps)
+            delta = (images + delta).clamp(0, 1) - images
+    return (images + delta).detach()
+
+
+def pgd_accuracy(
+    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, norm: str, eps: float, steps: int, step_size: float,
+    batch_size: int = 250, seed: int = 0,
+) -> float:
+    """Accuracy under PGD (random start, fixed seed) on the given images, batched."""
+    generator = torch.Generator().manual_seed(seed)
+    correct = 0
+    for i in range(0, len(images), batch_size):
+        x, y = images[i : i + batch_size], labels[i : i + batch_size]
+        adversarial = pgd(net, x, y, norm, eps, steps, step_size, generator=generator)
+        with torch.no_grad():
+            correct += int((net(adversarial).argmax(1) == y).sum())
+    return correct / len(images)
