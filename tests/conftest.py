@@ -1,9 +1,12 @@
-"""Opt-in markers: slow, data and browser tests run locally only when asked, and always in CI."""
+"""Opt-in markers (slow, data and browser tests run locally only when asked, always in CI) and tiny models."""
 from __future__ import annotations
 
 import os
 
 import pytest
+
+from controversial.readout import Calibration, CalibratedModel
+from controversial.registry import create_arch
 
 OPT_IN_MARKERS = ("slow", "data", "browser")
 
@@ -24,11 +27,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # --- shared fixtures: tiny random models, so tests never need trained weights --------------------
-
-import torch  # noqa: E402
-
-from controversial.readout import Calibration, CalibratedModel  # noqa: E402
-from controversial.registry import create_arch  # noqa: E402
 
 MNIST_CLASSES = tuple(str(d) for d in range(10))
 
