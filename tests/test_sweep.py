@@ -152,6 +152,7 @@ def test_the_run_dir_lock_excludes_a_second_writer(tmp_path):
 # --- end to end --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_experiment_sweep_resumes_and_redoes_only_a_lost_cell(tmp_path, tiny_checkpoints):
     sweep = [f"sweep_dir={tmp_path}", "experiment=exp1_mnist", "models=[vgg,abs]", "synthesis.max_steps=25",
              *_tiny(tiny_checkpoints), "-m"]
