@@ -156,9 +156,8 @@ def plot_class_pair_matrix(rows: Sequence[ManifestRow], models: Sequence[str], c
             if i == 0:
                 axis.set_title(b, fontsize=9)
     label_a, label_b = names.get(class_a, str(class_a)), names.get(class_b, str(class_b))
-    figure.supylabel(f"model that should see '{label_a}'")
-    figure.supxlabel(f"model that should see '{label_b}'")
-    figure.suptitle(f"'{label_a}' vs '{label_b}' for every model pair")
+    figure.suptitle(f"'{label_a}' vs '{label_b}' for every model pair\nrows: the model that should see '{label_a}'; "
+                    f"columns: the one that should see '{label_b}'", fontsize=10, y=1.0, va="bottom")
     save_figure(figure, path)
 
 
