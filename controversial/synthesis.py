@@ -16,9 +16,9 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Sequence
 
 import torch
 

@@ -69,7 +69,7 @@ def start_tracking(mode: str, project: str, run_dir: Path, run_name: str, group:
     try:
         run = wandb.init(mode=mode, project=project, name=run_name, group=group, dir=str(run_dir),
                          config=config, settings=wandb.Settings(silent=True))
-    except Exception as error:  # wandb raises several types for login/network problems
+    except Exception as error:  # noqa: BLE001 -- wandb raises several types for login/network problems
         raise UserError(f"wandb.mode={mode} could not start ({type(error).__name__}: {error}); "
                         "use wandb.mode=offline (no account needed) or wandb.mode=disabled") from None
     log.info("wandb %s run %s in %s", mode, run_name, run.dir)

@@ -30,7 +30,7 @@ from controversial.figures import plot_stimulus_grid
 from controversial.readout import CalibratedModel
 from controversial.stimuli import MANIFEST_NAME, ManifestRow, load_png, save_png, stimulus_filename, write_manifest
 from controversial.synthesis import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
-from controversial.tracking import start_tracking
+from controversial.tracking import Tracker, start_tracking
 from controversial.zoo import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -111,6 +111,20 @@ def _initial_images(cells: list[Cell], shape: tuple[int, int, int], init: str, d
     raise UserError(f"init={init!r} is not known; allowed: noise, test_image")
 
 
+def _callbacks(bar: tqdm, tracker: Tracker, attempt: int, step_offset: int):
+    """The engine's per-step hooks for one attempt: the progress bar, and score statistics for tracking."""
+
+    def on_step(step: int, n_active: int) -> None:
+        bar.update(1)
+        bar.set_postfix(active=n_active)
+
+    def on_scores(step: int, hard: torch.Tensor) -> None:
+        tracker.log({"attempt": attempt, "active": len(hard), "hard/median": float(hard.median()),
+                     "hard/max": float(hard.max())}, step=step_offset + step)
+
+    return on_step, (on_scores if tracker.enabled else None)
+
+
 def output_dir() -> Path:
     return Path(HydraConfig.get().runtime.output_dir)
 
@@ -146,7 +160,7 @@ def _run(cfg: DictConfig) -> list[ManifestRow]:
 
 
 def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: torch.device, out_dir: Path,
-                     rows: list[ManifestRow], tracker) -> list[ManifestRow]:
+                     rows: list[ManifestRow], tracker: Tracker) -> list[ManifestRow]:
     info = dataset_info(cfg.model_a.dataset)
     settings = SynthesisSettings(
         **{k: v for k, v in cfg.synthesis.items()},
@@ -171,16 +185,9 @@ def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: tor
         targets = torch.tensor([[c.class_a, c.class_b] for c in cells], device=device)
         bar = tqdm(total=settings.max_steps, desc=f"attempt {attempt + 1}/{cfg.max_attempts} ({len(cells)} images)", disable=not cfg.progress, leave=False)
 
-        def on_step(step: int, n_active: int) -> None:
-            bar.update(1)
-            bar.set_postfix(active=n_active)
-
-        def on_scores(step: int, hard: torch.Tensor) -> None:
-            tracker.log({"attempt": attempt + 1, "active": len(hard), "hard/median": float(hard.median()),
-                         "hard/max": float(hard.max())}, step=global_step + step)
-
+        on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
         result = synthesize_batch(models, targets, initial.to(device), settings, seed=base, on_step=on_step,
-                                  on_scores=on_scores if tracker.enabled else None)
+                                  on_scores=on_scores)
         bar.close()
         global_step += settings.max_steps
         per_image_time = result.total_seconds / len(cells)
