@@ -10,6 +10,8 @@ from controversial.registry import create_arch
 
 OPT_IN_MARKERS = ("slow", "data", "browser")
 
+os.environ.setdefault("WANDB_MODE", "disabled")  # tests never create wandb runs (tracking tests set it themselves)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     for marker in OPT_IN_MARKERS:
