@@ -166,3 +166,18 @@ def test_bundled_checkpoint_accuracy_and_input_gradient(name, test_slice):
     assert accuracy >= CHECKPOINT_FLOORS[name], f"{name}: {accuracy:.3f} on the first 500 test images"
     grad = _input_gradient(model, images[:8])
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def test_robustness_metrics_only_for_adversarial_training():
+    from controversial.training import robustness_metrics
+
+    torch.manual_seed(0)
+    net = create_arch("madry_mnist", **TINY["madry_mnist"]).eval()
+    images, labels = torch.rand(6, 1, 28, 28), torch.randint(0, 10, (6,))
+    assert robustness_metrics(net, images, labels, TrainSettings(method="supervised")) == {}
+    settings = TrainSettings(method="adversarial", extra={"norm": "linf", "eps": 0.3, "steps": 1, "step_size": 0.1, "eval_steps": 3, "eval_images": 4})
+    metrics = robustness_metrics(net, images, labels, settings)
+    assert metrics["pgd_attack"].startswith("linf eps 0.3, 3 steps") and "first 4 test images" in metrics["pgd_attack"]
+    with torch.no_grad():
+        clean = float((net(images[:4]).argmax(1) == labels[:4]).double().mean())
+    assert metrics["clean_accuracy_same_images"] == clean and metrics["pgd_accuracy"] in {0, 0.25, 0.5, 0.75, 1}

@@ -41,7 +41,7 @@ class PredictiveCodingNet(nn.Module):
             nn.ConvTranspose2d(c_out, c_in, 3, stride=s, padding=1, output_padding=s - 1, bias=False)
             for c_in, c_out, s in zip(channels, channels[1:], strides)
         )
-        # Update rates, passed through ReLU so they stay non-negative (initialised as in Wen et al.: a = 1, b = 0.5).
+        # Learned per-layer update rates, passed through ReLU so they stay non-negative (initial a = 1, b = 0.5).
         self.feedforward_rate = nn.Parameter(torch.ones(len(widths)))
         self.feedback_rate = nn.Parameter(torch.full((len(widths) - 1,), 0.5))
         self.top_norm = nn.BatchNorm2d(widths[-1])
