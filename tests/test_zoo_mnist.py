@@ -141,7 +141,7 @@ def test_non_digit_images_are_in_range_and_tiles_are_a_permutation_of_a_digit():
 # --- bundled checkpoints (need MNIST from the data root) ------------------------------------------
 
 # Floors on the first 500 test images, a little under each model's full-test-set accuracy.
-CHECKPOINT_FLOORS = {"vgg_neg": 0.97, "capsnet": 0.97, "capsnet_recon": 0.8, "pcn": 0.97, "madry_linf": 0.95, "madry_l2": 0.95}
+CHECKPOINT_FLOORS = {"vgg_neg": 0.97, "capsnet": 0.97, "capsnet_recon": 0.85, "pcn": 0.97, "madry_linf": 0.95, "madry_l2": 0.95}
 
 
 @pytest.fixture(scope="module")
