@@ -17,6 +17,10 @@ from omegaconf import OmegaConf
 from controversial.training import TrainSettings
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+# ``${if_null:${output_dir},default}``: OmegaConf's oc.select falls back only when a key is *missing*,
+# not when it is null, so optional path options such as ``output_dir: null`` need this resolver.
+OmegaConf.register_new_resolver("if_null", lambda value, default: default if value is None else value, replace=True)
 MODEL_GROUPS = ("model_a", "model_b")
 
 

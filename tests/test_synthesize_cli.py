@@ -80,3 +80,16 @@ def test_bad_requests_get_one_paragraph_and_no_traceback(tmp_path, overrides, ex
     assert result.returncode != 0
     assert expected in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+
+
+def test_default_output_folders_resolve_for_single_runs_and_sweeps(tmp_path, tiny_checkpoints):
+    """No hydra.run.dir / sweep_dir given: the documented default folders (relative to the cwd) are used."""
+    tiny = [*_tiny(tiny_checkpoints)[2:4], "synthesis.max_steps=2", "max_attempts=1", "progress=false", "wandb.mode=disabled"]
+    single = subprocess.run([sys.executable, str(ROOT / "synthesize.py"), "model_a=abs", "model_b=vgg", *tiny],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert single.returncode == 0, single.stderr
+    assert len(list((tmp_path / "outputs" / "synthesize" / "abs_vs_vgg").glob("*/manifest.csv"))) == 1
+    sweep = subprocess.run([sys.executable, str(ROOT / "synthesize.py"), "-m", "model_a=abs", "model_b=vgg", *tiny],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert sweep.returncode == 0, sweep.stderr
+    assert len(list((tmp_path / "multirun").glob("*/abs_vs_vgg/manifest.csv"))) == 1
