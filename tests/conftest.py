@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from hydra.core.hydra_config import HydraConfig
 
 from controversial.readout import Calibration, CalibratedModel
 from controversial.registry import create_arch
@@ -26,6 +27,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker in OPT_IN_MARKERS:
             if marker in item.keywords and not (run_all or config.getoption(f"--run-{marker}")):
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: pass --run-{marker} (always on in CI)"))
+
+
+@pytest.fixture(autouse=True)
+def _no_hydra_state_between_tests():
+    """Tests that run tasks in-process set Hydra's global HydraConfig; never let it leak into the next test."""
+    yield
+    HydraConfig.instance().cfg = None
 
 
 # --- shared fixtures: tiny random models, so tests never need trained weights --------------------
