@@ -13,7 +13,8 @@ import numpy as np  # noqa: E402
 from controversial.atomic import atomic_write_bytes  # noqa: E402
 
 
-def _show(axis, image: np.ndarray) -> None:
+def show_image(axis, image: np.ndarray) -> None:
+    """Draw a (C,H,W) image in [0,1] on a matplotlib axis at native pixels."""
     if image.shape[0] == 1:
         axis.imshow(image[0], cmap="gray", vmin=0, vmax=1, interpolation="nearest")
     else:
@@ -46,7 +47,7 @@ def plot_stimulus_grid(
             for spine in axis.spines.values():
                 spine.set_visible(False)
             if (a, b) in images:
-                _show(axis, images[(a, b)])
+                show_image(axis, images[(a, b)])
                 if not accepted.get((a, b), False):
                     axis.plot([0, 1], [0, 1], color="red", lw=1.5, transform=axis.transAxes)
                     axis.plot([0, 1], [1, 0], color="red", lw=1.5, transform=axis.transAxes)

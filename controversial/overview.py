@@ -18,7 +18,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from controversial.figures import _show, plot_stimulus_grid, save_figure
+from controversial.figures import plot_stimulus_grid, save_figure, show_image
 from controversial.runstate import best_rows
 from controversial.stimuli import MANIFEST_NAME, ManifestRow, load_png, read_manifest
 
@@ -147,7 +147,7 @@ def plot_class_pair_matrix(rows: Sequence[ManifestRow], models: Sequence[str], c
             axis.set_yticks([])
             row = best.get((a, b), {}).get((class_a, class_b)) or best.get((b, a), {}).get((class_b, class_a))
             if row is not None:
-                _show(axis, load_png(image_path(out_dir, row)))
+                show_image(axis, load_png(image_path(out_dir, row)))
                 if not row.accepted:
                     axis.plot([0, 1], [0, 1], color="red", lw=1.5, transform=axis.transAxes)
                     axis.plot([0, 1], [1, 0], color="red", lw=1.5, transform=axis.transAxes)
