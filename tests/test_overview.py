@@ -63,7 +63,7 @@ def test_overview_command_writes_manifest_and_figures(sweep):
 
 def test_fig2_takes_the_mirrored_cell_from_the_other_orientation(sweep, monkeypatch):
     shown = []
-    monkeypatch.setattr(overview, "_show", lambda axis, image: shown.append(round(float(image[0, 0, 0]) * 255)))
+    monkeypatch.setattr(overview, "show_image", lambda axis, image: shown.append(round(float(image[0, 0, 0]) * 255)))
     rows = overview.collect_rows(overview.pair_manifests(sweep), sweep / "overview")
     overview.plot_class_pair_matrix(rows, ["abs", "vgg"], 7, 3, sweep / "overview", sweep / "f.png")
     assert shown == [73, 37]  # abs sees 7 / vgg sees 3: (7, 3) of abs_vs_vgg; vgg sees 7 / abs sees 3: its (3, 7)
