@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -40,27 +39,56 @@ def _random_shift(images: torch.Tensor, max_shift: int, generator: torch.Generat
     return padded[..., dy : dy + images.shape[-2], dx : dx + images.shape[-1]]
 
 
-def train_supervised(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
-    """Cross-entropy training with Adam and a cosine learning-rate schedule."""
+BatchLoss = Callable[[torch.Tensor, torch.Generator, int, int], tuple[torch.Tensor, dict[str, float]]]
+
+
+def _minibatch_training(
+    net: nn.Module,
+    n_images: int,
+    settings: TrainSettings,
+    progress: Progress,
+    batch_loss: BatchLoss,
+    describe: Callable[[dict[str, float]], str],
+) -> None:
+    """The loop every discriminative method shares: Adam, a one-cycle schedule, a seeded shuffle per epoch.
+
+    ``batch_loss(batch_indices, generator, epoch, step)`` returns the loss and figures to average
+    over the epoch; ``describe`` turns those epoch means into the progress line.
+    """
     generator = torch.Generator().manual_seed(settings.seed)
     optimizer = torch.optim.Adam(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    steps_per_epoch = math.ceil(len(images) / settings.batch_size)
+    steps_per_epoch = math.ceil(n_images / settings.batch_size)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.lr, total_steps=settings.epochs * steps_per_epoch)
     net.train()
     for epoch in range(settings.epochs):
-        order = torch.randperm(len(images), generator=generator)
-        running = 0.0
+        order = torch.randperm(n_images, generator=generator)
+        sums: dict[str, float] = {}
         for step in range(steps_per_epoch):
             batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
-            x = _random_shift(images[batch], settings.max_shift, generator)
-            loss = F.cross_entropy(net(x), labels[batch])
+            loss, figures = batch_loss(batch, generator, epoch, step)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
             scheduler.step()
-            running += loss.item()
-        progress(f"epoch {epoch + 1}/{settings.epochs}: train loss {running / steps_per_epoch:.4f}")
+            for name, value in figures.items():
+                sums[name] = sums.get(name, 0.0) + value
+        progress(f"epoch {epoch + 1}/{settings.epochs}: " + describe({k: v / steps_per_epoch for k, v in sums.items()}))
     net.eval()
+
+
+def _describe_loss(means: dict[str, float]) -> str:
+    return f"train loss {means['loss']:.4f}"
+
+
+def train_supervised(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
+    """Cross-entropy training with Adam and a one-cycle learning-rate schedule."""
+
+    def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
+        x = _random_shift(images[batch], settings.max_shift, generator)
+        loss = F.cross_entropy(net(x), labels[batch])
+        return loss, {"loss": loss.item()}
+
+    _minibatch_training(net, len(images), settings, progress, batch_loss, _describe_loss)
 
 
 def non_digit_images(count: int, digits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -96,27 +124,15 @@ def train_supervised_negatives(net: nn.Module, images: torch.Tensor, labels: tor
     sets how many negatives are added per batch, relative to the batch of digits.
     """
     fraction = float(settings.extra.get("negative_fraction", 0.25))
-    generator = torch.Generator().manual_seed(settings.seed)
-    optimizer = torch.optim.Adam(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    steps_per_epoch = math.ceil(len(images) / settings.batch_size)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.lr, total_steps=settings.epochs * steps_per_epoch)
-    net.train()
-    for epoch in range(settings.epochs):
-        order = torch.randperm(len(images), generator=generator)
-        running = 0.0
-        for step in range(steps_per_epoch):
-            batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
-            negatives = non_digit_images(max(1, round(fraction * len(batch))), images, generator)
-            x = torch.cat([_random_shift(images[batch], settings.max_shift, generator), negatives])
-            targets = torch.cat([F.one_hot(labels[batch], 10).float(), torch.zeros(len(negatives), 10)])
-            loss = F.binary_cross_entropy_with_logits(net(x), targets, reduction="sum") / len(x)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            running += loss.item()
-        progress(f"epoch {epoch + 1}/{settings.epochs}: train loss {running / steps_per_epoch:.4f}")
-    net.eval()
+
+    def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
+        negatives = non_digit_images(max(1, round(fraction * len(batch))), images, generator)
+        x = torch.cat([_random_shift(images[batch], settings.max_shift, generator), negatives])
+        targets = torch.cat([F.one_hot(labels[batch], 10).float(), torch.zeros(len(negatives), 10)])
+        loss = F.binary_cross_entropy_with_logits(net(x), targets, reduction="sum") / len(x)
+        return loss, {"loss": loss.item()}
+
+    _minibatch_training(net, len(images), settings, progress, batch_loss, _describe_loss)
 
 
 def train_abs(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
@@ -187,30 +203,18 @@ def train_capsule(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, se
     The decoder reconstructs from the true class's capsule only, as the reconstruction readout does.
     """
     weight = float(settings.extra.get("reconstruction_weight", 0.0005))
-    generator = torch.Generator().manual_seed(settings.seed)
-    optimizer = torch.optim.Adam(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
-    steps_per_epoch = math.ceil(len(images) / settings.batch_size)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.lr, total_steps=settings.epochs * steps_per_epoch)
-    net.train()
-    for epoch in range(settings.epochs):
-        order = torch.randperm(len(images), generator=generator)
-        margin_sum = recon_sum = 0.0
-        for step in range(steps_per_epoch):
-            batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
-            x, y = _random_shift(images[batch], settings.max_shift, generator), labels[batch]
-            capsules = net.capsules(x)
-            margin = capsule_margin_loss(capsules.norm(dim=-1), y)
-            reconstruction = ((net.reconstruct(capsules, y) - x) ** 2).flatten(1).sum(1).mean()
-            loss = margin + weight * reconstruction
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            margin_sum += margin.item()
-            recon_sum += reconstruction.item()
-        progress(f"epoch {epoch + 1}/{settings.epochs}: margin loss {margin_sum / steps_per_epoch:.4f}, "
-                 f"reconstruction SSE {recon_sum / steps_per_epoch:.2f}")
-    net.eval()
+
+    def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
+        x, y = _random_shift(images[batch], settings.max_shift, generator), labels[batch]
+        capsules = net.capsules(x)
+        margin = capsule_margin_loss(capsules.norm(dim=-1), y)
+        reconstruction = ((net.reconstruct(capsules, y) - x) ** 2).flatten(1).sum(1).mean()
+        return margin + weight * reconstruction, {"margin": margin.item(), "reconstruction": reconstruction.item()}
+
+    def describe(means: dict[str, float]) -> str:
+        return f"margin loss {means['margin']:.4f}, reconstruction SSE {means['reconstruction']:.2f}"
+
+    _minibatch_training(net, len(images), settings, progress, batch_loss, describe)
 
 
 def derive_from_checkpoint(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
@@ -245,33 +249,27 @@ def train_adversarial(net: nn.Module, images: torch.Tensor, labels: torch.Tensor
     norm, eps = str(settings.extra["norm"]), float(settings.extra["eps"])
     steps, step_size = int(settings.extra["steps"]), float(settings.extra["step_size"])
     warmup = float(settings.extra.get("warmup_epochs", 0))
-    generator = torch.Generator().manual_seed(settings.seed)
-    optimizer = torch.optim.Adam(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     steps_per_epoch = math.ceil(len(images) / settings.batch_size)
-    total = settings.epochs * steps_per_epoch
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.lr, total_steps=total)
-    for epoch in range(settings.epochs):
-        order = torch.randperm(len(images), generator=generator)
-        running = correct = 0.0
-        for step in range(steps_per_epoch):
-            progress_fraction = (epoch * steps_per_epoch + step) / (warmup * steps_per_epoch) if warmup > 0 else 1.0
-            current = eps * min(1.0, progress_fraction)
-            batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
-            x, y = _random_shift(images[batch], settings.max_shift, generator), labels[batch]
-            net.eval()  # the attack sees the network as it will be used
-            adversarial = pgd(net, x, y, norm, current, steps, step_size * current / eps, generator=generator)
-            net.train()
-            logits = net(adversarial)
-            loss = F.cross_entropy(logits, y)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            running += loss.item()
-            correct += float((logits.argmax(1) == y).float().mean())
-        progress(f"epoch {epoch + 1}/{settings.epochs}: eps {current:.3f}, adversarial loss {running / steps_per_epoch:.4f}, "
-                 f"adversarial train accuracy {100 * correct / steps_per_epoch:.1f}%")
-    net.eval()
+
+    def current_eps(epoch: int, step: int) -> float:
+        fraction = (epoch * steps_per_epoch + step) / (warmup * steps_per_epoch) if warmup > 0 else 1.0
+        return eps * min(1.0, fraction)
+
+    def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
+        current = current_eps(epoch, step)
+        x, y = _random_shift(images[batch], settings.max_shift, generator), labels[batch]
+        net.eval()  # the attack sees the network as it will be used
+        adversarial = pgd(net, x, y, norm, current, steps, step_size * current / eps, generator=generator)
+        net.train()
+        logits = net(adversarial)
+        loss = F.cross_entropy(logits, y)
+        return loss, {"loss": loss.item(), "accuracy": float((logits.argmax(1) == y).float().mean()), "eps": current}
+
+    def describe(means: dict[str, float]) -> str:
+        return (f"mean eps {means['eps']:.3f}, adversarial loss {means['loss']:.4f}, "
+                f"adversarial train accuracy {100 * means['accuracy']:.1f}%")
+
+    _minibatch_training(net, len(images), settings, progress, batch_loss, describe)
 
 
 TRAINING_METHODS: dict[str, Callable[..., None]] = {
@@ -333,9 +331,3 @@ def robustness_metrics(net: nn.Module, images: torch.Tensor, labels: torch.Tenso
         clean = float((net(images[:n]).argmax(1) == labels[:n]).double().mean())
     attack = f"{norm} eps {eps:g}, {steps} steps of {step_size:.3g}, random start, first {n} test images"
     return {"pgd_attack": attack, "pgd_accuracy": accuracy, "clean_accuracy_same_images": clean}
-
-
-def timed(function: Callable[[], None]) -> float:
-    start = time.perf_counter()
-    function()
-    return time.perf_counter() - start
