@@ -14,6 +14,7 @@ from torch import nn
 from controversial import __version__
 from controversial.atomic import atomic_write_bytes
 from controversial.data import dataset_info
+from controversial.inference import fold_batch_norms
 from controversial.readout import Calibration, CalibratedModel
 from controversial.registry import create_arch
 
@@ -100,12 +101,16 @@ def read_checkpoint(path: str | Path) -> tuple[CheckpointInfo, dict[str, torch.T
 
 
 def load_checkpoint(path: str | Path, data_root: str | None = None) -> CalibratedModel:
-    """Rebuild the architecture, load float32 weights, and wrap it with its calibration (eval mode)."""
+    """Rebuild the architecture, load float32 weights, and wrap it with its calibration.
+
+    The result is for inference only: eval mode, frozen weights, batch norms folded into convolutions.
+    """
     info, state = read_checkpoint(path)
     kwargs = dict(info.arch_kwargs)
     if info.arch == "gaussian_kde":
         kwargs["data_root"] = data_root
     net = create_arch(info.arch, **kwargs)
     net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    fold_batch_norms(net.eval())
     model = CalibratedModel(net, info.calibration, info.name, info.dataset, dataset_info(info.dataset).class_names)
     return model.eval().requires_grad_(False)

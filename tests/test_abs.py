@@ -83,3 +83,28 @@ def test_scores_under_no_grad_and_refuses_inference_mode_clearly():
             assert "torch.no_grad()" in str(error)
         else:
             raise AssertionError("inference_mode should be refused")
+
+
+def test_cached_decoder_output_matches_the_stored_latents():
+    """The warm start scores the previous optimum from a cache; the cache must be exactly G(z*)."""
+    model = _tiny_abs()
+    images = torch.rand(5, 1, 6, 6)
+    model.reset_state()
+    model.set_active_rows(torch.arange(5))
+    model(images)
+    model.set_active_rows(torch.tensor([0, 4]))
+    model(images[[0, 4]] * 0.9)
+    assert torch.allclose(model._warm_pixel_logits, model.decoder(model._warm_latents), atol=1e-6)
+
+
+def test_fast_elu_is_torch_elu_with_the_same_gradient():
+    from controversial.archs.abs_vae import ELU
+
+    inputs = torch.linspace(-8, 8, 1001, dtype=torch.float64).requires_grad_(True)
+    inputs = inputs[inputs != 0].detach().requires_grad_(True)  # the kink: both one-sided slopes are 1
+    fast = ELU()(inputs)
+    (fast_grad,) = torch.autograd.grad(fast.sum(), inputs)
+    reference = torch.nn.functional.elu(inputs)
+    (reference_grad,) = torch.autograd.grad(reference.sum(), inputs)
+    assert torch.allclose(fast, reference, atol=1e-12)
+    assert torch.allclose(fast_grad, reference_grad, atol=1e-12)

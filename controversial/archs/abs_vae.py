@@ -34,12 +34,35 @@ class GroupedLinear(nn.Module):
         return torch.baddbmm(self.bias, inputs, self.weight)
 
 
+class _ExpELU(torch.autograd.Function):
+    """ELU as ``max(x, 0) + e - 1`` with ``e = exp(min(x, 0))``, whose derivative is simply ``e``."""
+
+    @staticmethod
+    def forward(ctx, inputs: torch.Tensor) -> torch.Tensor:
+        slope = inputs.clamp(max=0).exp()
+        ctx.save_for_backward(slope)
+        return inputs.clamp(min=0) + slope - 1
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor) -> torch.Tensor:
+        (slope,) = ctx.saved_tensors
+        return grad_output * slope
+
+
+class ELU(nn.Module):
+    """``F.elu`` (alpha 1) to float rounding, about 7x faster on CPU, where torch's ELU goes
+    through a slow ``expm1``. Synthesis spends much of its ABS time here."""
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return _ExpELU.apply(inputs)
+
+
 def _mlp(sizes: list[int]) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
         layers.append(GroupedLinear(N_CLASSES, n_in, n_out))
         if i < len(sizes) - 2:
-            layers.append(nn.ELU())
+            layers.append(ELU())
     return nn.Sequential(*layers)
 
 
@@ -73,7 +96,8 @@ class AnalysisBySynthesis(nn.Module):
         self.decoder = _mlp([latent_dim, *decoder_hidden, n_pixels])  # outputs pixel logits
         prior = torch.randn(n_prior_samples, latent_dim, generator=torch.Generator().manual_seed(seed))
         self.register_buffer("prior_samples", prior, persistent=False)
-        self._warm_latents: torch.Tensor | None = None
+        self._warm_latents: torch.Tensor | None = None  # (10, batch, d): last optimum per element
+        self._warm_pixel_logits: torch.Tensor | None = None  # (10, batch, D): the decoder's output there
         self._rows: torch.Tensor | None = None
 
     # --- the generative model -------------------------------------------------------------
@@ -86,21 +110,28 @@ class AnalysisBySynthesis(nn.Module):
         """(10,M,d) -> (10,M,D) images in [0,1]: class k's decoder applied to latents[k]."""
         return torch.sigmoid(self.decoder(latents))
 
-    def reconstruction_error(self, flat: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
-        """-log p(x|z) up to a constant: squared error (Gaussian) or cross-entropy (Bernoulli)."""
-        pixel_logits = self.decoder(latents)
+    def reconstruction_error(self, flat: torch.Tensor, pixel_logits: torch.Tensor) -> torch.Tensor:
+        """-log p(x|z) up to a constant, from the decoder's pixel logits at z: squared error
+        (Gaussian) or cross-entropy (Bernoulli)."""
         if self.likelihood == "bernoulli":
             return F.binary_cross_entropy_with_logits(pixel_logits, flat.expand_as(pixel_logits), reduction="none").sum(-1)
-        return ((flat - torch.sigmoid(pixel_logits)) ** 2).sum(-1)
+        # mse_loss rather than (x - G(z)) ** 2: its fused backward is about 10x faster on CPU here
+        return F.mse_loss(torch.sigmoid(pixel_logits), flat.expand_as(pixel_logits), reduction="none").sum(-1)
 
-    def loss(self, flat: torch.Tensor, latents: torch.Tensor) -> torch.Tensor:
-        """Per-class fit loss: flat (N,D) or (10,N,D), latents (10,N,d) -> (10,N)."""
-        return self.reconstruction_error(flat, latents) + 0.5 * self.beta * (latents**2).sum(-1)
+    def loss(self, flat: torch.Tensor, latents: torch.Tensor, pixel_logits: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-class fit loss: flat (N,D) or (10,N,D), latents (10,N,d) -> (10,N).
+
+        ``pixel_logits`` (the decoder's output at ``latents``) may be passed to skip the decoder.
+        """
+        if pixel_logits is None:
+            pixel_logits = self.decoder(latents)
+        return self.reconstruction_error(flat, pixel_logits) + 0.5 * self.beta * (latents**2).sum(-1)
 
     # --- inference --------------------------------------------------------------------------
     def reset_state(self) -> None:
         """Forget warm-start latents; inference starts cold (the standard, accurate setting)."""
         self._warm_latents = None
+        self._warm_pixel_logits = None
         self._rows = None
 
     def set_active_rows(self, rows: torch.Tensor) -> None:
@@ -120,9 +151,13 @@ class AnalysisBySynthesis(nn.Module):
 
     @torch.no_grad()
     def _warm_start(self, flat: torch.Tensor, encoded: torch.Tensor) -> torch.Tensor:
-        """The previous step's optimum, unless the encoder's guess now fits better."""
+        """The previous step's optimum, unless the encoder's guess now fits better.
+
+        The previous optimum is scored from its cached decoder output, which saves a decoder pass.
+        """
         previous = self._warm_latents[:, self._rows]
-        better = (self.loss(flat, encoded) < self.loss(flat, previous)).unsqueeze(-1)
+        previous_loss = self.loss(flat, previous, self._warm_pixel_logits[:, self._rows])
+        better = (self.loss(flat, encoded) < previous_loss).unsqueeze(-1)
         return torch.where(better, encoded, previous)
 
     def optimise_latents(self, flat: torch.Tensor) -> torch.Tensor:
@@ -141,30 +176,41 @@ class AnalysisBySynthesis(nn.Module):
                 optimizer.zero_grad()
                 self.loss(flat, latents).sum().backward()
                 optimizer.step()
-        latents = latents.detach()
-        if self._rows is not None:
-            size = int(self._rows.max()) + 1
-            if self._warm_latents is None or self._warm_latents.shape[1] < size:
-                grown = torch.zeros(N_CLASSES, size, self.latent_dim)
-                if self._warm_latents is not None:
-                    grown[:, : self._warm_latents.shape[1]] = self._warm_latents
-                self._warm_latents = grown
-            self._warm_latents[:, self._rows] = latents
-        return latents
+        return latents.detach()
+
+    def _remember(self, latents: torch.Tensor, pixel_logits: torch.Tensor) -> None:
+        """Keep each active element's optimum (and its decoder output) for the next warm start."""
+        size = int(self._rows.max()) + 1
+        if self._warm_latents is None or self._warm_latents.shape[1] < size:
+            self._warm_latents = _grow(self._warm_latents, size, self.latent_dim, latents)
+            self._warm_pixel_logits = _grow(self._warm_pixel_logits, size, pixel_logits.shape[-1], pixel_logits)
+        self._warm_latents[:, self._rows] = latents
+        self._warm_pixel_logits[:, self._rows] = pixel_logits.detach()
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         flat = images.reshape(len(images), -1)
         latents = self.optimise_latents(flat)
-        return -self.loss(flat, latents).T
+        pixel_logits = self.decoder(latents)
+        if self._rows is not None:
+            self._remember(latents, pixel_logits)
+        return -self.loss(flat, latents, pixel_logits).T
 
     # --- training ---------------------------------------------------------------------------
     def elbo_loss(self, class_batches: torch.Tensor) -> torch.Tensor:
         """Negative ELBO for a (10,B,D) batch, one class per group."""
         mean, log_var = self.encoder(class_batches).chunk(2, dim=-1)
         latents = mean + torch.randn_like(mean) * (0.5 * log_var).exp()
-        recon = self.reconstruction_error(class_batches, latents)
+        recon = self.reconstruction_error(class_batches, self.decoder(latents))
         kl = 0.5 * (mean**2 + log_var.exp() - 1 - log_var).sum(-1)
         return (recon + self.beta * kl).mean()
+
+
+def _grow(buffer: torch.Tensor | None, size: int, width: int, like: torch.Tensor) -> torch.Tensor:
+    """A (10, size, width) zero buffer holding ``buffer``'s rows, so a batch may address more elements."""
+    grown = like.new_zeros(N_CLASSES, size, width)
+    if buffer is not None:
+        grown[:, : buffer.shape[1]] = buffer
+    return grown
 
 
 @register_arch("abs")

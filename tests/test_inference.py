@@ -1,0 +1,42 @@
+import pytest
+import torch
+from torch import nn
+
+from controversial.inference import fold_batch_norms
+
+
+def _conv_bn_net() -> nn.Sequential:
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+        nn.Sequential(nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4)),
+        nn.BatchNorm2d(4),  # not after a convolution: left alone
+        nn.Flatten(), nn.LazyLinear(3),
+    )
+    net(torch.rand(2, 1, 8, 8))
+    for norm in net.modules():
+        if isinstance(norm, nn.BatchNorm2d):  # non-trivial running statistics and affine terms
+            norm.running_mean.uniform_(-1, 1)
+            norm.running_var.uniform_(0.5, 2)
+            norm.weight.data.uniform_(0.5, 2)
+            norm.bias.data.uniform_(-1, 1)
+    return net.eval()
+
+
+def test_folding_keeps_the_function_and_its_input_gradient():
+    net = _conv_bn_net()
+    images = torch.rand(5, 1, 8, 8, requires_grad=True)
+    expected = net(images)
+    (expected_grad,) = torch.autograd.grad(expected.sum(), images)
+    assert fold_batch_norms(net) == 2
+    assert isinstance(net[1], nn.Identity) and isinstance(net[3][1], nn.Identity)
+    assert isinstance(net[4], nn.BatchNorm2d)
+    folded = net(images)
+    (folded_grad,) = torch.autograd.grad(folded.sum(), images)
+    assert torch.allclose(folded, expected, atol=1e-5)
+    assert torch.allclose(folded_grad, expected_grad, atol=1e-5)
+
+
+def test_folding_refuses_a_module_in_training_mode():
+    with pytest.raises(ValueError, match="eval-mode"):
+        fold_batch_norms(_conv_bn_net().train())
