@@ -1,55 +1,123 @@
-"""Batched synthesis vs one class pair at a time (the public tutorial's way), side by side.
+"""Synthesis speed, measured: batched engine vs one class pair at a time, and every model family.
 
-For each model pair: seconds for the full 90-cell matrix with the batched engine (one attempt, no
-retries), the same settings run one cell at a time on a stated subset of cells and scaled to 90,
-their ratio, and the share of time spent inside model forward/backward.
+Part 1 (``--pairs``): for each model pair, seconds for the full 90-cell matrix with the batched
+engine (one attempt, no retries) next to the same settings run one cell at a time (the public
+tutorial's way) on a stated subset of cells and scaled to 90, and their ratio.
 
-    python benchmarks/synthesis.py                       # abs-vgg and vgg-kde, 9 one-at-a-time cells
-    python benchmarks/synthesis.py --pairs abs:vgg --subset 18 --max-steps 1000
+Part 2 (``--families``): for each model, the full 90-cell matrix against a fixed partner, with the
+share of time inside model forward/backward, and each model's own forward+backward cost per
+synthesis step at batch 90 and batch 1 (which is what decides whether batching pays).
+
+    python benchmarks/synthesis.py                                  # both parts (CONTROVERSIAL_DATA_ROOT for kde)
+    python benchmarks/synthesis.py --families ''                    # part 1 only
+    python benchmarks/synthesis.py --pairs '' --families vgg,abs    # part 2 for two models
 """
 from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Sequence
 
 import torch
 
 from controversial.data import dataset_info
-from controversial.synthesis import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.readout import CalibratedModel
+from controversial.synthesis import BatchResult, SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
 from controversial.zoo import load_model
 
+MNIST_MODELS = "vgg,vgg_neg,capsnet,pcn,madry_linf,madry_l2,capsnet_recon,kde,abs"
 
-def run_cells(models, cells: list[tuple[int, int]], settings: SynthesisSettings) -> tuple[float, float, int]:
+
+def run_cells(models: Sequence[CalibratedModel], cells: list[tuple[int, int]], settings: SynthesisSettings) -> BatchResult:
     targets = torch.tensor(cells)
     initial = noise_images(cells, [0] * len(cells), dataset_info(models[0].dataset).image_shape)
-    result = synthesize_batch(models, targets, initial, settings)
-    return result.total_seconds, result.model_seconds, int((result.hard >= settings.threshold).sum())
+    return synthesize_batch(models, targets, initial, settings)
+
+
+def model_step_ms(model: CalibratedModel, batch: int, repeats: int = 10) -> float:
+    """Milliseconds per forward + backward-to-the-input of one model, as in a synthesis step."""
+    images = torch.rand(batch, *dataset_info(model.dataset).image_shape, generator=torch.Generator().manual_seed(0))
+    images.requires_grad_(True)
+    rows = torch.arange(batch)
+    model.reset_state()
+    model.set_active_rows(rows)
+    model(images).sum().backward()  # first call: warm-up (and the cold start of stateful models)
+    start = time.perf_counter()
+    for _ in range(repeats):
+        model.set_active_rows(rows)
+        model(images).sum().backward()
+    model.reset_state()
+    return (time.perf_counter() - start) / repeats * 1000
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)]
+    line = lambda cells: "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths))) + " |"
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
+
+
+def compare_pairs(pairs: list[str], subset_size: int, settings: SynthesisSettings) -> str:
+    cells = ordered_class_pairs()
+    subset = cells[:: len(cells) // subset_size][:subset_size]
+    print(f"\nbatched vs one class pair at a time; the latter timed on {len(subset)} cells, scaled x{len(cells) / len(subset):.1f}", flush=True)
+    header = ["pair", "batched 90 cells (s)", "accepted", "model fwd/bwd share", "one at a time, 90 (s)", "speed-up", "mean steps (all / subset)"]
+    rows = []
+    for pair in pairs:
+        name_a, name_b = pair.split(":")
+        models = [load_model(name_a), load_model(name_b)]
+        batched = run_cells(models, cells, settings)
+        single_seconds, subset_steps = 0.0, 0
+        for cell in subset:
+            single = run_cells(models, [cell], settings)
+            single_seconds += single.total_seconds
+            subset_steps += int(single.steps.sum())
+        single_seconds *= len(cells) / len(subset)
+        rows.append([
+            f"{name_a}-{name_b}", f"{batched.total_seconds:.1f}", f"{int((batched.hard >= settings.threshold).sum())}/90",
+            f"{100 * batched.model_seconds / batched.total_seconds:.0f}%", f"{single_seconds:.1f}",
+            f"{single_seconds / batched.total_seconds:.1f}x", f"{batched.steps.float().mean():.0f} / {subset_steps / len(subset):.0f}",
+        ])
+        print(table(header, rows[-1:]).splitlines()[-1], flush=True)
+    return table(header, rows)
+
+
+def time_families(names: list[str], partner: str, fallback_partner: str, settings: SynthesisSettings) -> str:
+    print(f"\nevery model family: the full 90-cell matrix against {partner} ({fallback_partner} for {partner} itself)", flush=True)
+    header = ["model", "partner", "90 cells (s)", "accepted", "mean steps", "model fwd/bwd share", "model ms/step, batch 90", "batch 1", "ratio"]
+    rows = []
+    partners = {partner: load_model(partner), fallback_partner: load_model(fallback_partner)}
+    for name in names:
+        model = load_model(name)
+        other_name = fallback_partner if name == partner else partner
+        result = run_cells([model, partners[other_name]], ordered_class_pairs(), settings)
+        batch_ms, single_ms = model_step_ms(model, 90), model_step_ms(model, 1)
+        rows.append([
+            name, other_name, f"{result.total_seconds:.1f}", f"{int((result.hard >= settings.threshold).sum())}/90",
+            f"{result.steps.float().mean():.0f}", f"{100 * result.model_seconds / result.total_seconds:.0f}%",
+            f"{batch_ms:.1f}", f"{single_ms:.2f}", f"{batch_ms / single_ms:.0f}x",
+        ])
+        print(table(header, rows[-1:]).splitlines()[-1], flush=True)
+    return table(header, rows)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", default="abs:vgg,vgg:kde", help="comma-separated model_a:model_b pairs")
-    parser.add_argument("--subset", type=int, default=9, help="cells timed one at a time (scaled to 90)")
+    parser.add_argument("--pairs", default="abs:vgg,vgg:kde", help="comma-separated model_a:model_b pairs for part 1 ('' to skip)")
+    parser.add_argument("--subset", type=int, default=9, help="cells timed one at a time in part 1 (scaled to 90)")
+    parser.add_argument("--families", default=MNIST_MODELS, help="comma-separated models for part 2 ('' to skip)")
+    parser.add_argument("--partner", default="vgg", help="the fixed partner of part 2")
+    parser.add_argument("--fallback-partner", default="vgg_neg", help="the partner of --partner itself in part 2")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
     settings = SynthesisSettings(max_steps=args.max_steps)
-    pairs = ordered_class_pairs()
-    subset = pairs[:: len(pairs) // args.subset][: args.subset]
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; settings: {settings.max_steps} steps max, "
-          f"stop_score {settings.stop_score}, threshold {settings.threshold}; one-at-a-time timed on {len(subset)} cells, scaled x{90 / len(subset):.1f}")
-    header = f"| {'pair':<10} | {'batched 90 cells (s)':>20} | {'accepted':>8} | {'model fwd/bwd share':>19} | {'one at a time, 90 (s)':>21} | {'speed-up':>8} |"
-    lines = [header, "|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|"]
-    for pair in args.pairs.split(","):
-        name_a, name_b = pair.split(":")
-        models = [load_model(name_a), load_model(name_b)]
-        batched, model_time, accepted = run_cells(models, pairs, settings)
-        single_start = time.perf_counter()
-        for cell in subset:
-            run_cells(models, [cell], settings)
-        single = (time.perf_counter() - single_start) * len(pairs) / len(subset)
-        lines.append(f"| {name_a + '-' + name_b:<10} | {batched:>20.1f} | {accepted:>5}/90 | {100 * model_time / batched:>18.0f}% | {single:>21.1f} | {single / batched:>7.1f}x |")
-        print(lines[-1], flush=True)
-    print("\n".join(lines))
+          f"stop_score {settings.stop_score}, threshold {settings.threshold}; one attempt, no retries")
+    tables = []
+    if args.pairs:
+        tables.append(compare_pairs(args.pairs.split(","), args.subset, settings))
+    if args.families:
+        tables.append(time_families(args.families.split(","), args.partner, args.fallback_partner, settings))
+    print("\n" + "\n\n".join(tables))
 
 
 if __name__ == "__main__":
