@@ -47,18 +47,24 @@ class SweepStimulus:
 
 
 def collect_sweep(sweep_dir: str | Path) -> list[SweepStimulus]:
-    """Every row of every ``manifest.csv`` under ``sweep_dir`` (a single run dir works too)."""
+    """Every attempt in every ``manifest.csv`` under ``sweep_dir`` (a single run dir works too), once.
+
+    A sweep's overview folder holds a combined manifest of the pair manifests beside it, so the same
+    attempt (source, models, classes, seed, initialisation) can be listed twice; the first is kept.
+    """
     sweep_dir = Path(sweep_dir)
     manifests = sorted(sweep_dir.rglob(MANIFEST_NAME))
     if not manifests:
         raise SelectionError(f"no {MANIFEST_NAME} under {sweep_dir}; point sweep_dir at a synthesize run or sweep")
-    stimuli = []
+    stimuli: dict[tuple, SweepStimulus] = {}
+    n_rows = 0
     for manifest in manifests:
         for row in read_manifest(manifest):
+            n_rows += 1
             path = (manifest.parent / row.image_file) if row.image_file else manifest.parent
-            stimuli.append(SweepStimulus(row, path.resolve()))
-    log.info("read %d manifest rows from %d manifests under %s", len(stimuli), len(manifests), sweep_dir)
-    return stimuli
+            stimuli.setdefault((row.source, row.dataset, *row.cell, row.seed, row.init), SweepStimulus(row, path.resolve()))
+    log.info("read %d manifest rows from %d manifests under %s: %d distinct attempts", n_rows, len(manifests), sweep_dir, len(stimuli))
+    return list(stimuli.values())
 
 
 def _eligible(stimuli: Iterable[SweepStimulus], sources: Sequence[str]) -> list[SweepStimulus]:

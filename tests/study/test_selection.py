@@ -99,3 +99,16 @@ def test_repeats_are_a_subset_and_bounded():
     assert len(set(picked)) == 42 and set(picked) <= set(ids)
     with pytest.raises(SelectionError, match="n_repeats=51"):
         select_repeats(ids, 51, np.random.default_rng(0))
+
+
+def test_an_overview_manifest_inside_the_sweep_does_not_double_the_stimuli(tmp_path):
+    from controversial.overview import collect_rows, pair_manifests
+    from controversial.stimuli import write_manifest
+
+    sweep = make_sweep(tmp_path)
+    before = collect_sweep(sweep)
+    out_dir = sweep / "overview"
+    write_manifest(out_dir / "manifest.csv", collect_rows(pair_manifests(sweep, exclude=out_dir), out_dir))
+    after = collect_sweep(sweep)
+    assert len(after) == len(before)
+    assert sorted(s.image_path for s in after) == sorted(s.image_path for s in before)
