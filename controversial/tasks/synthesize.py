@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import statistics
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +35,9 @@ from controversial.tracking import Tracker, start_tracking
 from controversial.zoo import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL_S = 0.1  # progress bar refresh on a terminal
+LOG_PROGRESS_INTERVAL_S = 30.0  # ... and in a log file (SLURM, nohup), which keeps every refresh
 
 
 def resolve_device(name: str) -> torch.device:
@@ -183,7 +187,8 @@ def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: tor
         cells = [Cell(a, b, seed, "") for (a, b), seed in work]
         initial, inits = _initial_images(cells, info.image_shape, cfg.init, info.name, cfg.data)
         targets = torch.tensor([[c.class_a, c.class_b] for c in cells], device=device)
-        bar = tqdm(total=settings.max_steps, desc=f"attempt {attempt + 1}/{cfg.max_attempts} ({len(cells)} images)", disable=not cfg.progress, leave=False)
+        bar = tqdm(total=settings.max_steps, desc=f"attempt {attempt + 1}/{cfg.max_attempts} ({len(cells)} images)", disable=not cfg.progress,
+                   leave=False, mininterval=PROGRESS_INTERVAL_S if sys.stderr.isatty() else LOG_PROGRESS_INTERVAL_S)
 
         on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
         result = synthesize_batch(models, targets, initial.to(device), settings, seed=base, on_step=on_step,
