@@ -16,6 +16,7 @@ import numpy as np
 from PIL import Image
 
 from controversial.atomic import atomic_write_bytes, atomic_write_text
+from controversial.csv_records import read_records
 
 MANIFEST_NAME = "manifest.csv"
 
@@ -110,16 +111,11 @@ def read_manifest(path: str | Path) -> list[ManifestRow]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no manifest at {path}")
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in MANIFEST_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f"{path}: missing manifest column(s) {', '.join(missing)}")
-        rows = []
-        for line, record in enumerate(reader, start=2):
-            values = {c: _parse(c, record[c], path, line) for c in MANIFEST_COLUMNS}
-            rows.append(ManifestRow(**values))
-    return rows
+    records = read_records(path, MANIFEST_COLUMNS, kind="manifest")
+    return [
+        ManifestRow(**{c: _parse(c, record[c], path, line) for c in MANIFEST_COLUMNS})
+        for line, record in enumerate(records, start=2)
+    ]
 
 
 def without_timing(rows: list[ManifestRow]) -> list[dict]:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from controversial.atomic import atomic_write_bytes, atomic_write_text
+from controversial.csv_records import read_records
 
 log = logging.getLogger(__name__)
 
@@ -215,12 +216,7 @@ def _check_consistent(spec: StudySpec, trials: Sequence[TrialSpec], key: Mapping
 def _read_csv(path: Path, columns: Sequence[str]) -> list[dict[str, str]]:
     if not path.is_file():
         raise BundleError(f"{path}: missing; is this a study bundle (studies/<name>/v<k>)?")
-    with path.open(newline="", encoding="utf-8") as handle:
-        reader = csv.DictReader(handle)
-        missing = [c for c in columns if c not in (reader.fieldnames or [])]
-        if missing:
-            raise BundleError(f"{path}: missing column(s) {', '.join(missing)}")
-        return list(reader)
+    return read_records(path, columns, BundleError)
 
 
 def load_bundle(path: str | Path) -> StudyBundle:
