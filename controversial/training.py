@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -12,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from controversial.readout import IDENTITY, Calibration, fit_calibration, sigmoid_nll
+from controversial.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,7 @@ class TrainSettings:
     weight_decay: float = 0.0
     seed: int = 0
     max_shift: int = 0  # random translation augmentation, in pixels
+    augment: str = "shift"  # a key of AUGMENTATIONS: how max_shift is applied
     extra: dict[str, Any] = field(default_factory=dict)  # method-specific settings
 
 
@@ -39,6 +42,31 @@ def _random_shift(images: torch.Tensor, max_shift: int, generator: torch.Generat
     return padded[..., dy : dy + images.shape[-2], dx : dx + images.shape[-1]]
 
 
+def _random_crop_flip(images: torch.Tensor, padding: int, generator: torch.Generator) -> torch.Tensor:
+    """Per image: a random crop of the zero-padded image and a horizontal flip with probability 1/2."""
+    n, channels, height, width = images.shape
+    padded = F.pad(images, (padding,) * 4)
+    offsets = torch.randint(0, 2 * padding + 1, (n, 2), generator=generator)
+    flips = torch.rand(n, generator=generator) < 0.5
+    rows = offsets[:, :1] + torch.arange(height)
+    columns = offsets[:, 1:] + torch.arange(width)
+    columns = torch.where(flips[:, None], columns.flip(1), columns)  # a flip reads the columns backwards
+    return padded[torch.arange(n)[:, None, None, None], torch.arange(channels)[None, :, None, None],
+                  rows[:, None, :, None], columns[:, None, None, :]]
+
+
+AUGMENTATIONS: dict[str, Callable[[torch.Tensor, int, torch.Generator], torch.Tensor]] = {
+    "shift": _random_shift,  # one shift of up to max_shift pixels for the whole batch (MNIST)
+    "crop_flip": _random_crop_flip,  # per image: crop after padding by max_shift, random horizontal flip (CIFAR-10)
+}
+
+
+def augment(images: torch.Tensor, settings: TrainSettings, generator: torch.Generator) -> torch.Tensor:
+    if settings.augment not in AUGMENTATIONS:
+        raise ValueError(f"model.train.augment '{settings.augment}' unknown; allowed: {', '.join(AUGMENTATIONS)}")
+    return AUGMENTATIONS[settings.augment](images, settings.max_shift, generator)
+
+
 BatchLoss = Callable[[torch.Tensor, torch.Generator, int, int], tuple[torch.Tensor, dict[str, float]]]
 
 
@@ -49,18 +77,28 @@ def _minibatch_training(
     progress: Progress,
     batch_loss: BatchLoss,
     describe: Callable[[dict[str, float]], str],
+    resume: ResumeFile | None = None,
+    method_state: dict[str, torch.Tensor] | None = None,
 ) -> None:
     """The loop every discriminative method shares: Adam, a one-cycle schedule, a seeded shuffle per epoch.
 
     ``batch_loss(batch_indices, generator, epoch, step)`` returns the loss and figures to average
-    over the epoch; ``describe`` turns those epoch means into the progress line.
+    over the epoch; ``describe`` turns those epoch means into the progress line. With ``resume``,
+    the whole state (plus ``method_state``, tensors the method updates in place) is saved after
+    every epoch, and a run that finds the file continues after its last finished epoch.
     """
+    method_state = method_state or {}
     generator = torch.Generator().manual_seed(settings.seed)
     optimizer = torch.optim.Adam(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     steps_per_epoch = math.ceil(n_images / settings.batch_size)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.lr, total_steps=settings.epochs * steps_per_epoch)
+    saved = TrainingProgress(0, 0.0)
+    if resume is not None and resume.path.is_file():
+        saved = load_training_state(resume, net, optimizer, scheduler, generator, method_state)
+        progress(f"resumed from {resume.path}: {saved.epochs_done}/{settings.epochs} epochs already done")
+    session_start = time.perf_counter()
     net.train()
-    for epoch in range(settings.epochs):
+    for epoch in range(saved.epochs_done, settings.epochs):
         order = torch.randperm(n_images, generator=generator)
         sums: dict[str, float] = {}
         for step in range(steps_per_epoch):
@@ -72,6 +110,9 @@ def _minibatch_training(
             scheduler.step()
             for name, value in figures.items():
                 sums[name] = sums.get(name, 0.0) + value
+        if resume is not None:
+            seconds = saved.train_seconds + time.perf_counter() - session_start
+            save_training_state(resume, TrainingProgress(epoch + 1, seconds), net, optimizer, scheduler, generator, method_state)
         progress(f"epoch {epoch + 1}/{settings.epochs}: " + describe({k: v / steps_per_epoch for k, v in sums.items()}))
     net.eval()
 
@@ -80,15 +121,18 @@ def _describe_loss(means: dict[str, float]) -> str:
     return f"train loss {means['loss']:.4f}"
 
 
-def train_supervised(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
+def train_supervised(
+    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    resume: ResumeFile | None = None,
+) -> None:
     """Cross-entropy training with Adam and a one-cycle learning-rate schedule."""
 
     def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
-        x = _random_shift(images[batch], settings.max_shift, generator)
+        x = augment(images[batch], settings, generator)
         loss = F.cross_entropy(net(x), labels[batch])
         return loss, {"loss": loss.item()}
 
-    _minibatch_training(net, len(images), settings, progress, batch_loss, _describe_loss)
+    _minibatch_training(net, len(images), settings, progress, batch_loss, _describe_loss, resume)
 
 
 def non_digit_images(count: int, digits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -117,7 +161,10 @@ def non_digit_images(count: int, digits: torch.Tensor, generator: torch.Generato
     return out
 
 
-def train_supervised_negatives(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
+def train_supervised_negatives(
+    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    resume: ResumeFile | None = None,
+) -> None:
     """Per-class sigmoid (binary cross-entropy) training with extra non-digit images whose ten targets are all zero.
 
     Sigmoid targets, not a softmax, because a softmax cannot say "no class"; ``extra.negative_fraction``
@@ -127,12 +174,12 @@ def train_supervised_negatives(net: nn.Module, images: torch.Tensor, labels: tor
 
     def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
         negatives = non_digit_images(max(1, round(fraction * len(batch))), images, generator)
-        x = torch.cat([_random_shift(images[batch], settings.max_shift, generator), negatives])
+        x = torch.cat([augment(images[batch], settings, generator), negatives])
         targets = torch.cat([F.one_hot(labels[batch], 10).float(), torch.zeros(len(negatives), 10)])
         loss = F.binary_cross_entropy_with_logits(net(x), targets, reduction="sum") / len(x)
         return loss, {"loss": loss.item()}
 
-    _minibatch_training(net, len(images), settings, progress, batch_loss, _describe_loss)
+    _minibatch_training(net, len(images), settings, progress, batch_loss, _describe_loss, resume)
 
 
 def train_abs(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
@@ -197,7 +244,10 @@ def capsule_margin_loss(lengths: torch.Tensor, labels: torch.Tensor, m_plus: flo
     return (present + absent).sum(1).mean()
 
 
-def train_capsule(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
+def train_capsule(
+    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    resume: ResumeFile | None = None,
+) -> None:
     """Margin loss on capsule lengths plus ``extra.reconstruction_weight`` x the decoder's summed squared error.
 
     The decoder reconstructs from the true class's capsule only, as the reconstruction readout does.
@@ -205,7 +255,7 @@ def train_capsule(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, se
     weight = float(settings.extra.get("reconstruction_weight", 0.0005))
 
     def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
-        x, y = _random_shift(images[batch], settings.max_shift, generator), labels[batch]
+        x, y = augment(images[batch], settings, generator), labels[batch]
         capsules = net.capsules(x)
         margin = capsule_margin_loss(capsules.norm(dim=-1), y)
         reconstruction = ((net.reconstruct(capsules, y) - x) ** 2).flatten(1).sum(1).mean()
@@ -214,7 +264,7 @@ def train_capsule(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, se
     def describe(means: dict[str, float]) -> str:
         return f"margin loss {means['margin']:.4f}, reconstruction SSE {means['reconstruction']:.2f}"
 
-    _minibatch_training(net, len(images), settings, progress, batch_loss, describe)
+    _minibatch_training(net, len(images), settings, progress, batch_loss, describe, resume)
 
 
 def derive_from_checkpoint(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
@@ -238,7 +288,10 @@ def derive_from_checkpoint(net: nn.Module, images: torch.Tensor, labels: torch.T
     net.eval()
 
 
-def train_adversarial(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress) -> None:
+def train_adversarial(
+    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    resume: ResumeFile | None = None,
+) -> None:
     """Madry-style adversarial training: cross-entropy on PGD examples only (random start).
 
     ``extra``: ``norm`` (linf or l2), ``eps``, ``steps``, ``step_size``, and ``warmup_epochs`` over
@@ -257,7 +310,7 @@ def train_adversarial(net: nn.Module, images: torch.Tensor, labels: torch.Tensor
 
     def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
         current = current_eps(epoch, step)
-        x, y = _random_shift(images[batch], settings.max_shift, generator), labels[batch]
+        x, y = augment(images[batch], settings, generator), labels[batch]
         net.eval()  # the attack sees the network as it will be used
         adversarial = pgd(net, x, y, norm, current, steps, step_size * current / eps, generator=generator)
         net.train()
@@ -269,7 +322,56 @@ def train_adversarial(net: nn.Module, images: torch.Tensor, labels: torch.Tensor
         return (f"mean eps {means['eps']:.3f}, adversarial loss {means['loss']:.4f}, "
                 f"adversarial train accuracy {100 * means['accuracy']:.1f}%")
 
-    _minibatch_training(net, len(images), settings, progress, batch_loss, describe)
+    _minibatch_training(net, len(images), settings, progress, batch_loss, describe, resume)
+
+
+def train_jem(
+    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    resume: ResumeFile | None = None,
+) -> None:
+    """JEM (Grathwohl et al. 2020): cross-entropy on the classifier plus the energy's contrastive term.
+
+    The generative term ``E(x_data) - E(x_sample)`` lowers the energy of training images and raises
+    it on samples from ``extra.sgld_steps`` Langevin steps (``sgld_step_size``, ``sgld_noise``)
+    started from a replay buffer of ``buffer_size`` images, each start replaced by uniform noise
+    with probability ``reinit_prob``; ``energy_weight`` scales the term. The classifier is trained
+    on unrefined images, as in the paper; the refined readout is the model's output afterwards.
+    The buffer is part of the resume state, so a resumed run samples exactly as an uninterrupted one.
+    """
+    from controversial.archs.jem import energy_of_logits, langevin
+
+    steps, step_size = int(settings.extra.get("sgld_steps", 20)), float(settings.extra.get("sgld_step_size", 0.25))
+    noise, reinit_prob = float(settings.extra.get("sgld_noise", 0.005)), float(settings.extra.get("reinit_prob", 0.05))
+    weight = float(settings.extra.get("energy_weight", 1.0))
+    buffer_size = int(settings.extra.get("buffer_size", 10000))
+    buffer = torch.rand((buffer_size, *images.shape[1:]), generator=torch.Generator().manual_seed(settings.seed + 1))
+
+    def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
+        x, y = augment(images[batch], settings, generator), labels[batch]
+        picks = torch.randint(buffer_size, (len(batch),), generator=generator)
+        fresh = torch.rand(len(batch), generator=generator) < reinit_prob
+        starts = torch.where(fresh[:, None, None, None], torch.rand(x.shape, generator=generator), buffer[picks])
+        noises = [noise * torch.randn(x.shape, generator=generator) for _ in range(steps)]
+        net.eval()  # sampling sees the network as it will be used (no dropout)
+        samples = langevin(net.energy, starts, step_size, noises, create_graph=False)
+        net.train()
+        buffer[picks] = samples
+        logits = net.classifier(x)
+        classification = F.cross_entropy(logits, y)
+        energy_gap = energy_of_logits(logits).mean() - net.energy(samples).mean()
+        loss = classification + weight * energy_gap
+        if not torch.isfinite(loss):
+            raise FloatingPointError(
+                f"JEM training diverged in epoch {epoch + 1}, step {step + 1} (non-finite loss); the resume file "
+                "holds the last finished epoch: resume from it with a lower lr or fewer sgld_steps")
+        return loss, {"classification": classification.item(), "energy_gap": energy_gap.item(),
+                      "accuracy": float((logits.argmax(1) == y).float().mean())}
+
+    def describe(means: dict[str, float]) -> str:
+        return (f"cross-entropy {means['classification']:.4f}, energy gap E(data) - E(samples) {means['energy_gap']:.3f}, "
+                f"train accuracy {100 * means['accuracy']:.1f}%")
+
+    _minibatch_training(net, len(images), settings, progress, batch_loss, describe, resume, {"replay_buffer": buffer})
 
 
 TRAINING_METHODS: dict[str, Callable[..., None]] = {
@@ -280,7 +382,10 @@ TRAINING_METHODS: dict[str, Callable[..., None]] = {
     "capsule": train_capsule,
     "derive": derive_from_checkpoint,
     "adversarial": train_adversarial,
+    "jem": train_jem,
 }
+# Methods built on the shared minibatch loop: they take ``resume=`` and save their state every epoch.
+RESUMABLE_METHODS = frozenset({"supervised", "supervised_negatives", "capsule", "adversarial", "jem"})
 
 
 @torch.no_grad()

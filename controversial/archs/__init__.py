@@ -1,2 +1,2 @@
 """Built-in architectures; importing this package registers them."""
-from controversial.archs import abs_vae, capsnet, kde, madry, pcn, tiny, vgg  # noqa: F401
+from controversial.archs import abs_vae, capsnet, jem, kde, madry, pcn, tiny, vgg, wrn  # noqa: F401

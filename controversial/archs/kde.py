@@ -21,11 +21,16 @@ class GaussianKDE(nn.Module):
             raise ValueError(f"KDE bandwidth sigma must be positive, got {sigma}")
         self.sigma = float(sigma)
         self.chunk_size = chunk_size
-        flat = train_images.reshape(len(train_images), -1).float()
         order = torch.argsort(train_labels, stable=True)
-        self.register_buffer("points", flat[order].contiguous(), persistent=False)
-        self.register_buffer("squared_norms", (flat[order] ** 2).sum(1), persistent=False)
+        # One sorted copy of the training set (CIFAR-10: 50,000 x 3,072 float32 = 614 MB) and its
+        # norms, computed a chunk at a time so that no second full-size temporary is made.
+        points = train_images.reshape(len(train_images), -1)[order].float().contiguous()
+        self.register_buffer("points", points, persistent=False)
+        self.register_buffer("squared_norms", torch.cat([(c * c).sum(1) for c in points.split(chunk_size)]), persistent=False)
         counts = torch.bincount(train_labels, minlength=10)
+        if (counts == 0).any():
+            missing = ", ".join(str(int(k)) for k in torch.nonzero(counts == 0).flatten())
+            raise ValueError(f"the KDE needs training images of every class; none of class {missing}")
         self.class_slices = [(int(s), int(s + c)) for s, c in zip(torch.cumsum(counts, 0) - counts, counts)]
         self.register_buffer("log_counts", counts.double().log().float(), persistent=False)
 
@@ -60,5 +65,5 @@ def gaussian_kde(
         from controversial.data import load_uint8
 
         images, train_labels = load_uint8(dataset, "train", data_root)
-        train_images = images.float() / 255.0
+        train_images = images.float().div_(255.0)
     return GaussianKDE(train_images, train_labels, sigma)

@@ -1,0 +1,95 @@
+"""Resumable training: a run "crashed" after some epochs and resumed ends with the uninterrupted weights."""
+from __future__ import annotations
+
+from dataclasses import asdict
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from controversial.registry import create_arch
+from controversial.resume import ResumeFile, ResumeMismatchError, recorded_progress
+from controversial.tasks.train import _resume_file
+from controversial.training import TRAINING_METHODS, TrainSettings
+
+TINY_WRN = dict(depth=10, widen_factor=1)
+CASES = {
+    # batch norm, dropout (torch's global generator) and crop/flip augmentation (the loop's generator)
+    "supervised": ("vgg16_bn", dict(widths=(4, 4, 4, 4, 4), fc=(8, 8), dropout=0.5), {}),
+    "adversarial": ("wrn", TINY_WRN, dict(norm="linf", eps=0.03, steps=2, step_size=0.01, warmup_epochs=1)),
+    "jem": ("jem", dict(backbone="wrn", backbone_kwargs=dict(**TINY_WRN, norm="none"), refine_steps=1),
+            dict(sgld_steps=2, buffer_size=24, reinit_prob=0.3)),
+}
+EPOCHS = 4
+
+
+class Crash(Exception):
+    pass
+
+
+def _data():
+    generator = torch.Generator().manual_seed(0)
+    return torch.rand(40, 3, 32, 32, generator=generator), torch.arange(40) % 10
+
+
+def _train(method: str, resume: ResumeFile, init_seed: int, crash_after: int | None = None) -> dict[str, torch.Tensor]:
+    arch, kwargs, extra = CASES[method]
+    torch.manual_seed(init_seed)
+    net = create_arch(arch, **kwargs)
+    settings = TrainSettings(method=method, epochs=EPOCHS, batch_size=16, lr=0.01, max_shift=4, augment="crop_flip", extra=dict(extra))
+
+    def progress(message: str) -> None:
+        if crash_after is not None and message.startswith(f"epoch {crash_after}/"):
+            raise Crash(message)
+
+    images, labels = _data()
+    torch.manual_seed(123)  # what the global generator holds when training starts (the task seeds it)
+    TRAINING_METHODS[method](net, images, labels, settings, progress, resume=resume)
+    return net.state_dict()
+
+
+@pytest.mark.parametrize("method", sorted(CASES))
+def test_crash_after_two_epochs_then_resume_gives_the_uninterrupted_weights(method, tmp_path):
+    identity = {"model": "tiny", "method": method}
+    reference = _train(method, ResumeFile(tmp_path / "reference.pt", identity), init_seed=0)
+
+    interrupted = ResumeFile(tmp_path / "resume.pt", identity)
+    with pytest.raises(Crash, match=f"epoch 2/{EPOCHS}"):
+        _train(method, interrupted, init_seed=0, crash_after=2)
+    assert recorded_progress(interrupted.path).epochs_done == 2
+    resumed = _train(method, interrupted, init_seed=99)  # other initial weights: all must come from the file
+
+    assert resumed.keys() == reference.keys()
+    assert all(torch.equal(resumed[k], reference[k]) for k in reference), "resumed weights differ"
+    finished = [torch.load(p, weights_only=True) for p in (tmp_path / "reference.pt", interrupted.path)]
+    assert finished[0]["epochs_done"] == finished[1]["epochs_done"] == EPOCHS
+    for name in finished[0]["method_state"]:  # e.g. JEM's replay buffer
+        assert torch.equal(finished[0]["method_state"][name], finished[1]["method_state"][name])
+
+
+def test_a_resume_file_of_other_settings_is_refused(tmp_path):
+    resume = ResumeFile(tmp_path / "resume.pt", {"train": {"epochs": 4}})
+    with pytest.raises(Crash):
+        _train("supervised", resume, init_seed=0, crash_after=1)
+    other = ResumeFile(resume.path, {"train": {"epochs": 5}})
+    with pytest.raises(ResumeMismatchError, match=r"train: \{'epochs': 4\} -> \{'epochs': 5\}.*resume=false"):
+        _train("supervised", other, init_seed=0)
+
+
+def _train_cfg(tmp_path, method: str, resume: bool):
+    train = asdict(TrainSettings(method=method))
+    return OmegaConf.create({"resume": resume, "resume_file": str(tmp_path / "tiny" / "resume.pt"),
+                             "model": {"name": "tiny", "dataset": "cifar10", "arch": "wrn", "train": train}})
+
+
+def test_the_train_task_resumes_by_default_and_starts_over_with_resume_false(tmp_path):
+    cfg = _train_cfg(tmp_path, "supervised", resume=True)
+    resume = _resume_file(cfg, TrainSettings(method="supervised"), {"depth": 10})
+    assert resume.path == tmp_path / "tiny" / "resume.pt"
+    assert resume.identity["arch_kwargs"] == {"depth": 10} and resume.identity["train"]["method"] == "supervised"
+    resume.path.parent.mkdir()
+    resume.path.write_bytes(b"state")
+    assert _resume_file(cfg, TrainSettings(method="supervised"), {}).path.is_file()  # kept, to resume from
+    assert _resume_file(_train_cfg(tmp_path, "supervised", resume=False), TrainSettings(method="supervised"), {})
+    assert not resume.path.exists()
+    assert _resume_file(_train_cfg(tmp_path, "kde_bandwidth", True), TrainSettings(method="kde_bandwidth"), {}) is None

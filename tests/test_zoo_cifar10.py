@@ -1,0 +1,200 @@
+"""The Experiment 2 model families: tiny-config mechanics by default, bundled checkpoints with --run-data."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from controversial.archs.kde import GaussianKDE
+from controversial.config import load_model_config, model_config_files
+from controversial.registry import create_arch, list_archs
+from controversial.training import AUGMENTATIONS, TRAINING_METHODS, TrainSettings, augment
+from controversial.zoo import MODELS_DIR
+
+CIFAR_MODELS = ["vgg16", "wrn", "pcn_cifar10", "robust_linf", "robust_l2", "kde_cifar10", "jem"]
+TINY_WRN = dict(depth=10, widen_factor=1)
+TINY = {
+    "vgg16_bn": dict(widths=(4, 4, 8, 8, 8), fc=(8, 8)),
+    "wrn": TINY_WRN,
+    "wrn_no_norm": dict(**TINY_WRN, norm="none"),
+    "pcn": dict(dataset="cifar10", widths=(4, 8, 8), strides=(1, 2, 2), cycles=6),
+    "jem": dict(backbone="wrn", backbone_kwargs=dict(**TINY_WRN, norm="none"), refine_steps=3),
+}
+MB = 1e6
+
+
+def _build(name: str) -> torch.nn.Module:
+    arch = "wrn" if name.startswith("wrn") else name
+    torch.manual_seed(0)
+    return create_arch(arch, **TINY[name]).eval()
+
+
+def _input_gradient(net: torch.nn.Module, images: torch.Tensor, cls: int = 3) -> torch.Tensor:
+    images = images.clone().requires_grad_(True)
+    net(images)[:, cls].sum().backward()
+    return images.grad
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_tiny_arch_logits_and_input_gradient(name):
+    net = _build(name)
+    images = torch.rand(3, 3, 32, 32)
+    logits = net(images)
+    assert logits.shape == (3, 10) and torch.isfinite(logits).all()
+    grad = _input_gradient(net, images)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+def test_vgg16_has_13_convs_and_3_linear_layers_and_refuses_other_shapes():
+    net = _build("vgg16_bn")
+    layers = list(net.modules())
+    assert sum(isinstance(m, torch.nn.Conv2d) for m in layers) == 13
+    assert sum(isinstance(m, torch.nn.Linear) for m in layers) == 3
+    with pytest.raises(ValueError, match="5 widths and 2 hidden fc sizes"):
+        create_arch("vgg16_bn", widths=(4, 8), fc=(8, 8))
+
+
+def test_wrn_depth_and_norm_are_checked():
+    assert sum(isinstance(m, torch.nn.BatchNorm2d) for m in _build("wrn").modules()) > 0
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in _build("wrn_no_norm").modules())
+    with pytest.raises(ValueError, match="6n \\+ 4"):
+        create_arch("wrn", depth=12)
+    with pytest.raises(ValueError, match="unknown WRN norm 'layer'"):
+        create_arch("wrn", norm="layer")
+
+
+# --- JEM ---------------------------------------------------------------------------------------
+
+
+def _jem_double(refine_steps: int = 3) -> torch.nn.Module:
+    torch.manual_seed(0)
+    return create_arch("jem", **{**TINY["jem"], "refine_steps": refine_steps}).double().eval()
+
+
+def test_jem_gradient_goes_through_the_refinement_and_matches_finite_differences():
+    # A smooth (tanh) backbone: with ReLUs, dE/dx jumps at every kink, so a finite difference of
+    # the refined image would measure those jumps, which no gradient sees.
+    smooth = dict(backbone="tiny_mlp", backbone_kwargs=dict(image_shape=(3, 32, 32), hidden=16), refine_steps=3)
+    net = create_arch("jem", **smooth).double().eval()
+    generator = torch.Generator().manual_seed(1)
+    images = (0.3 + 0.4 * torch.rand(2, 3, 32, 32, generator=generator)).double()  # far from the clamp
+    direction = torch.randn(images.shape, generator=generator).double()
+    analytic = (_input_gradient(net, images) * direction).sum()
+    h = 1e-5
+    with torch.no_grad():
+        numeric = (net(images + h * direction)[:, 3].sum() - net(images - h * direction)[:, 3].sum()) / (2 * h)
+    assert float(analytic) == pytest.approx(float(numeric), rel=1e-6)
+    unrefined = _input_gradient(net.classifier, images)
+    assert not torch.allclose(_input_gradient(net, images), unrefined)  # the refinement changes the gradient
+
+
+def test_jem_refinement_lowers_the_energy_and_is_deterministic():
+    net = _jem_double()
+    images = torch.rand(4, 3, 32, 32).double()
+    with torch.no_grad():  # the refinement takes its own gradients even here
+        refined = net.refine(images)
+        assert (net.energy(refined) < net.energy(images)).all()
+        assert refined.min() >= 0 and refined.max() <= 1
+        first, second = net(images), net(images)
+        alone = net(images[2:3])
+    assert torch.equal(first, second)
+    assert torch.allclose(first[2:3], alone, atol=1e-10)  # an image's logits do not depend on its batch
+    rebuilt = _jem_double()
+    with torch.no_grad():
+        assert torch.equal(rebuilt(images), first)  # the noise comes from noise_seed, not from global state
+    with torch.inference_mode(), pytest.raises(RuntimeError, match="torch.no_grad"):
+        net(images)
+
+
+# --- KDE on CIFAR-shaped data ------------------------------------------------------------------
+
+
+def test_kde_on_cifar_shaped_images_chunks_exactly_and_needs_every_class():
+    generator = torch.Generator().manual_seed(0)
+    images, labels = torch.rand(60, 3, 32, 32, generator=generator), torch.arange(60) % 10
+    queries = torch.rand(2, 3, 32, 32, generator=generator)
+    whole = GaussianKDE(images, labels, sigma=2.0, chunk_size=4096)(queries)
+    chunked = GaussianKDE(images, labels, sigma=2.0, chunk_size=4)(queries)
+    assert whole.shape == (2, 10) and torch.isfinite(whole).all()
+    assert torch.allclose(whole, chunked, atol=1e-3)
+    grad = _input_gradient(GaussianKDE(images, labels, sigma=2.0), queries)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="none of class 9"):
+        GaussianKDE(images[labels < 9], labels[labels < 9], sigma=2.0)
+
+
+# --- augmentation ----------------------------------------------------------------------------
+
+
+def test_crop_flip_without_padding_flips_some_images_and_with_padding_crops_the_padded_image():
+    images = torch.rand(16, 3, 8, 8)
+    settings = TrainSettings(max_shift=0, augment="crop_flip")
+    out = augment(images, settings, torch.Generator().manual_seed(0))
+    flipped = [torch.equal(o, i.flip(-1)) for o, i in zip(out, images)]
+    assert all(f or torch.equal(o, i) for f, o, i in zip(flipped, out, images)) and 0 < sum(flipped) < 16
+
+    padded = TrainSettings(max_shift=2, augment="crop_flip")
+    out = augment(images, padded, torch.Generator().manual_seed(0))
+    generator = torch.Generator().manual_seed(0)  # replay the draws
+    offsets, flips = torch.randint(0, 5, (16, 2), generator=generator), torch.rand(16, generator=generator) < 0.5
+    source = torch.nn.functional.pad(images, (2,) * 4)
+    for k in range(16):
+        dy, dx = offsets[k].tolist()
+        expected = source[k, :, dy : dy + 8, dx : dx + 8]
+        assert torch.equal(out[k], expected.flip(-1) if flips[k] else expected)
+    with pytest.raises(ValueError, match="model.train.augment 'mixup' unknown; allowed: shift, crop_flip"):
+        augment(images, TrainSettings(augment="mixup"), torch.Generator())
+
+
+# --- the model configs -------------------------------------------------------------------------
+
+
+def test_cifar10_model_configs_validate_and_fit_the_size_budget():
+    configs = {p.stem: load_model_config(p) for p in model_config_files()}
+    assert set(CIFAR_MODELS) <= set(configs)
+    total_mb = 0.0
+    for name in CIFAR_MODELS:
+        cfg = configs[name]
+        assert (cfg.name, cfg.dataset, cfg.calibration) == (name, "cifar10", "median")
+        assert cfg.paper_name and cfg.description and cfg.differences
+        assert cfg.arch in list_archs() and cfg.train.method in TRAINING_METHODS
+        assert cfg.train.augment in AUGMENTATIONS
+        if cfg.arch == "gaussian_kde":
+            continue  # reads the training images at load time; stores no weights
+        net = create_arch(cfg.arch, **cfg.arch_kwargs).eval()
+        with torch.no_grad():
+            assert net(torch.rand(1, 3, 32, 32)).shape == (1, 10)
+        float16_mb = 2 * sum(p.numel() for p in net.parameters()) / MB
+        assert float16_mb < 5.0, f"{name}: {float16_mb:.2f} MB in float16"
+        total_mb += float16_mb
+    assert total_mb < 30, f"the CIFAR-10 zoo needs {total_mb:.1f} MB"
+
+
+# --- bundled checkpoints (need CIFAR-10 from the data root) ------------------------------------
+
+# Floors on 200 test images (every 50th, 20 per class), a little under each model's target.
+CHECKPOINT_FLOORS = {"vgg16": 0.8, "wrn": 0.8, "pcn_cifar10": 0.8, "robust_linf": 0.6, "robust_l2": 0.6,
+                     "kde_cifar10": 0.15, "jem": 0.65}
+BUNDLED = sorted(p.stem for p in (MODELS_DIR / "cifar10").glob("*.pt"))
+
+
+@pytest.fixture(scope="module")
+def test_slice():
+    from controversial.data import load_uint8
+
+    images, labels = load_uint8("cifar10", "test", None, download=False)
+    return images[::50].float() / 255, labels[::50]
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("name", BUNDLED)  # none bundled yet: nothing to collect, and that is no error
+def test_bundled_checkpoint_accuracy_and_input_gradient(name, test_slice):
+    from controversial.zoo import load_model
+
+    assert name in CHECKPOINT_FLOORS, f"models/cifar10/{name}.pt has no accuracy floor in CHECKPOINT_FLOORS"
+    model = load_model(name, dataset="cifar10")
+    images, labels = test_slice
+    with torch.no_grad():
+        accuracy = float((model(images).argmax(1) == labels).float().mean())
+    assert accuracy >= CHECKPOINT_FLOORS[name], f"{name}: {accuracy:.3f} on 200 test images"
+    grad = _input_gradient(model, images[:4])
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
