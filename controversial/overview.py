@@ -46,7 +46,10 @@ def pair_manifests(sweep_dir: Path, exclude: Path | None = None) -> list[Path]:
     """``<sweep_dir>/*/manifest.csv`` in name order, without the overview's own manifest."""
     found = sorted(p for p in sweep_dir.glob(f"*/{MANIFEST_NAME}") if exclude is None or p.parent.resolve() != exclude.resolve())
     if not found:
-        raise FileNotFoundError(f"no {sweep_dir}/<pair>/{MANIFEST_NAME}: is {sweep_dir} a synthesize.py sweep dir (-m ... sweep_dir=...)?")
+        replications = sorted({p.parent.parent.name for p in sweep_dir.glob(f"*/*/{MANIFEST_NAME}")})
+        hint = (f" It holds the replications {', '.join(replications)}: summarise one at a time, "
+                f"e.g. sweep_dir={sweep_dir / replications[0]}") if replications else ""
+        raise FileNotFoundError(f"no {sweep_dir}/<pair>/{MANIFEST_NAME}: is {sweep_dir} a synthesize.py sweep dir (-m ... sweep_dir=...)?{hint}")
     return found
 
 

@@ -16,12 +16,16 @@ log = logging.getLogger(__name__)
 
 
 def _swept_models(sweep_dir: Path) -> list[str] | None:
-    """The experiment's model list from Hydra's record of the sweep, if it had one."""
-    record = sweep_dir / "multirun.yaml"
-    if not record.is_file():
-        return None
-    models = OmegaConf.load(record).get("models")
-    return list(models) if models is not None else None
+    """The experiment's model list from Hydra's record of the sweep, if it had one.
+
+    The record sits in the sweep dir, or in its parent when ``sweep_dir`` is one replication of a
+    sweep over seeds (``<sweep>/seed_<seed>/<a>_vs_<b>``, as in exp2_cifar10).
+    """
+    for record in (sweep_dir / "multirun.yaml", sweep_dir.parent / "multirun.yaml"):
+        if record.is_file():
+            models = OmegaConf.load(record).get("models")
+            return list(models) if models is not None else None
+    return None
 
 
 def run(cfg: DictConfig) -> None:

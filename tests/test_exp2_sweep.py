@@ -1,0 +1,76 @@
+"""Experiment 2: 21 CIFAR-10 pairs in two replications that never share a run dir or a seed."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from controversial.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.config import CONF_DIR, register_model_options
+from controversial.errors import UserError
+from controversial.readout import Calibration
+from controversial.registry import create_arch
+from controversial.stimuli import read_manifest
+from controversial.sweeps import register_pair_options
+from controversial.tasks import overview as overview_task
+
+ROOT = Path(__file__).resolve().parents[1]
+SEVEN = ["vgg16", "wrn", "pcn_cifar10", "robust_linf", "robust_l2", "kde_cifar10", "jem"]
+
+
+def _compose(*overrides: str):
+    register_pair_options(register_model_options())
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("synthesize", overrides=list(overrides), return_hydra_config=True)
+
+
+def test_exp2_sweeps_21_pairs_twice_with_the_seed_in_the_run_dir():
+    cfg = _compose("experiment=exp2_cifar10")
+    assert list(cfg.models) == SEVEN and cfg.hydra.sweep.dir == "multirun/exp2_cifar10"
+    pairs = cfg.hydra.sweeper.params.pair.split(",")
+    assert len(pairs) == 21 == len({frozenset(p.split("__")) for p in pairs})
+    assert cfg.hydra.sweeper.params.seed == "0,1000"
+    subdir = OmegaConf.to_container(cfg.hydra.sweep)["subdir"]  # resolved per job, where hydra:runtime exists
+    assert subdir == "seed_${seed}/${hydra:runtime.choices.model_a}_vs_${hydra:runtime.choices.model_b}"
+
+
+@pytest.fixture(scope="module")
+def tiny_cifar_checkpoints(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("cifar_checkpoints")
+    for seed, name in ((1, "vgg16"), (2, "wrn")):
+        kwargs = {"image_shape": [3, 32, 32], "hidden": 16, "seed": seed}
+        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset="cifar10",
+                              calibration=Calibration(1.0, -1.0, "identity"))
+        save_checkpoint(folder / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
+    return folder
+
+
+@pytest.mark.slow
+def test_two_replications_write_separate_dirs_with_disjoint_seeds_and_each_has_an_overview(tmp_path, tiny_cifar_checkpoints):
+    checkpoints = [f"model_{m}.checkpoint={tiny_cifar_checkpoints}/${{.name}}.pt" for m in "ab"]
+    command = [sys.executable, "synthesize.py", "-m", "experiment=exp2_cifar10", "models=[vgg16,wrn]", f"sweep_dir={tmp_path}",
+               "synthesis.max_steps=3", "max_attempts=2", "progress=false", "wandb.mode=disabled", *checkpoints]
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    seeds = {}
+    for replication in ("seed_0", "seed_1000"):
+        rows = read_manifest(tmp_path / replication / "vgg16_vs_wrn" / "manifest.csv")
+        assert {(r.class_a, r.class_b) for r in rows} == {(a, b) for a in range(10) for b in range(10) if a != b}
+        seeds[replication] = {r.seed for r in rows}
+    assert seeds["seed_0"] <= {0, 1} and seeds["seed_1000"] <= {1000, 1001}
+
+    def overview_cfg(sweep_dir: Path):
+        return OmegaConf.create({"sweep_dir": str(sweep_dir), "out_dir": str(sweep_dir / "overview"), "models": None,
+                                 "fig2_class_pairs": [[3, 5]], "progress": False})
+
+    with pytest.raises(UserError, match="replications seed_0, seed_1000.*sweep_dir=.*seed_0"):
+        overview_task._run(overview_cfg(tmp_path))
+    overview_task._run(overview_cfg(tmp_path / "seed_1000"))
+    table = (tmp_path / "seed_1000" / "overview" / "acceptance.md").read_text()
+    assert table.splitlines()[0] == "| | vgg16 | wrn |"  # the experiment's model order, from the sweep's record
