@@ -23,23 +23,28 @@ def _norm(kind: str, channels: int) -> nn.Module:
 
 
 class PreActBlock(nn.Module):
-    """norm-ReLU-conv3x3-norm-ReLU-dropout-conv3x3, plus the input (a 1x1 conv where the shape changes)."""
+    """norm-ReLU-conv3x3-norm-ReLU-dropout-conv3x3, plus the input (a 1x1 conv where the shape changes).
+
+    The branch after the first activation is one ``nn.Sequential``, so that loading for inference
+    folds its batch norm into the conv before it (controversial.inference).
+    """
 
     def __init__(self, c_in: int, c_out: int, stride: int, dropout: float, norm: str) -> None:
         super().__init__()
-        self.norm1 = _norm(norm, c_in)
-        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=norm == "none")
-        self.norm2 = _norm(norm, c_out)
-        self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
-        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=norm == "none")
+        self.norm = _norm(norm, c_in)
+        self.branch = nn.Sequential(
+            nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=norm == "none"),
+            _norm(norm, c_out),
+            nn.ReLU(),
+            nn.Dropout(dropout) if dropout > 0 else nn.Identity(),
+            nn.Conv2d(c_out, c_out, 3, padding=1, bias=norm == "none"),
+        )
         self.shortcut = None if stride == 1 and c_in == c_out else nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        activated = F.relu(self.norm1(inputs))
-        residual = self.conv1(activated)
-        residual = self.conv2(self.dropout(F.relu(self.norm2(residual))))
+        activated = F.relu(self.norm(inputs))
         # The projection shortcut sees the activated input, as in the reference WRN.
-        return residual + (inputs if self.shortcut is None else self.shortcut(activated))
+        return self.branch(activated) + (inputs if self.shortcut is None else self.shortcut(activated))
 
 
 class WideResNet(nn.Module):
