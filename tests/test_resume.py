@@ -84,12 +84,13 @@ def _train_cfg(tmp_path, method: str, resume: bool):
 
 def test_the_train_task_resumes_by_default_and_starts_over_with_resume_false(tmp_path):
     cfg = _train_cfg(tmp_path, "supervised", resume=True)
-    resume = _resume_file(cfg, TrainSettings(method="supervised"), {"depth": 10})
+    resume = _resume_file(cfg, TrainSettings(method="supervised"), {"depth": 10}, 300)
     assert resume.path == tmp_path / "tiny" / "resume.pt"
     assert resume.identity["arch_kwargs"] == {"depth": 10} and resume.identity["train"]["method"] == "supervised"
+    assert resume.identity["n_train_images"] == 300
     resume.path.parent.mkdir()
     resume.path.write_bytes(b"state")
-    assert _resume_file(cfg, TrainSettings(method="supervised"), {}).path.is_file()  # kept, to resume from
-    assert _resume_file(_train_cfg(tmp_path, "supervised", resume=False), TrainSettings(method="supervised"), {})
+    assert _resume_file(cfg, TrainSettings(method="supervised"), {}, 300).path.is_file()  # kept, to resume from
+    assert _resume_file(_train_cfg(tmp_path, "supervised", resume=False), TrainSettings(method="supervised"), {}, 300)
     assert not resume.path.exists()
-    assert _resume_file(_train_cfg(tmp_path, "kde_bandwidth", True), TrainSettings(method="kde_bandwidth"), {}) is None
+    assert _resume_file(_train_cfg(tmp_path, "kde_bandwidth", True), TrainSettings(method="kde_bandwidth"), {}, 300) is None

@@ -8,6 +8,8 @@ batch norm, as JEM does, so that SGLD samples never pass through batch statistic
 """
 from __future__ import annotations
 
+from itertools import pairwise
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -61,7 +63,7 @@ class WideResNet(nn.Module):
         self.normalize = Normalize.for_dataset(dataset)
         self.stem = nn.Conv2d(1 if dataset == "mnist" else 3, widths[0], 3, padding=1, bias=False)
         blocks: list[nn.Module] = []
-        for group, (c_in, c_out) in enumerate(zip(widths, widths[1:])):
+        for group, (c_in, c_out) in enumerate(pairwise(widths)):
             for index in range(blocks_per_group):
                 stride = 2 if group > 0 and index == 0 else 1
                 blocks.append(PreActBlock(c_in if index == 0 else c_out, c_out, stride, dropout, norm))

@@ -15,8 +15,14 @@ from controversial.data import load_uint8
 from controversial.model_card import write_model_card
 from controversial.registry import create_arch
 from controversial.resume import ResumeFile, recorded_progress
-from controversial.training import (AUGMENTATIONS, RESUMABLE_METHODS, TRAINING_METHODS, TrainSettings, evaluate_and_calibrate,
-                                    robustness_metrics)
+from controversial.training import (
+    AUGMENTATIONS,
+    RESUMABLE_METHODS,
+    TRAINING_METHODS,
+    TrainSettings,
+    evaluate_and_calibrate,
+    robustness_metrics,
+)
 from controversial.zoo import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
@@ -31,14 +37,17 @@ def _project_path(path: str) -> Path:
     return Path(path) if Path(path).is_absolute() else PROJECT_ROOT / path
 
 
-def _resume_file(cfg: DictConfig, settings: TrainSettings, arch_kwargs: dict) -> ResumeFile | None:
-    """The per-epoch state file of a resumable method; with resume=false an old one is removed first."""
+def _resume_file(cfg: DictConfig, settings: TrainSettings, arch_kwargs: dict, n_train_images: int) -> ResumeFile | None:
+    """The per-epoch state file of a resumable method; with resume=false an old one is removed first.
+
+    Its identity includes the training-set size: another data root would change the schedule's length.
+    """
     if settings.method not in RESUMABLE_METHODS:
         return None
     model_cfg = cfg.model
     resume = ResumeFile(_project_path(cfg.resume_file), {
         "name": model_cfg.name, "dataset": model_cfg.dataset, "arch": model_cfg.arch, "arch_kwargs": arch_kwargs,
-        "train": OmegaConf.to_container(model_cfg.train, resolve=True),
+        "train": OmegaConf.to_container(model_cfg.train, resolve=True), "n_train_images": n_train_images,
     })
     if resume.path.is_file():
         if cfg.resume:
@@ -72,7 +81,7 @@ def run(cfg: DictConfig) -> Path:
     log.info("training %s (%s, %s parameters) with %s", model_cfg.name, model_cfg.arch,
              f"{sum(p.numel() for p in net.parameters()):,}", settings.method)
 
-    resume = _resume_file(cfg, settings, arch_kwargs)
+    resume = _resume_file(cfg, settings, arch_kwargs, len(train_x))
     start = time.perf_counter()
     method_kwargs = {} if resume is None else {"resume": resume}
     TRAINING_METHODS[settings.method](net, train_x, train_y, settings, lambda message: log.info(message), **method_kwargs)
