@@ -191,7 +191,7 @@ def test_cifar10_model_configs_validate_and_fit_the_size_budget():
 
 # Floors on 200 test images (every 50th, 20 per class), a little under each model's target.
 CHECKPOINT_FLOORS = {"vgg16": 0.8, "wrn": 0.8, "pcn_cifar10": 0.8, "robust_linf": 0.6, "robust_l2": 0.6,
-                     "kde_cifar10": 0.15, "jem": 0.65}
+                     "kde_cifar10": 0.25, "jem": 0.65}
 BUNDLED = sorted(p.stem for p in (MODELS_DIR / "cifar10").glob("*.pt"))
 
 
