@@ -344,11 +344,15 @@ def train_jem(
     noise, reinit_prob = float(settings.extra.get("sgld_noise", 0.005)), float(settings.extra.get("reinit_prob", 0.05))
     weight = float(settings.extra.get("energy_weight", 1.0))
     buffer_size = int(settings.extra.get("buffer_size", 10000))
+    if buffer_size < settings.batch_size:
+        raise ValueError(f"train.extra.buffer_size ({buffer_size}) must be at least train.batch_size ({settings.batch_size})")
     buffer = torch.rand((buffer_size, *images.shape[1:]), generator=torch.Generator().manual_seed(settings.seed + 1))
 
     def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
         x, y = augment(images[batch], settings, generator), labels[batch]
-        picks = torch.randint(buffer_size, (len(batch),), generator=generator)
+        # distinct slots: with repeated indices, which sample ``buffer[picks] = samples`` keeps
+        # depends on thread scheduling, and a resumed run would no longer match an uninterrupted one
+        picks = torch.randperm(buffer_size, generator=generator)[: len(batch)]
         fresh = torch.rand(len(batch), generator=generator) < reinit_prob
         starts = torch.where(fresh[:, None, None, None], torch.rand(x.shape, generator=generator), buffer[picks])
         noises = [noise * torch.randn(x.shape, generator=generator) for _ in range(steps)]
