@@ -10,6 +10,14 @@ def _tiny_abs(**overrides):
     return create_arch("abs", **kwargs).eval()
 
 
+def _synthesis_steps(model, images: torch.Tensor, rows: list[int]) -> None:
+    """One synthesis step on elements ``rows`` of a fixed batch (a fresh batch when all are given)."""
+    if len(rows) == len(images):
+        model.reset_state()
+    model.set_active_rows(torch.tensor(rows))
+    model(images[rows])
+
+
 def test_logits_are_minus_the_fit_loss_at_the_optimised_latent():
     model = _tiny_abs()
     images = torch.rand(4, 1, 6, 6)
@@ -46,12 +54,9 @@ def test_gradient_flows_to_the_image_and_matches_the_envelope_theorem():
 def test_warm_start_reuses_latents_for_the_active_rows_only():
     model = _tiny_abs()
     images = torch.rand(5, 1, 6, 6)
-    model.reset_state()
-    model.set_active_rows(torch.arange(5))
-    model(images)
+    _synthesis_steps(model, images, [0, 1, 2, 3, 4])
     stored = model._warm_latents.clone()
-    model.set_active_rows(torch.tensor([1, 3]))
-    model(images[[1, 3]])
+    _synthesis_steps(model, images, [1, 3])
     assert torch.equal(model._warm_latents[:, [0, 2, 4]], stored[:, [0, 2, 4]])
     assert not torch.equal(model._warm_latents[:, [1, 3]], stored[:, [1, 3]])
     model.reset_state()
@@ -89,11 +94,8 @@ def test_cached_decoder_output_matches_the_stored_latents():
     """The warm start scores the previous optimum from a cache; the cache must be exactly G(z*)."""
     model = _tiny_abs()
     images = torch.rand(5, 1, 6, 6)
-    model.reset_state()
-    model.set_active_rows(torch.arange(5))
-    model(images)
-    model.set_active_rows(torch.tensor([0, 4]))
-    model(images[[0, 4]] * 0.9)
+    _synthesis_steps(model, images, [0, 1, 2, 3, 4])
+    _synthesis_steps(model, images * 0.9, [0, 4])
     assert torch.allclose(model._warm_pixel_logits, model.decoder(model._warm_latents), atol=1e-6)
 
 

@@ -7,30 +7,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from controversial.checkpoints import CheckpointInfo, save_checkpoint
-from controversial.config import CONF_DIR, register_model_options
 from controversial.errors import UserError
-from controversial.readout import Calibration
-from controversial.registry import create_arch
 from controversial.stimuli import read_manifest
-from controversial.sweeps import register_pair_options
 from controversial.tasks import overview as overview_task
+from testkit import compose_synthesize, write_tiny_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 SEVEN = ["vgg16", "wrn", "pcn_cifar10", "robust_linf", "robust_l2", "kde_cifar10", "jem"]
 
 
-def _compose(*overrides: str):
-    register_pair_options(register_model_options())
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("synthesize", overrides=list(overrides), return_hydra_config=True)
-
-
 def test_exp2_sweeps_21_pairs_twice_with_the_seed_in_the_run_dir():
-    cfg = _compose("experiment=exp2_cifar10")
+    cfg = compose_synthesize("experiment=exp2_cifar10")
     assert list(cfg.models) == SEVEN and cfg.hydra.sweep.dir == "multirun/exp2_cifar10"
     pairs = cfg.hydra.sweeper.params.pair.split(",")
     assert len(pairs) == 21 == len({frozenset(p.split("__")) for p in pairs})
@@ -41,13 +30,7 @@ def test_exp2_sweeps_21_pairs_twice_with_the_seed_in_the_run_dir():
 
 @pytest.fixture(scope="module")
 def tiny_cifar_checkpoints(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("cifar_checkpoints")
-    for seed, name in ((1, "vgg16"), (2, "wrn")):
-        kwargs = {"image_shape": [3, 32, 32], "hidden": 16, "seed": seed}
-        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset="cifar10",
-                              calibration=Calibration(1.0, -1.0, "identity"))
-        save_checkpoint(folder / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
-    return folder
+    return write_tiny_checkpoints(tmp_path_factory.mktemp("cifar_checkpoints"), ["vgg16", "wrn"], "cifar10")
 
 
 @pytest.mark.slow

@@ -9,15 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from controversial import runstate
-from controversial.checkpoints import CheckpointInfo, save_checkpoint
-from controversial.config import CONF_DIR, register_model_options
 from controversial.errors import UserError
-from controversial.readout import Calibration
-from controversial.registry import create_arch
 from controversial.stimuli import (
     ManifestRow,
     read_manifest,
@@ -25,7 +20,8 @@ from controversial.stimuli import (
     without_timing,
     write_manifest,
 )
-from controversial.sweeps import register_pair_options, unordered_pairs
+from controversial.sweeps import unordered_pairs
+from testkit import compose_synthesize, write_tiny_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = {(a, b) for a in range(10) for b in range(10) if a != b}
@@ -35,13 +31,7 @@ NINE = ["vgg", "vgg_neg", "capsnet", "pcn", "madry_linf", "madry_l2", "capsnet_r
 @pytest.fixture(scope="module")
 def tiny_checkpoints(tmp_path_factory) -> Path:
     """Tiny random stand-ins for abs, kde and vgg in one folder: ``<folder>/<name>.pt``."""
-    folder = tmp_path_factory.mktemp("checkpoints")
-    for seed, name in ((1, "abs"), (2, "vgg"), (3, "kde")):
-        kwargs = {"image_shape": [1, 28, 28], "hidden": 16, "seed": seed}
-        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset="mnist",
-                              calibration=Calibration(1.0, -1.0, "identity"))
-        save_checkpoint(folder / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
-    return folder
+    return write_tiny_checkpoints(tmp_path_factory.mktemp("checkpoints"), ["abs", "vgg", "kde"], "mnist")
 
 
 def _command(*overrides: str) -> list[str]:
@@ -74,29 +64,23 @@ def test_unordered_pairs_of_nine_models_are_36_in_list_order():
         unordered_pairs(["abs", "vgg", "abs"])
 
 
-def _compose(*overrides: str):
-    register_pair_options(register_model_options())
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose("synthesize", overrides=list(overrides), return_hydra_config=True)
-
-
 def test_experiment_sweeps_the_36_pairs_of_its_model_list_into_a_stable_folder():
-    cfg = _compose("experiment=exp1_mnist")
+    cfg = compose_synthesize("experiment=exp1_mnist")
     assert list(cfg.models) == NINE
     swept = cfg.hydra.sweeper.params.pair.split(",")
     assert len(swept) == 36 and swept[0] == "vgg__vgg_neg" and "kde__abs" in swept
     assert cfg.hydra.sweep.dir == "multirun/exp1_mnist"
-    three = _compose("experiment=exp1_mnist", "models=[abs,kde,vgg]")
+    three = compose_synthesize("experiment=exp1_mnist", "models=[abs,kde,vgg]")
     assert three.hydra.sweeper.params.pair == "abs__kde,abs__vgg,kde__vgg"
 
 
 def test_a_pair_option_selects_both_model_configs():
-    cfg = _compose("pair=kde__vgg", "model_a.checkpoint=/x/a.pt")
+    cfg = compose_synthesize("pair=kde__vgg", "model_a.checkpoint=/x/a.pt")
     assert (cfg.model_a.name, cfg.model_b.name, cfg.model_a.checkpoint) == ("kde", "vgg", "/x/a.pt")
 
 
 def test_slurm_launcher_composes_with_cfg_job():
-    cfg = _compose("experiment=exp1_mnist", "hydra/launcher=slurm", "hydra.launcher.partition=gpu")
+    cfg = compose_synthesize("experiment=exp1_mnist", "hydra/launcher=slurm", "hydra.launcher.partition=gpu")
     launcher = cfg.hydra.launcher
     assert launcher._target_.endswith("SlurmLauncher")
     assert (launcher.partition, launcher.gpus_per_node, launcher.array_parallelism) == ("gpu", 1, 36)

@@ -9,6 +9,7 @@ from controversial.config import load_model_config, model_config_files
 from controversial.registry import create_arch, list_archs
 from controversial.training import AUGMENTATIONS, TRAINING_METHODS, TrainSettings, augment
 from controversial.zoo import MODELS_DIR
+from testkit import input_gradient
 
 CIFAR_MODELS = ["vgg16", "wrn", "pcn_cifar10", "robust_linf", "robust_l2", "kde_cifar10", "jem"]
 TINY_WRN = dict(depth=10, widen_factor=1)
@@ -28,19 +29,13 @@ def _build(name: str) -> torch.nn.Module:
     return create_arch(arch, **TINY[name]).eval()
 
 
-def _input_gradient(net: torch.nn.Module, images: torch.Tensor, cls: int = 3) -> torch.Tensor:
-    images = images.clone().requires_grad_(True)
-    net(images)[:, cls].sum().backward()
-    return images.grad
-
-
 @pytest.mark.parametrize("name", sorted(TINY))
-def test_tiny_arch_logits_and_input_gradient(name):
+def test_tiny_arch_logits_andinput_gradient(name):
     net = _build(name)
     images = torch.rand(3, 3, 32, 32)
     logits = net(images)
     assert logits.shape == (3, 10) and torch.isfinite(logits).all()
-    grad = _input_gradient(net, images)
+    grad = input_gradient(net, images)
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
 
 
@@ -78,13 +73,13 @@ def test_jem_gradient_goes_through_the_refinement_and_matches_finite_differences
     generator = torch.Generator().manual_seed(1)
     images = (0.3 + 0.4 * torch.rand(2, 3, 32, 32, generator=generator)).double()  # far from the clamp
     direction = torch.randn(images.shape, generator=generator).double()
-    analytic = (_input_gradient(net, images) * direction).sum()
+    analytic = (input_gradient(net, images) * direction).sum()
     h = 1e-5
     with torch.no_grad():
         numeric = (net(images + h * direction)[:, 3].sum() - net(images - h * direction)[:, 3].sum()) / (2 * h)
     assert float(analytic) == pytest.approx(float(numeric), rel=1e-6)
-    unrefined = _input_gradient(net.classifier, images)
-    assert not torch.allclose(_input_gradient(net, images), unrefined)  # the refinement changes the gradient
+    unrefined = input_gradient(net.classifier, images)
+    assert not torch.allclose(input_gradient(net, images), unrefined)  # the refinement changes the gradient
 
 
 def test_jem_refinement_lowers_the_energy_and_is_deterministic():
@@ -134,7 +129,7 @@ def test_kde_on_cifar_shaped_images_chunks_exactly_and_needs_every_class():
     chunked = GaussianKDE(images, labels, sigma=2.0, chunk_size=4)(queries)
     assert whole.shape == (2, 10) and torch.isfinite(whole).all()
     assert torch.allclose(whole, chunked, atol=1e-3)
-    grad = _input_gradient(GaussianKDE(images, labels, sigma=2.0), queries)
+    grad = input_gradient(GaussianKDE(images, labels, sigma=2.0), queries)
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
     with pytest.raises(ValueError, match="none of class 9"):
         GaussianKDE(images[labels < 9], labels[labels < 9], sigma=2.0)
@@ -205,7 +200,7 @@ def test_slice():
 
 @pytest.mark.data
 @pytest.mark.parametrize("name", BUNDLED)  # none bundled yet: nothing to collect, and that is no error
-def test_bundled_checkpoint_accuracy_and_input_gradient(name, test_slice):
+def test_bundled_checkpoint_accuracy_andinput_gradient(name, test_slice):
     from controversial.zoo import load_model
 
     assert name in CHECKPOINT_FLOORS, f"models/cifar10/{name}.pt has no accuracy floor in CHECKPOINT_FLOORS"
@@ -214,5 +209,5 @@ def test_bundled_checkpoint_accuracy_and_input_gradient(name, test_slice):
     with torch.no_grad():
         accuracy = float((model(images).argmax(1) == labels).float().mean())
     assert accuracy >= CHECKPOINT_FLOORS[name], f"{name}: {accuracy:.3f} on 200 test images"
-    grad = _input_gradient(model, images[:4])
+    grad = input_gradient(model, images[:4])
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0

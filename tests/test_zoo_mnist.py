@@ -9,6 +9,7 @@ from controversial.attacks import pgd, project
 from controversial.archs.capsnet import route, squash
 from controversial.registry import create_arch
 from controversial.training import TrainSettings, capsule_margin_loss, derive_from_checkpoint, non_digit_images
+from testkit import input_gradient
 
 TINY = {
     "capsnet": dict(conv_channels=4, primary_types=2, primary_dim=4, digit_dim=6, decoder_hidden=(8,)),
@@ -17,20 +18,14 @@ TINY = {
 }
 
 
-def _input_gradient(net: torch.nn.Module, images: torch.Tensor, cls: int = 3) -> torch.Tensor:
-    images = images.clone().requires_grad_(True)
-    net(images)[:, cls].sum().backward()
-    return images.grad
-
-
 @pytest.mark.parametrize("arch, kwargs", [*TINY.items(), ("capsnet", {**TINY["capsnet"], "readout": "reconstruction"})])
-def test_tiny_arch_logits_and_input_gradient(arch, kwargs):
+def test_tiny_arch_logits_andinput_gradient(arch, kwargs):
     torch.manual_seed(0)
     net = create_arch(arch, **kwargs).eval()
     images = torch.rand(3, 1, 28, 28)
     logits = net(images)
     assert logits.shape == (3, 10) and torch.isfinite(logits).all()
-    grad = _input_gradient(net, images)
+    grad = input_gradient(net, images)
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
 
 
@@ -154,7 +149,7 @@ def test_slice():
 
 @pytest.mark.data
 @pytest.mark.parametrize("name", sorted(CHECKPOINT_FLOORS))
-def test_bundled_checkpoint_accuracy_and_input_gradient(name, test_slice):
+def test_bundled_checkpoint_accuracy_andinput_gradient(name, test_slice):
     from controversial.zoo import checkpoint_path, load_model
 
     if not checkpoint_path(name, "mnist").is_file():
@@ -164,7 +159,7 @@ def test_bundled_checkpoint_accuracy_and_input_gradient(name, test_slice):
     with torch.no_grad():
         accuracy = float((model(images).argmax(1) == labels).float().mean())
     assert accuracy >= CHECKPOINT_FLOORS[name], f"{name}: {accuracy:.3f} on the first 500 test images"
-    grad = _input_gradient(model, images[:8])
+    grad = input_gradient(model, images[:8])
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
 
 

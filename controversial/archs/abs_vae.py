@@ -182,8 +182,8 @@ class AnalysisBySynthesis(nn.Module):
         """Keep each active element's optimum (and its decoder output) for the next warm start."""
         size = int(self._rows.max()) + 1
         if self._warm_latents is None or self._warm_latents.shape[1] < size:
-            self._warm_latents = _grow(self._warm_latents, size, self.latent_dim, latents)
-            self._warm_pixel_logits = _grow(self._warm_pixel_logits, size, pixel_logits.shape[-1], pixel_logits)
+            self._warm_latents = _grow(self._warm_latents, size, latents)
+            self._warm_pixel_logits = _grow(self._warm_pixel_logits, size, pixel_logits)
         self._warm_latents[:, self._rows] = latents
         self._warm_pixel_logits[:, self._rows] = pixel_logits.detach()
 
@@ -205,9 +205,9 @@ class AnalysisBySynthesis(nn.Module):
         return (recon + self.beta * kl).mean()
 
 
-def _grow(buffer: torch.Tensor | None, size: int, width: int, like: torch.Tensor) -> torch.Tensor:
-    """A (10, size, width) zero buffer holding ``buffer``'s rows, so a batch may address more elements."""
-    grown = like.new_zeros(N_CLASSES, size, width)
+def _grow(buffer: torch.Tensor | None, size: int, like: torch.Tensor) -> torch.Tensor:
+    """A (10, size, width of ``like``) zero buffer holding ``buffer``'s rows, so a batch may address more elements."""
+    grown = like.new_zeros(N_CLASSES, size, like.shape[-1])
     if buffer is not None:
         grown[:, : buffer.shape[1]] = buffer
     return grown

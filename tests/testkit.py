@@ -1,0 +1,40 @@
+"""Helpers shared by test modules: tiny stand-in checkpoints, composed configs, input gradients."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from hydra import compose, initialize_config_dir
+
+from controversial.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.config import CONF_DIR, register_model_options
+from controversial.readout import Calibration
+from controversial.registry import create_arch
+from controversial.sweeps import register_pair_options
+
+IMAGE_SHAPES = {"mnist": [1, 28, 28], "cifar10": [3, 32, 32]}
+
+
+def write_tiny_checkpoints(folder: Path, names: Sequence[str], dataset: str) -> Path:
+    """Tiny random MLPs saved as ``<folder>/<name>.pt`` under the given model names (seeds 1, 2, ...)."""
+    for seed, name in enumerate(names, start=1):
+        kwargs = {"image_shape": IMAGE_SHAPES[dataset], "hidden": 16, "seed": seed}
+        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset=dataset,
+                              calibration=Calibration(1.0, -1.0, "identity"))
+        save_checkpoint(folder / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
+    return folder
+
+
+def compose_synthesize(*overrides: str):
+    """The synthesize config with these overrides, Hydra's own section included."""
+    register_pair_options(register_model_options())
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("synthesize", overrides=list(overrides), return_hydra_config=True)
+
+
+def input_gradient(net: torch.nn.Module, images: torch.Tensor, cls: int = 3) -> torch.Tensor:
+    """d(logit ``cls``)/d(image), summed over the batch."""
+    images = images.clone().requires_grad_(True)
+    net(images)[:, cls].sum().backward()
+    return images.grad
