@@ -14,7 +14,7 @@ from torch import nn
 from controversial import __version__
 from controversial.atomic import atomic_write_bytes
 from controversial.data import dataset_info
-from controversial.inference import fold_batch_norms
+from controversial.inference import fold_batch_norms, use_preferred_memory_format
 from controversial.readout import Calibration, CalibratedModel
 from controversial.registry import create_arch
 
@@ -103,7 +103,8 @@ def read_checkpoint(path: str | Path) -> tuple[CheckpointInfo, dict[str, torch.T
 def load_checkpoint(path: str | Path, data_root: str | None = None) -> CalibratedModel:
     """Rebuild the architecture, load float32 weights, and wrap it with its calibration.
 
-    The result is for inference only: eval mode, frozen weights, batch norms folded into convolutions.
+    The result is for inference only: eval mode, frozen weights, batch norms folded into convolutions,
+    channels-last layout where the architecture prefers it.
     """
     info, state = read_checkpoint(path)
     kwargs = dict(info.arch_kwargs)
@@ -112,5 +113,6 @@ def load_checkpoint(path: str | Path, data_root: str | None = None) -> Calibrate
     net = create_arch(info.arch, **kwargs)
     net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     fold_batch_norms(net.eval())
+    use_preferred_memory_format(net)
     model = CalibratedModel(net, info.calibration, info.name, info.dataset, dataset_info(info.dataset).class_names)
     return model.eval().requires_grad_(False)

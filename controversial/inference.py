@@ -4,9 +4,13 @@ Synthesis runs every model forward and backward to the input thousands of times 
 weights, so work that only matters for training is pure cost there. Folding each eval-mode batch
 norm into the convolution before it removes two elementwise passes per layer forward and backward
 (about 1.5x faster for the small VGG at batch 90 on a CPU) and changes logits by float rounding only.
+Plain convolution stacks also run faster with channels-last activations on a CPU (oneDNN's native
+layout): the small VGG about 1.3x at batch 90, the MNIST VGG with a negated readout 2x. Capsule
+networks, whose routing reshapes the activations, run slower, so each architecture opts in.
 """
 from __future__ import annotations
 
+import torch
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
@@ -33,3 +37,14 @@ def fold_batch_norms(module: nn.Module) -> int:
                 child[index + 1] = nn.Identity()
                 folded += 1
     return folded
+
+
+def use_preferred_memory_format(module: nn.Module) -> bool:
+    """Convert ``module`` to channels-last in place if its class sets ``channels_last_inference``.
+
+    Returns whether it was converted.
+    """
+    if not getattr(module, "channels_last_inference", False):
+        return False
+    module.to(memory_format=torch.channels_last)
+    return True

@@ -105,59 +105,60 @@ def synthesize_batch(
     for model in models:
         model.reset_state()
 
-    previous = param.to_images(params.detach())
-    best_images = previous.clone()
     device = initial_images.device
+    best_images = param.to_images(params.detach())
     best_smooth = torch.full((n,), -torch.inf, device=device)
-    quiet_steps = torch.zeros(n, dtype=torch.long, device=device)
     steps = torch.zeros(n, dtype=torch.long, device=device)
-    done = torch.zeros(n, dtype=torch.bool, device=device)
     converged = torch.zeros(n, dtype=torch.bool, device=device)
     failures = [""] * n
+    # The optimisation state holds the active elements only, so a step costs what its live batch
+    # costs: ``rows`` maps them to the batch, ``params`` and the optimiser state are compacted as
+    # elements finish. Every element's update is the same as in a full batch (the optimisers are
+    # elementwise), so results do not depend on which other elements are still running.
+    rows = torch.arange(n, device=device)
+    previous = best_images.clone()
+    quiet_steps = torch.zeros(n, dtype=torch.long, device=device)
 
     for step in range(settings.max_steps):
-        active = torch.nonzero(~done).squeeze(1)
-        if len(active) == 0:
+        if len(rows) == 0:
             break
         for model in models:
-            model.set_active_rows(active)
+            model.set_active_rows(rows)
         optimizer.zero_grad(set_to_none=False)
-        images = param.to_images(params[active])
+        images = param.to_images(params)
         model_start = time.perf_counter()
         logits = _model_logits(models, jitter(images, settings.jitter, generator))
-        objective = smooth_score(logits, targets[active], settings.alpha)
-        current_hard = hard_score([l.detach() for l in logits], targets[active])
+        objective = smooth_score(logits, targets[rows], settings.alpha)
+        current_hard = hard_score([l.detach() for l in logits], targets[rows])
         finite = torch.isfinite(objective)
         objective[finite].sum().neg().backward()
         model_seconds += time.perf_counter() - model_start
 
         with torch.no_grad():
-            row_grads = params.grad[active].flatten(1)
-            finite &= torch.isfinite(row_grads).all(1)
-            for index in active[~finite].tolist():
+            finite &= torch.isfinite(params.grad.flatten(1)).all(1)
+            for index in rows[~finite].tolist():
                 failures[index] = f"non-finite score or gradient at step {step}"
-            improved = finite & (objective.detach() > best_smooth[active])
-            best_smooth[active[improved]] = objective.detach()[improved]
-            best_images[active[improved]] = images.detach()[improved]
-            params.grad[active[~finite]] = 0
-            frozen = params.detach().clone()
+            improved = finite & (objective.detach() > best_smooth[rows])
+            best_smooth[rows[improved]] = objective.detach()[improved]
+            best_images[rows[improved]] = images.detach()[improved]
+            params.grad[~finite] = 0
             optimizer.step()
-            params[done] = frozen[done]
-            params[active[~finite]] = frozen[active[~finite]]
 
-            steps[active[finite]] += 1
-            current = param.to_images(params[active])
-            quiet = level_change(previous[active], current) <= settings.tolerance_levels
-            previous[active] = current
-            quiet_steps[active] = torch.where(quiet, quiet_steps[active] + 1, 0)
-            newly_converged = quiet_steps[active] > settings.patience
-            converged[active[newly_converged]] = True
+            steps[rows[finite]] += 1
+            current = param.to_images(params)
+            quiet_steps = torch.where(level_change(previous, current) <= settings.tolerance_levels, quiet_steps + 1, 0)
+            previous = current
+            newly_converged = quiet_steps > settings.patience
+            converged[rows[newly_converged]] = True
             reached = current_hard >= settings.stop_score if settings.stop_score is not None else torch.zeros_like(finite)
-            done[active[newly_converged | reached | ~finite]] = True
+            keep = ~(newly_converged | reached | ~finite)
+            if not bool(keep.all()):
+                rows, previous, quiet_steps = rows[keep], previous[keep], quiet_steps[keep]
+                params, optimizer = _compact(params, optimizer, settings.optimizer, keep)
         if on_scores is not None:
             on_scores(step + 1, current_hard.detach().cpu())
         if on_step is not None:
-            on_step(step + 1, int((~done).sum()))
+            on_step(step + 1, len(rows))
 
     final = quantize(best_images)
     hard, smooth, probabilities = score_images(models, final, targets, settings.alpha)
@@ -167,6 +168,22 @@ def synthesize_batch(
     for index in torch.nonzero(never_finite).squeeze(1).tolist():
         failures[index] = failures[index] or "no finite score during optimisation"
     return BatchResult(final, hard, smooth, probabilities, steps, converged, failures, model_seconds, time.perf_counter() - start_time)
+
+
+def _compact(params: torch.Tensor, optimizer: torch.optim.Optimizer, make_optimizer: OptimizerFactory,
+             keep: torch.Tensor) -> tuple[torch.Tensor, torch.optim.Optimizer]:
+    """The rows ``keep`` of the parameters, with a fresh optimiser carrying those rows of its state.
+
+    Per-element state (shaped like the parameters) is sliced; anything else (Adam's step count,
+    shared by every row) is carried over as is.
+    """
+    kept = params.detach()[keep].requires_grad_(True)
+    compacted = make_optimizer([kept])
+    compacted.state[kept] = {
+        key: value[keep] if torch.is_tensor(value) and value.shape == params.shape else value
+        for key, value in optimizer.state[params].items()
+    }
+    return kept, compacted
 
 
 def ordered_class_pairs(n_classes: int = 10) -> list[tuple[int, int]]:

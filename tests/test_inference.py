@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from controversial.inference import fold_batch_norms
+from controversial.inference import fold_batch_norms, use_preferred_memory_format
 
 
 def _conv_bn_net() -> nn.Sequential:
@@ -40,3 +40,23 @@ def test_folding_keeps_the_function_and_its_input_gradient():
 def test_folding_refuses_a_module_in_training_mode():
     with pytest.raises(ValueError, match="eval-mode"):
         fold_batch_norms(_conv_bn_net().train())
+
+
+def test_channels_last_is_applied_only_where_an_architecture_opts_in_and_keeps_the_function():
+    from controversial.archs.vgg import VGG
+
+    torch.manual_seed(0)
+    vgg = VGG("mnist", widths=(4, 8), fc=16).eval()
+    images = torch.rand(3, 1, 28, 28, requires_grad=True)
+    expected = vgg(images)
+    (expected_grad,) = torch.autograd.grad(expected[:, 2].sum(), images)
+    assert use_preferred_memory_format(vgg)
+    assert vgg.features[4].weight.is_contiguous(memory_format=torch.channels_last)  # a 4 -> 4 channel conv
+    converted = vgg(images)
+    (converted_grad,) = torch.autograd.grad(converted[:, 2].sum(), images)
+    assert torch.allclose(converted, expected, atol=1e-5)
+    assert torch.allclose(converted_grad, expected_grad, atol=1e-5)
+
+    plain = _conv_bn_net()
+    assert not use_preferred_memory_format(plain)
+    assert not plain[3][0].weight.is_contiguous(memory_format=torch.channels_last)

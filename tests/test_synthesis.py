@@ -5,7 +5,7 @@ from conftest import MNIST_CLASSES, make_tiny_model
 from controversial.objectives import hard_score
 from controversial.readout import Calibration, CalibratedModel
 from controversial.synthesis import (
-    SynthesisSettings, distinct_target_tuples, noise_images, ordered_class_pairs, score_images, synthesize_batch,
+    SynthesisSettings, _compact, distinct_target_tuples, noise_images, ordered_class_pairs, score_images, synthesize_batch,
 )
 
 FAST = dict(max_steps=60, stop_score=None)
@@ -118,3 +118,28 @@ def test_noise_start_of_a_cell_does_not_depend_on_its_batch():
     batched = noise_images([(1, 2), (3, 7)], [0, 4], (1, 28, 28))
     assert torch.equal(alone[0], batched[1])
     assert not torch.equal(batched[0], batched[1])
+
+
+def test_an_element_follows_the_same_path_alone_as_in_a_batch_where_others_finish_first(tiny_pair):
+    # The batch drops finished elements and slices the optimiser's state to match; a misaligned
+    # Adam moment would send the survivors elsewhere.
+    targets, initial = _problem(8)
+    settings = SynthesisSettings(max_steps=200, stop_score=0.97)
+    batched = synthesize_batch(tiny_pair, targets, initial, settings)
+    assert len(set(batched.steps.tolist())) > 3  # elements really do finish at different steps
+    for index in range(len(targets)):
+        alone = synthesize_batch(tiny_pair, targets[index : index + 1], initial[index : index + 1], settings)
+        assert alone.steps.item() == batched.steps[index].item()
+        assert torch.allclose(alone.smooth, batched.smooth[index : index + 1], atol=1e-4)
+
+
+def test_compaction_keeps_the_optimiser_state_of_the_remaining_rows():
+    params = torch.arange(12.0).reshape(4, 3).requires_grad_(True)
+    optimizer = torch.optim.SGD([params], lr=0.1, momentum=0.9)
+    params.grad = torch.arange(12.0).reshape(4, 3)
+    optimizer.step()
+    momentum = optimizer.state[params]["momentum_buffer"].clone()
+    keep = torch.tensor([True, False, True, False])
+    kept, compacted = _compact(params, optimizer, lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9), keep)
+    assert torch.equal(kept, params.detach()[keep]) and kept.requires_grad and kept.is_leaf
+    assert torch.equal(compacted.state[kept]["momentum_buffer"], momentum[keep])

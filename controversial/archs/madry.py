@@ -12,6 +12,8 @@ from controversial.registry import register_arch
 
 
 class MadryConvNet(nn.Module):
+    channels_last_inference = True  # faster on CPU at synthesis batch sizes (controversial.inference)
+
     def __init__(self, widths: tuple[int, int] = (32, 64), fc: int = 1024) -> None:
         super().__init__()
         first, second = widths

@@ -50,6 +50,8 @@ class PreActBlock(nn.Module):
 
 
 class WideResNet(nn.Module):
+    channels_last_inference = True  # faster on CPU at synthesis batch sizes (controversial.inference)
+
     def __init__(
         self, depth: int = 16, widen_factor: int = 4, dropout: float = 0.0, norm: str = "batch", dataset: str = "cifar10"
     ) -> None:
