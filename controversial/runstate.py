@@ -122,6 +122,25 @@ def pending_work(rows: list[ManifestRow], cells: list[Cell], seeds: list[int]) -
     return [(cell, seed) for cell in cells if cell not in accepted for seed in seeds if (*cell, seed) not in done]
 
 
+def attempts_batch(rows: list[ManifestRow], cells: list[Cell], base_seed: int, attempt: int, seeds_per_cell: int,
+                   max_attempts: int, capacity: int) -> tuple[list[tuple[Cell, int]], int]:
+    """The (cell, seed) jobs of ``attempt`` plus, while they fit in ``capacity`` images, those of the
+    following attempts for the same cells; returns the jobs and the last attempt included.
+
+    A retry typically concerns a few hard cells that run the full step budget, so its batch would
+    sit nearly empty; their later seeds ride along almost for free, and the loop then finds those
+    attempts done. Whole attempts only, so which seeds ran is easy to tell from the manifest.
+    """
+    jobs = pending_work(rows, cells, attempt_seeds(base_seed, attempt, seeds_per_cell))
+    last = attempt
+    while jobs and last + 1 < max_attempts:
+        more = pending_work(rows, cells, attempt_seeds(base_seed, last + 1, seeds_per_cell))
+        if len(jobs) + len(more) > capacity:
+            break
+        jobs, last = jobs + more, last + 1
+    return jobs, last
+
+
 def best_rows(rows: list[ManifestRow]) -> dict[Cell, ManifestRow]:
     """Per cell the row to show: accepted before not, then the highest hard score; rows without an image never."""
     best: dict[Cell, ManifestRow] = {}

@@ -1,7 +1,9 @@
 """``python synthesize.py model_a=A model_b=B``: the full 90-cell matrix of a model pair.
 
 Cells that fail (hard score of the 8-bit image below the threshold, or a non-finite score) are
-retried with new seeds, all failed cells of an attempt in one batch, until ``max_attempts``.
+retried with new seeds, all failed cells of an attempt in one batch, until ``max_attempts``; with
+``retry_lookahead`` a retry batch also carries the later attempts' seeds of its cells while it stays
+within the first attempt's size.
 PNGs are written before the manifest rows that reference them, and the manifest is rewritten
 atomically after every attempt, so a killed run leaves a valid one. Re-running into the same
 folder (a sweep, or ``output_dir=``) resumes: see :mod:`controversial.runstate`.
@@ -179,15 +181,17 @@ def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: tor
     log.info("synthesizing %s vs %s: %d cells x %d seeds on %s", name_a, name_b, len(pairs), cfg.seeds_per_cell, device)
 
     global_step = n_new_rows = 0
+    capacity = len(pairs) * cfg.seeds_per_cell if cfg.retry_lookahead else 0  # retries never outgrow the first batch
     for attempt in range(cfg.max_attempts):
         base = cfg.seed + attempt * cfg.seeds_per_cell
-        work = runstate.pending_work(rows, pairs, runstate.attempt_seeds(cfg.seed, attempt, cfg.seeds_per_cell))
+        work, last_attempt = runstate.attempts_batch(rows, pairs, cfg.seed, attempt, cfg.seeds_per_cell, cfg.max_attempts, capacity)
         if not work:
             continue
+        attempts = f"{attempt + 1}" if last_attempt == attempt else f"{attempt + 1}-{last_attempt + 1}"
         cells = [Cell(a, b, seed, "") for (a, b), seed in work]
         initial, inits = _initial_images(cells, info.image_shape, cfg.init, info.name, cfg.data)
         targets = torch.tensor([[c.class_a, c.class_b] for c in cells], device=device)
-        bar = tqdm(total=settings.max_steps, desc=f"attempt {attempt + 1}/{cfg.max_attempts} ({len(cells)} images)", disable=not cfg.progress,
+        bar = tqdm(total=settings.max_steps, desc=f"attempt {attempts}/{cfg.max_attempts} ({len(cells)} images)", disable=not cfg.progress,
                    leave=False, mininterval=PROGRESS_INTERVAL_S if sys.stderr.isatty() else LOG_PROGRESS_INTERVAL_S)
 
         on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
@@ -225,8 +229,8 @@ def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: tor
         n_accepted = len({r.cell for r in rows if r.accepted})
         tracker.log({"attempt": attempt + 1, "cells_accepted": n_accepted, "images_accepted_this_attempt": sum(r.accepted for r in new_rows),
                      "images_this_attempt": len(new_rows)}, step=global_step)
-        log.info("attempt %d: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward)",
-                 attempt + 1, n_accepted, len(pairs), result.total_seconds, 100 * result.model_seconds / max(result.total_seconds, 1e-9))
+        log.info("attempt %s: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward)",
+                 attempts, n_accepted, len(pairs), result.total_seconds, 100 * result.model_seconds / max(result.total_seconds, 1e-9))
 
     grid_path = out_dir / "grid.png"
     if n_new_rows or not grid_path.is_file():  # a re-run with nothing left to do keeps its grid
