@@ -113,8 +113,8 @@ def synthesize_batch(
     failures = [""] * n
     # The optimisation state holds the active elements only, so a step costs what its live batch
     # costs: ``rows`` maps them to the batch, ``params`` and the optimiser state are compacted as
-    # elements finish. Every element's update is the same as in a full batch (the optimisers are
-    # elementwise), so results do not depend on which other elements are still running.
+    # elements finish. With a per-element optimiser (Adam, SGD, RMSprop, ...) every element's update
+    # is the same as in a full batch, so results do not depend on which others are still running.
     rows = torch.arange(n, device=device)
     previous = best_images.clone()
     quiet_steps = torch.zeros(n, dtype=torch.long, device=device)
@@ -174,13 +174,13 @@ def _compact(params: torch.Tensor, optimizer: torch.optim.Optimizer, make_optimi
              keep: torch.Tensor) -> tuple[torch.Tensor, torch.optim.Optimizer]:
     """The rows ``keep`` of the parameters, with a fresh optimiser carrying those rows of its state.
 
-    Per-element state (shaped like the parameters) is sliced; anything else (Adam's step count,
-    shared by every row) is carried over as is.
+    State with one entry per row (Adam's moments, Adafactor's row and column factors) is sliced;
+    anything else (a step count shared by every row) is carried over as is.
     """
     kept = params.detach()[keep].requires_grad_(True)
     compacted = make_optimizer([kept])
     compacted.state[kept] = {
-        key: value[keep] if torch.is_tensor(value) and value.shape == params.shape else value
+        key: value[keep] if torch.is_tensor(value) and value.dim() > 0 and value.shape[0] == len(keep) else value
         for key, value in optimizer.state[params].items()
     }
     return kept, compacted

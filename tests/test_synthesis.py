@@ -1,3 +1,4 @@
+import pytest
 import torch
 from torch import nn
 
@@ -93,12 +94,19 @@ def test_fourier_parametrization_also_improves_the_score(tiny_pair):
     assert torch.all(result.hard > before)
 
 
-def test_any_torch_optimizer_can_drive_synthesis(tiny_pair):
-    targets, initial = _problem(4)
-    sgd = lambda params: torch.optim.SGD(params, lr=5.0)  # noqa: E731
+@pytest.mark.parametrize("optimizer", [
+    lambda params: torch.optim.SGD(params, lr=5.0),
+    lambda params: torch.optim.SGD(params, lr=2.0, momentum=0.9),
+    lambda params: torch.optim.RMSprop(params, lr=0.05),
+    lambda params: torch.optim.Adafactor(params, lr=0.05),  # row and column factors: state not shaped like the images
+], ids=["sgd", "sgd_momentum", "rmsprop", "adafactor"])
+def test_any_torch_optimizer_can_drive_synthesis_while_elements_finish(tiny_pair, optimizer):
+    targets, initial = _problem(6)
     before, _, _ = score_images(tiny_pair, initial, targets, alpha=1.0)
-    result = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(optimizer=sgd, **FAST))
+    result = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(max_steps=80, stop_score=0.9, optimizer=optimizer))
     assert torch.all(result.hard > before)
+    assert result.failures == [""] * len(targets)
+    assert len(set(result.steps.tolist())) > 1  # some finished early, so the batch was compacted
 
 
 def test_three_models_each_detect_their_own_target():
