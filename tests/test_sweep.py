@@ -217,6 +217,9 @@ def test_kill_9_then_rerun_gives_every_cell_once_and_the_uninterrupted_result(tm
     for row in rows:
         seeds_per_cell.setdefault((row.class_a, row.class_b), []).append(row.seed)
     assert set(seeds_per_cell) == CELLS and all(len(s) == len(set(s)) for s in seeds_per_cell.values())
+    # a cell accepted in the first attempt (a batch of its own: it fills the capacity) is never retried
+    accepted_first = {(r.class_a, r.class_b) for r in rows if r.accepted and r.seed == 0}
+    assert accepted_first and all(seeds_per_cell[cell] == [0] for cell in accepted_first)
     assert not list(run_dir.glob(".*.tmp"))
     for row in rows:
         assert (run_dir / row.image_file).read_bytes() == (tmp_path / "reference" / row.image_file).read_bytes()

@@ -5,25 +5,16 @@ from pathlib import Path
 
 import pytest
 
-from controversial.checkpoints import CheckpointInfo, save_checkpoint
-from controversial.readout import Calibration
-from controversial.registry import create_arch
 from controversial.stimuli import MANIFEST_COLUMNS, read_manifest, without_timing
+from testkit import write_tiny_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
 def tiny_checkpoints(tmp_path_factory) -> dict[str, Path]:
-    folder = tmp_path_factory.mktemp("checkpoints")
-    paths = {}
-    for seed, name in ((1, "abs"), (2, "vgg")):
-        kwargs = {"image_shape": [1, 28, 28], "hidden": 16, "seed": seed}
-        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset="mnist",
-                              calibration=Calibration(1.0, -1.0, "identity"))
-        paths[name] = folder / f"{name}.pt"
-        save_checkpoint(paths[name], create_arch("tiny_mlp", **kwargs), info)
-    return paths
+    folder = write_tiny_checkpoints(tmp_path_factory.mktemp("checkpoints"), ["abs", "vgg"], "mnist")
+    return {name: folder / f"{name}.pt" for name in ("abs", "vgg")}
 
 
 def _synthesize(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
