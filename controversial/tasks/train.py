@@ -10,6 +10,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from controversial.zoo.attacks import module_device
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.data import load_uint8
 from controversial.zoo.model_card import write_model_card
@@ -69,12 +70,26 @@ def _test_monitor(test_x: torch.Tensor, test_y: torch.Tensor, n: int):
     images, labels = test_x[::stride][:n], test_y[::stride][:n]
 
     def monitor(net: torch.nn.Module) -> str:
+        device = module_device(net)
         with torch.no_grad():
-            logits = torch.cat([net(images[i : i + 500]) for i in range(0, len(images), 500)])
+            logits = torch.cat([net(images[i : i + 500].to(device)).cpu() for i in range(0, len(images), 500)])
         accuracy = float((logits.argmax(1) == labels).float().mean())
         return f"test accuracy {100 * accuracy:.2f}% (every {stride}th image)"
 
     return monitor
+
+
+def _device(name: str, method_name: str, any_device: bool) -> torch.device:
+    """The training device: ``cpu`` always works; ``cuda`` needs a GPU and a method that can use it."""
+    if name == "cpu":
+        return torch.device("cpu")
+    if name != "cuda":
+        raise ValueError(f"device '{name}' unknown; allowed: cpu, cuda")
+    if not any_device:
+        raise ValueError(f"device=cuda: training method '{method_name}' runs on the CPU only; use device=cpu")
+    if not torch.cuda.is_available():
+        raise ValueError("device=cuda, but PyTorch sees no CUDA GPU here; use device=cpu")
+    return torch.device("cuda")
 
 
 def run(cfg: DictConfig) -> Path:
@@ -82,6 +97,7 @@ def run(cfg: DictConfig) -> Path:
     settings = TrainSettings(**OmegaConf.to_container(model_cfg.train, resolve=True))
     method = training_method(settings.method)
     method.options(settings.extra)  # a typo in train.extra fails here, before the data is loaded
+    device = _device(str(cfg.device), settings.method, method.any_device)
     if settings.augment not in AUGMENTATIONS:
         raise ValueError(f"model.train.augment '{settings.augment}' unknown; allowed: {', '.join(AUGMENTATIONS)}")
     torch.manual_seed(settings.seed)
@@ -106,17 +122,22 @@ def run(cfg: DictConfig) -> Path:
     method_kwargs: dict = {} if resume is None else {"resume": resume}
     if method.monitored:
         method_kwargs["monitor"] = _test_monitor(test_x, test_y, int(settings.extra.get("monitor_images", 2000)))
+    net.to(device)
     outcome = method.train(net, train_x, train_y, settings, lambda message: log.info(message), **method_kwargs)
     outcome = outcome or TrainOutcome()
+    net.to("cpu")  # evaluation, calibration and the checkpoint are the same whatever the training device
     # A resumed run's time is summed over its sessions (the resume file keeps the total).
     resumed = resume is not None and resume.path.is_file()
     train_time = recorded_progress(resume.path).train_seconds if resumed else time.perf_counter() - start
     arch_kwargs.update(outcome.arch_kwargs)
 
+    robustness = robustness_metrics(net, test_x, test_y, settings)  # PGD runs on the training device
+    net.to("cpu")  # evaluation, calibration and the checkpoint are the same whatever the training device
     evaluation = evaluate_and_calibrate(net, test_x, test_y, model_cfg.calibration)
     n_parameters = sum(p.numel() for p in net.parameters())
-    metrics = {**evaluation.metrics, **robustness_metrics(net, test_x, test_y, settings),
-               "parameters": n_parameters, "train_time_s": round(train_time, 1)}
+    metrics = {**evaluation.metrics, **robustness,
+               "parameters": n_parameters, "train_time_s": round(train_time, 1),
+               "trained_on": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
     log.info("test accuracy %.2f%%, calibration slope %.4g intercept %.4g, NLL %.4f -> %.4f",
              100 * metrics["test_accuracy"], evaluation.calibration.slope, evaluation.calibration.intercept,
              metrics["test_nll_uncalibrated"], metrics["test_nll_calibrated"])

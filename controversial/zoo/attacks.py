@@ -17,6 +17,12 @@ def _per_image_norm(t: torch.Tensor) -> torch.Tensor:
     return t.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (t.dim() - 1)))
 
 
+def module_device(net: nn.Module) -> torch.device:
+    """The device of a network's parameters (the CPU for a network without any)."""
+    parameter = next(iter(net.parameters()), None)
+    return torch.device("cpu") if parameter is None else parameter.device
+
+
 def project(delta: torch.Tensor, norm: str, eps: float) -> torch.Tensor:
     """The closest perturbation inside the eps ball of the given norm."""
     if norm == "linf":
@@ -27,11 +33,12 @@ def project(delta: torch.Tensor, norm: str, eps: float) -> torch.Tensor:
 
 
 def _random_start(images: torch.Tensor, norm: str, eps: float, generator: torch.Generator | None) -> torch.Tensor:
+    # Drawn on the CPU (where the generator lives), so the draws are the same on every device.
     if norm == "linf":
-        return (torch.rand(images.shape, generator=generator) * 2 - 1) * eps
+        return ((torch.rand(images.shape, generator=generator) * 2 - 1) * eps).to(images.device)
     direction = torch.randn(images.shape, generator=generator)
     radius = eps * torch.rand(len(images), generator=generator) ** (1 / images[0].numel())
-    return direction / _per_image_norm(direction) * radius.view(-1, *([1] * (images.dim() - 1)))
+    return (direction / _per_image_norm(direction) * radius.view(-1, *([1] * (images.dim() - 1)))).to(images.device)
 
 
 def pgd(
@@ -69,11 +76,12 @@ def pgd_accuracy(
     net: nn.Module, images: torch.Tensor, labels: torch.Tensor, norm: str, eps: float, steps: int, step_size: float,
     batch_size: int = 250, seed: int = 0,
 ) -> float:
-    """Accuracy under PGD (random start, fixed seed) on the given images, batched."""
+    """Accuracy under PGD (random start, fixed seed) on the given images, batched on the network's device."""
     generator = torch.Generator().manual_seed(seed)
+    device = module_device(net)
     correct = 0
     for i in range(0, len(images), batch_size):
-        x, y = images[i : i + batch_size], labels[i : i + batch_size]
+        x, y = images[i : i + batch_size].to(device), labels[i : i + batch_size].to(device)
         adversarial = pgd(net, x, y, norm, eps, steps, step_size, generator=generator)
         with torch.no_grad():
             correct += int((net(adversarial).argmax(1) == y).sum())

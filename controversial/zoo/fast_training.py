@@ -8,6 +8,10 @@ re-estimated at the end, and no weight decay on batch-norm and bias parameters. 
 things pay: bfloat16 autocast (oneDNN's AVX-512 BF16 kernels, about 2x per step here) and
 channels-last activations. The optimiser, schedule, EMA and loss are timm's.
 
+The loop runs on whatever device the network is on (``python train.py ... device=cuda``): the
+training set stays in CPU memory and every random draw (order, flips, shifts, attack starts) comes
+from one CPU generator, so a GPU run makes the same draws as a CPU run, only faster.
+
 The same loop trains adversarially (``adversarial`` settings): single-step attacks with a random
 start (N-FGSM, de Jorge et al. 2022, or FGSM-RS, Wong et al. 2020) instead of multi-step PGD, with
 a PGD check after every epoch that guards against catastrophic overfitting.
@@ -34,7 +38,7 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torch.optim.swa_utils import update_bn
 
-from controversial.zoo.attacks import NORMS, pgd_accuracy, project
+from controversial.zoo.attacks import NORMS, module_device, pgd_accuracy, project
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
 
 if TYPE_CHECKING:
@@ -68,7 +72,7 @@ class AdversarialSettings:
     guard_steps: int = 10
     guard_images: int = 512
     guard_drop: float = 0.2
-    eval_steps: int = 20  # the model card's attack: PGD-eval_steps of eval_step_size on the first eval_images
+    eval_steps: int = 20  # the model card's attack: PGD-eval_steps of eval_step_size on eval_images evenly spaced test images
     eval_step_size: float | None = None  # default 2.5 eps / eval_steps
     eval_images: int = 1000
 
@@ -159,7 +163,8 @@ def single_step_attack(
 ) -> torch.Tensor:
     """One N-FGSM or FGSM-RS step from a random start (see ``AdversarialSettings``); returns detached images."""
     radius = eps * (settings.noise_factor if settings.attack == "n_fgsm" else 1.0)
-    delta = (images + _ball_sample(images.shape, settings.norm, radius, generator)).clamp(0, 1) - images
+    start = _ball_sample(images.shape, settings.norm, radius, generator).to(images.device)
+    delta = (images + start).clamp(0, 1) - images
     delta.requires_grad_(True)
     with autocast():
         loss = F.cross_entropy(net(images + delta), labels)
@@ -198,6 +203,7 @@ def train_fast(
     every epoch for the progress line only (it never steers training).
     """
     recipe = FastRecipe.from_extra(settings.extra)
+    device = module_device(net)
     generator = torch.Generator().manual_seed(settings.seed)
     torch.manual_seed(settings.seed)
     memory_format = torch.channels_last if recipe.channels_last else torch.contiguous_format
@@ -223,7 +229,7 @@ def train_fast(
     adversarial = recipe.adversarial
 
     def autocast() -> contextlib.AbstractContextManager:
-        return torch.autocast("cpu", dtype=torch.bfloat16) if recipe.bfloat16 else contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=torch.bfloat16) if recipe.bfloat16 else contextlib.nullcontext()
 
     n_guard = adversarial.guard_images if adversarial else 0
     guard_slice = torch.randperm(len(images), generator=torch.Generator().manual_seed(settings.seed + 7))[:n_guard]
@@ -250,8 +256,9 @@ def train_fast(
         epoch_start = time.perf_counter()
         for step in range(steps_per_epoch):
             batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
-            x = batch_augment(images[batch], settings.max_shift, generator).contiguous(memory_format=memory_format)
-            y = labels[batch]
+            x = batch_augment(images[batch], settings.max_shift, generator)
+            x = x.to(device, non_blocking=True).contiguous(memory_format=memory_format)
+            y = labels[batch].to(device, non_blocking=True)
             if adversarial:
                 done = (epoch * steps_per_epoch + step) / max(1.0, adversarial.warmup_epochs * steps_per_epoch)
                 eps = adversarial.eps * min(1.0, done) if adversarial.warmup_epochs > 0 else adversarial.eps
@@ -313,7 +320,7 @@ def train_fast(
     if _has_batch_norm(final) and recipe.bn_refresh_batches > 0:
         refresh = torch.randperm(len(images), generator=torch.Generator().manual_seed(settings.seed + 11))
         refresh = refresh[: recipe.bn_refresh_batches * settings.batch_size].split(settings.batch_size)
-        loader = [images[b].contiguous(memory_format=memory_format) for b in refresh]
+        loader = [images[b].to(device).contiguous(memory_format=memory_format) for b in refresh]
         update_bn(loader, final)  # the EMA's averaged running statistics need not fit the averaged weights
     net.load_state_dict(final.state_dict())
     net.to(memory_format=torch.contiguous_format)

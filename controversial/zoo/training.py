@@ -71,6 +71,7 @@ class TrainingMethod:
     resumable: bool = False
     extra: type = NoExtra
     monitored: bool = False  # takes ``monitor=``, a per-epoch test-accuracy line for the log (never steers training)
+    any_device: bool = False  # trains on the device the network is on (``device=cuda``); others are CPU-only
 
     def options(self, extra: Mapping[str, Any]) -> Any:
         """``train.extra`` as an instance of the schema; an unknown key, a wrong type or a missing value is an error.
@@ -541,7 +542,7 @@ TRAINING_METHODS: dict[str, TrainingMethod] = {
     "derive": TrainingMethod(derive_from_checkpoint, extra=DeriveExtra),
     "adversarial": TrainingMethod(train_adversarial, resumable=True, extra=AdversarialExtra),
     "jem": TrainingMethod(train_jem, resumable=True, extra=JEMExtra),
-    "fast": TrainingMethod(train_fast, resumable=True, extra=FastRecipe, monitored=True),
+    "fast": TrainingMethod(train_fast, resumable=True, extra=FastRecipe, monitored=True, any_device=True),
 }
 
 
@@ -593,7 +594,7 @@ def robustness_metrics(
     """PGD accuracy at the training eps for adversarially trained models (empty for the others).
 
     ``eval_steps`` steps of ``eval_step_size`` (default 2.5 eps / steps) from a random start, on the
-    first ``eval_images`` test images: for ``adversarial`` from ``extra`` (defaults 40 steps, 1000
+    ``eval_images`` test images evenly spaced through the test set: for ``adversarial`` from ``extra`` (defaults 40 steps, 1000
     images), for ``fast`` from ``extra.adversarial``.
     """
     if settings.method == "fast":
@@ -608,11 +609,15 @@ def robustness_metrics(
         step_size = 2.5 * eps / steps if extra.eval_step_size is None else extra.eval_step_size
     else:
         return {}
-    from controversial.zoo.attacks import pgd_accuracy
+    from controversial.zoo.attacks import module_device, pgd_accuracy
 
     n = min(n, len(images))
-    accuracy = pgd_accuracy(net, images[:n], labels[:n], norm, eps, steps, step_size, seed=settings.seed)
+    stride = len(images) // n  # every stride-th image: test folders are often stored class by class
+    images, labels = images[::stride][:n], labels[::stride][:n]
+    accuracy = pgd_accuracy(net, images, labels, norm, eps, steps, step_size, seed=settings.seed)
+    device = module_device(net)
     with torch.no_grad():
-        clean = float((net(images[:n]).argmax(1) == labels[:n]).double().mean())
-    attack = f"{norm} eps {eps:g}, {steps} steps of {step_size:.3g}, random start, first {n} test images"
+        clean = float((net(images.to(device)).argmax(1).cpu() == labels).double().mean())
+    which = f"first {n}" if stride == 1 else f"every {stride}th of the {n * stride}"
+    attack = f"{norm} eps {eps:g}, {steps} steps of {step_size:.3g}, random start, {which} test images"
     return {"pgd_attack": attack, "pgd_accuracy": accuracy, "clean_accuracy_same_images": clean}
