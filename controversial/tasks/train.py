@@ -125,7 +125,6 @@ def run(cfg: DictConfig) -> Path:
     net.to(device)
     outcome = method.train(net, train_x, train_y, settings, lambda message: log.info(message), **method_kwargs)
     outcome = outcome or TrainOutcome()
-    net.to("cpu")  # evaluation, calibration and the checkpoint are the same whatever the training device
     # A resumed run's time is summed over its sessions (the resume file keeps the total).
     resumed = resume is not None and resume.path.is_file()
     train_time = recorded_progress(resume.path).train_seconds if resumed else time.perf_counter() - start
