@@ -189,7 +189,9 @@ def load_uint8(
         else [data_root / "cifar10" / split, data_root / "cifar-10-batches-py"]
     )
     download_error = "download disabled (data.download=false)"
-    if download:
+    if download and not data_root.is_dir():  # never create folders the user did not make: a typo'd root stays a typo
+        download_error = f"no download into {data_root}, which does not exist (create it to allow one)"
+    elif download:
         try:
             return _torchvision_download(name, data_root, split)
         except Exception as error:  # network errors come in many types; report whichever it was
