@@ -1,18 +1,9 @@
-"""Score models against people: ``python analyze.py human_ratings=PATH model_responses=PATH``.
-
-With no arguments it analyses a simulated study.
-"""
-
-import hydra
-from omegaconf import DictConfig
-
+"""Score models against people: ``python analyze.py human_ratings=PATH model_responses=PATH`` (no args: simulated study)."""
+from controversial.cli import command
+from controversial.settings import AnalyzeSettings
 from controversial.tasks import analyze
 
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="analyze")
-def main(cfg: DictConfig) -> None:
-    analyze.run(cfg)
-
+main = command("analyze", AnalyzeSettings, analyze.run)
 
 if __name__ == "__main__":
     main()
