@@ -54,7 +54,7 @@ class ModelDataSettings(Settings):
 
 class TrainOptions(Settings):
     method: str = Field("supervised", description=f"training method: {', '.join(TRAINING_METHODS)}")
-    epochs: int = Field(3, ge=1, description="passes over the training set")
+    epochs: int = Field(3, ge=0, description="passes over the training set (0: methods without epochs)")
     batch_size: Count = Field(128, description="images per optimisation step")
     lr: float = Field(1e-3, gt=0, description="learning rate")
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay")
@@ -482,3 +482,10 @@ def parse_mixture(spec: str) -> dict[str, float]:
     if sum(weights.values()) <= 0:
         raise ValueError("the weights sum to 0; give at least one positive weight")
     return weights
+
+
+SCHEMAS: dict[str, type[Settings]] = {
+    "synthesize": SynthesizeSettings, "rank_natural": RankNaturalSettings, "train": TrainCommandSettings,
+    "analyze": AnalyzeSettings, "evaluate": EvaluateSettings, "power": PowerSettings, "overview": OverviewSettings,
+    "export_study": ExportStudySettings, "serve_study": ServeStudySettings, "fidelity": FidelitySettings,
+}
