@@ -27,7 +27,7 @@ from omegaconf.errors import OmegaConfBaseException  # noqa: E402
 from pydantic import BaseModel, ValidationError  # noqa: E402
 
 from controversial.config import CONF_DIR  # noqa: E402
-from controversial.errors import USER_FACING, one_paragraph  # noqa: E402
+from controversial.errors import UserError, one_paragraph  # noqa: E402
 from controversial.help import command_help  # noqa: E402
 from controversial.settings import Invocation  # noqa: E402
 
@@ -40,7 +40,7 @@ S = TypeVar("S", bound=BaseModel)
 
 # Errors that describe the user's input or environment, shown as one paragraph (exit 2). ValueError is
 # included: the library raises it for bad values and malformed files, naming the file, row and column.
-INPUT_ERRORS = (*USER_FACING, ValidationError, HydraException, OmegaConfBaseException, ValueError,
+INPUT_ERRORS = (UserError, ValidationError, HydraException, OmegaConfBaseException, ValueError,
                 FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, UnicodeError)
 
 

@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from controversial.errors import UserError
+
 log = logging.getLogger(__name__)
 
 DATA_ROOT_ENV = "CONTROVERSIAL_DATA_ROOT"
@@ -45,7 +47,7 @@ DATASETS: dict[str, DatasetInfo] = {
 }
 
 
-class DatasetNotFoundError(FileNotFoundError):
+class DatasetNotFoundError(UserError, FileNotFoundError):
     """Raised with the list of places searched and the ways to point the project at the data."""
 
 
