@@ -10,6 +10,7 @@ pairwise tests.
 Fewer resamples give the same peak memory (chunks are bounded; only the (resamples x 11) result grows)
 and a time that scales linearly, so the table also extrapolates the time to 100,000 resamples.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,10 +45,16 @@ def measure(participants: int, resamples: int) -> dict:
     pairwise_tests(dist, include=[*models.names, LOWER])
     elapsed = time.perf_counter() - start
     assert np.isfinite(dist.estimates).all() and np.isclose(dist.estimates[-2], ceiling.lower)
-    return {"participants": participants, "stimuli": human.shape[1], "categories": human.shape[2],
-            "models": len(models.names), "resamples": resamples, "seconds": round(elapsed, 1),
-            "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
-            "rss_after_data_gib": round(data_rss, 2)}
+    return {
+        "participants": participants,
+        "stimuli": human.shape[1],
+        "categories": human.shape[2],
+        "models": len(models.names),
+        "resamples": resamples,
+        "seconds": round(elapsed, 1),
+        "peak_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2),
+        "rss_after_data_gib": round(data_rss, 2),
+    }
 
 
 def main() -> None:
@@ -59,18 +66,29 @@ def main() -> None:
     if args.one:
         print(json.dumps(measure(args.one, args.resamples)))
         return
-    print(f"cpu cores: {os.cpu_count()}, OMP/BLAS threads: {os.environ.get('OMP_NUM_THREADS', 'default')}, "
-          f"load average at start: {os.getloadavg()[0]:.1f}")
-    print("| participants | stimuli x categories x models | resamples run | wall time (s) | time for 100,000 (s) "
-          "| peak resident memory (GiB) |")
+    print(
+        f"cpu cores: {os.cpu_count()}, OMP/BLAS threads: {os.environ.get('OMP_NUM_THREADS', 'default')}, "
+        f"load average at start: {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        "| participants | stimuli x categories x models | resamples run | wall time (s) | time for 100,000 (s) "
+        "| peak resident memory (GiB) |"
+    )
     print("|---|---|---|---|---|---|")
     for n in args.participants:
-        done = subprocess.run([sys.executable, __file__, "--one", str(n), "--resamples", str(args.resamples)],
-                              capture_output=True, text=True, check=True)
+        done = subprocess.run(
+            [sys.executable, __file__, "--one", str(n), "--resamples", str(args.resamples)],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         row = json.loads(done.stdout.strip().splitlines()[-1])
         full = row["seconds"] * 100_000 / row["resamples"]
-        print(f"| {n:,} | {row['stimuli']} x {row['categories']} x {row['models']} | {row['resamples']:,} | "
-              f"{row['seconds']} | {full:.0f} | {row['peak_rss_gib']} |", flush=True)
+        print(
+            f"| {n:,} | {row['stimuli']} x {row['categories']} x {row['models']} | {row['resamples']:,} | "
+            f"{row['seconds']} | {full:.0f} | {row['peak_rss_gib']} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -4,32 +4,34 @@ The entry points (``synthesize.py`` ...) are the only code that touches Hydra; e
 ``command(name, schema, task)``. Importing this module first sets the thread defaults, so it must
 be imported before torch or numpy.
 """
+
 from __future__ import annotations
 
 from controversial.threads import apply_thread_defaults
 
 apply_thread_defaults()
 
-import logging  # noqa: E402
-import os  # noqa: E402
-import shutil  # noqa: E402
-import sys  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Any, Callable, TypeVar  # noqa: E402
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
-import hydra  # noqa: E402
-from hydra.core.hydra_config import HydraConfig  # noqa: E402
-from hydra.errors import HydraException  # noqa: E402
-from hydra.types import RunMode  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
-from omegaconf.errors import OmegaConfBaseException  # noqa: E402
-from pydantic import BaseModel, ValidationError  # noqa: E402
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import BaseModel, ValidationError
 
-from controversial.config import CONF_DIR  # noqa: E402
-from controversial.errors import UserError, one_paragraph  # noqa: E402
-from controversial.help import command_help  # noqa: E402
-from controversial.settings import Invocation  # noqa: E402
+from controversial.config import CONF_DIR
+from controversial.errors import UserError, one_paragraph
+from controversial.help import command_help
+from controversial.settings import Invocation
 
 log = logging.getLogger(__name__)
 
@@ -40,14 +42,27 @@ S = TypeVar("S", bound=BaseModel)
 
 # Errors that describe the user's input or environment, shown as one paragraph (exit 2). ValueError is
 # included: the library raises it for bad values and malformed files, naming the file, row and column.
-INPUT_ERRORS = (UserError, ValidationError, HydraException, OmegaConfBaseException, ValueError,
-                FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, UnicodeError)
+INPUT_ERRORS = (
+    UserError,
+    ValidationError,
+    HydraException,
+    OmegaConfBaseException,
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    UnicodeError,
+)
 
 
 def validate(schema: type[S], cfg: DictConfig) -> S:
     """The composed config (Hydra's own node left out) as typed, range-checked settings."""
-    values = {key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
-              for key in cfg if key != "hydra"}
+    values = {
+        key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+        for key in cfg
+        if key != "hydra"
+    }
     return schema.model_validate(values)
 
 
@@ -94,8 +109,11 @@ def report(error: BaseException, name: str) -> int:
     if isinstance(error, INPUT_ERRORS):
         print(f"error: {error_message(error)} (`python {name}.py --help` lists every setting.)", file=sys.stderr)
         return EXIT_USER_ERROR
-    print(f"internal error: {type(error).__name__}: {one_paragraph(str(error))}. This is a bug; run again with "
-          f"{DEBUG_ENV}=1 for the traceback and report it.", file=sys.stderr)
+    print(
+        f"internal error: {type(error).__name__}: {one_paragraph(str(error))}. This is a bug; run again with "
+        f"{DEBUG_ENV}=1 for the traceback and report it.",
+        file=sys.stderr,
+    )
     return EXIT_INTERNAL_ERROR
 
 
@@ -118,8 +136,9 @@ def remove_fresh_run_dir(out_dir: Path) -> None:
         parent = parent.parent
 
 
-def command(name: str, schema: type[S], task: Callable[[S, Invocation], Any],
-            register: Callable[[], None] | None = None) -> Callable[[], None]:
+def command(
+    name: str, schema: type[S], task: Callable[[S, Invocation], Any], register: Callable[[], None] | None = None
+) -> Callable[[], None]:
     """The ``main()`` of ``<name>.py``: ``--help`` from the schema, validation, the task, and error reporting."""
 
     failures: list[BaseException] = []
@@ -170,4 +189,3 @@ def load_settings(name: str, schema: type[S], overrides: list[str] | None = None
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(name, overrides=list(overrides or []))
     return validate(schema, cfg)
-

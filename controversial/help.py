@@ -3,6 +3,7 @@
 Each option is listed as ``key=default`` with its meaning and allowed values; model options list the
 models of conf/model/ by dataset, and ``pair=`` only pairs of one dataset whose checkpoints exist.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -101,7 +102,9 @@ def option_lines(schema: type[BaseModel], defaults: dict, prefix: str = "") -> l
             lines += option_lines(nested, value or {}, name + ".")
         else:
             allowed = allowed_values(field)
-            lines += _entry(f"{name}={_format(value)}", (field.description or "") + (f" [{allowed}]" if allowed else ""))
+            lines += _entry(
+                f"{name}={_format(value)}", (field.description or "") + (f" [{allowed}]" if allowed else "")
+            )
     return lines
 
 
@@ -111,8 +114,10 @@ def option_lines_extra(schema: type[BaseModel], defaults: dict, prefix: str) -> 
     lines = []
     for key, field in named.items():
         allowed = allowed_values(field)
-        lines += _entry(f"{prefix}{key}={_format(defaults.get(key))}",
-                        (field.description or "") + (f" [{allowed}]" if allowed else ""))
+        lines += _entry(
+            f"{prefix}{key}={_format(defaults.get(key))}",
+            (field.description or "") + (f" [{allowed}]" if allowed else ""),
+        )
     for key, value in defaults.items():
         if key not in named:
             lines += _entry(f"{prefix}{key}={_format(value)}", f"passed to {defaults.get('_target_', 'the class')}")
@@ -179,9 +184,17 @@ def command_help(name: str, schema: type[BaseModel], overrides: list[str]) -> st
     lines += option_lines(schema, defaults)
     if name == "synthesize":
         experiments = ", ".join(p.stem for p in sorted((CONF_DIR / "experiment").glob("*.yaml")))
-        lines += _entry("pair=<a>__<b>", "model_a and model_b at once (what experiments sweep over); trained "
-                        "pairs of one dataset: " + (", ".join(trained_pairs()) or "none"))
+        lines += _entry(
+            "pair=<a>__<b>",
+            "model_a and model_b at once (what experiments sweep over); trained "
+            "pairs of one dataset: " + (", ".join(trained_pairs()) or "none"),
+        )
         lines += _entry("experiment=<name>", f"an experiment's model list and sweep dir: {experiments}")
-    lines += ["", "Relative paths are relative to the working directory. Errors exit with status 2; set "
-              "CONTROVERSIAL_DEBUG=1 for tracebacks. Hydra's own options: --hydra-help."]
+    lines += [
+        "",
+        (
+            "Relative paths are relative to the working directory. Errors exit with status 2; set "
+            "CONTROVERSIAL_DEBUG=1 for tracebacks. Hydra's own options: --hydra-help."
+        ),
+    ]
     return "\n".join(lines)

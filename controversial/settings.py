@@ -4,6 +4,7 @@ The YAML files in ``conf/`` hold the defaults; these schemas validate the compos
 command does any work (ranges, allowed values, combinations), and ``--help`` is generated from their
 descriptions. Tasks receive these objects, never a DictConfig.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -102,7 +103,8 @@ class ModelSettings(Settings):
 
 class WandbSettings(Settings):
     mode: Literal["offline", "online", "disabled"] = Field(
-        description="offline: <run dir>/wandb, no network; online; disabled (default: $WANDB_MODE, else offline)")
+        description="offline: <run dir>/wandb, no network; online; disabled (default: $WANDB_MODE, else offline)"
+    )
     project: str = Field(description="wandb project")
     group: str | None = Field(None, description="groups a sweep's runs (experiments set it)")
 
@@ -134,10 +136,14 @@ class SynthesisOptions(Settings):
     sharpness: float = Field(1.0, gt=0, description="LogSumExp sharpness of the smooth score (the paper's alpha in Eq. 4)")
     max_steps: Count = Field(1000, description="optimisation steps per attempt at most")
     patience: int = Field(10, ge=0, description="converged after more than this many quiet steps ...")
-    tolerance_levels: float = Field(0.5, ge=0, description="... in which no pixel moves more than this many 8-bit levels")
+    tolerance_levels: float = Field(
+        0.5, ge=0, description="... in which no pixel moves more than this many 8-bit levels"
+    )
     threshold: Probability = Field(0.75, description="accept when the hard score of the 8-bit image reaches this")
     stop_score: Probability | None = Field(0.9, description="stop an image early at this hard score; null: never")
-    parametrization: Literal["pixel", "fourier"] = Field("pixel", description="pixel (sigmoid) | fourier (decorrelated)")
+    parametrization: Literal["pixel", "fourier"] = Field(
+        "pixel", description="pixel (sigmoid) | fourier (decorrelated)"
+    )
     fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
     jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")
 
@@ -148,8 +154,12 @@ class SynthesizeSettings(Settings):
     seed: Seed = 0
     seeds_per_cell: Count = Field(1, description="independent starts per cell in the first attempt")
     max_attempts: Count = Field(5, description="failed cells are retried with new seeds until this many attempts")
-    retry_lookahead: bool = Field(True, description="a retry also runs later attempts' seeds while the batch stays small")
-    init: Literal["noise", "test_image"] = Field("noise", description="noise (uniform) | test_image (random test images)")
+    retry_lookahead: bool = Field(
+        True, description="a retry also runs later attempts' seeds while the batch stays small"
+    )
+    init: Literal["noise", "test_image"] = Field(
+        "noise", description="noise (uniform) | test_image (random test images)"
+    )
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
     synthesis: SynthesisOptions = Field(default_factory=SynthesisOptions)
     optimizer: OptimizerSettings
@@ -205,7 +215,9 @@ class BootstrapSettings(Settings):
     n_resamples: int = Field(100_000, ge=0, description="participant x stimulus resamples (0: no inference)")
     subset_resamples: int = Field(10_000, ge=0, description="for the natural-only and controversial-only subsets")
     other_subset_resamples: int = Field(0, ge=0, description="for every targeted-pair and targeted-model subset")
-    chunk_size: Count = Field(10_000, description="resamples per matrix product (memory bound; results do not depend on it)")
+    chunk_size: Count = Field(
+        10_000, description="resamples per matrix product (memory bound; results do not depend on it)"
+    )
     include_copies: bool = Field(False, description="lower ceiling: a participant's own copies count as 'others'")
     ci_level: float = Field(0.95, gt=0, lt=1, description="confidence level of the percentile intervals")
     alpha: float = Field(0.05, gt=0, lt=1, description="family-wise level, Holm-Sidak over all pairs")
@@ -250,15 +262,20 @@ class SimulatedStudySettings(SimulatedModelsSettings, NoiseModel):
     n_participants: int = Field(30, ge=2, description="simulated participants")
 
 
-
 class AnalyzeSettings(Settings):
     human_ratings: str | list[str] | None = Field(
-        None, description="PNAS long-format ratings CSV, or a list (replications split by subject code and pooled); "
-                          "null: a SIMULATED study (or, with choices, error consistency only)")
+        None,
+        description="PNAS long-format ratings CSV, or a list (replications split by subject code and pooled); "
+        "null: a SIMULATED study (or, with choices, error consistency only)",
+    )
     model_responses: str | list[str] | dict[str, str | list[str]] | None = Field(
-        None, description="PNAS model-format CSV, a list (merged), or a mapping replication -> file(s)")
-    choices: str | None = Field(None, description="folder (one dataset), folder of dataset folders, or glob of "
-                                                  "model-vs-human trial CSVs for error consistency")
+        None, description="PNAS model-format CSV, a list (merged), or a mapping replication -> file(s)"
+    )
+    choices: str | None = Field(
+        None,
+        description="folder (one dataset), folder of dataset folders, or glob of "
+        "model-vs-human trial CSVs for error consistency",
+    )
     choices_humans: str = Field("^subject", description="regex on `subj` marking the human decision makers")
     seed: Seed = 0
     rating_scale: list[float] = Field(description="the rating levels, ascending, in [0, 1]")
@@ -312,10 +329,16 @@ class EvaluateSettings(Settings):
     models: list[str] = Field(min_length=1, description="trained model names (models/<dataset>/<name>.pt) or .pt paths")
     dataset: str | None = Field(None, description="needed only when a model name exists for several datasets")
     models_dir: str | None = Field(None, description="default: the repository's models/")
-    images: str | None = Field(None, description="folder of PNG stimuli; targets parsed from the file names (see naming)")
-    naming: Scheme = Field("project", description="file-name scheme of images: project | pnas2020 (the PNAS 2020 release)")
+    images: str | None = Field(
+        None, description="folder of PNG stimuli; targets parsed from the file names (see naming)"
+    )
+    naming: Scheme = Field(
+        "project", description="file-name scheme of images: project | pnas2020 (the PNAS 2020 release)"
+    )
     invert: Inversion = Field("auto", description="greyscale stored dark-on-light (as displayed)? auto | true | false")
-    manifests: list[str] = Field(default_factory=list, description="synthesis manifest.csv files; their accepted images")
+    manifests: list[str] = Field(
+        default_factory=list, description="synthesis manifest.csv files; their accepted images"
+    )
     include_rejected: bool = Field(False, description="also evaluate manifest rows below the acceptance threshold")
     batch_size: Count = Field(256, description="images per forward pass")
     data: ModelDataSettings
@@ -332,7 +355,9 @@ class EvaluateSettings(Settings):
 class FidelitySettings(Settings):
     images: str | None = Field(None, description="folder of the PNAS 2020 release's PNG stimuli, one experiment")
     naming: Scheme = Field("pnas2020", description="file-name scheme: project | pnas2020")
-    models: list[str] | None = Field(None, description="our models to score; null: every model standing in for one of the paper's")
+    models: list[str] | None = Field(
+        None, description="our models to score; null: every model standing in for one of the paper's"
+    )
     invert: Inversion = Field("auto", description="greyscale stored dark-on-light? auto | true | false")
     models_dir: str | None = Field(None, description="default: the repository's models/")
     batch_size: Count = Field(256, description="images per forward pass")
@@ -367,13 +392,13 @@ class PowerSettings(NoiseModel):
     simulate: SimulatedModelsSettings = Field(default_factory=SimulatedModelsSettings)
 
 
-
 class OverviewSettings(Settings):
     sweep_dir: str = Field(description="a synthesis sweep folder (with <a>_vs_<b>/manifest.csv)")
     out_dir: str = Field(description="where the overview goes (default: <sweep_dir>/overview)")
     models: list[str] | None = Field(None, description="row/column order; default: the sweep's experiment list")
     fig2_class_pairs: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]] = Field(
-        description="class a (row model) and class b (column model) of each Fig. 2")
+        description="class a (row model) and class b (column model) of each Fig. 2"
+    )
     progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
 
 
@@ -387,7 +412,9 @@ class ExportStudySettings(Settings):
     sweep_dir: str = Field(description="a synthesize run dir or sweep (every */manifest.csv below it is read)")
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="study name: letters, digits, '_', '.', '-'")
     studies_dir: str = Field("studies", description="bundles go to <studies_dir>/<name>/v<k>/")
-    per_pair: int = Field(20, ge=10, multiple_of=10, description="controversial stimuli per model pair (multiple of 10)")
+    per_pair: int = Field(
+        20, ge=10, multiple_of=10, description="controversial stimuli per model pair (multiple of 10)"
+    )
     sources: list[Literal["synthetic", "natural"]] = Field(min_length=1, description="manifest sources to select from")
     natural_per_class: int = Field(10, ge=0, description="natural test images per class")
     n_repeats: int = Field(42, ge=0, description="stimuli shown a second time (test-retest reliability)")
@@ -460,11 +487,15 @@ def _one_of(value: str, allowed: Any) -> str:
 def _check_pair(settings: SynthesizeSettings | RankNaturalSettings) -> Any:
     a, b = settings.model_a, settings.model_b
     if a.name == b.name:
-        raise ValueError(f"model_a and model_b are both '{a.name}': a model cannot disagree with itself; "
-                         f"pick two different models, e.g. model_a={a.name} model_b={'vgg' if a.name != 'vgg' else 'abs'}")
+        raise ValueError(
+            f"model_a and model_b are both '{a.name}': a model cannot disagree with itself; "
+            f"pick two different models, e.g. model_a={a.name} model_b={'vgg' if a.name != 'vgg' else 'abs'}"
+        )
     if a.dataset != b.dataset:
-        raise ValueError(f"model_a={a.name} was trained on {a.dataset} but model_b={b.name} on {b.dataset}; "
-                         "controversial stimuli need two models of the same dataset")
+        raise ValueError(
+            f"model_a={a.name} was trained on {a.dataset} but model_b={b.name} on {b.dataset}; "
+            "controversial stimuli need two models of the same dataset"
+        )
     return settings
 
 
@@ -485,7 +516,14 @@ def parse_mixture(spec: str) -> dict[str, float]:
 
 
 SCHEMAS: dict[str, type[Settings]] = {
-    "synthesize": SynthesizeSettings, "rank_natural": RankNaturalSettings, "train": TrainCommandSettings,
-    "analyze": AnalyzeSettings, "evaluate": EvaluateSettings, "power": PowerSettings, "overview": OverviewSettings,
-    "export_study": ExportStudySettings, "serve_study": ServeStudySettings, "fidelity": FidelitySettings,
+    "synthesize": SynthesizeSettings,
+    "rank_natural": RankNaturalSettings,
+    "train": TrainCommandSettings,
+    "analyze": AnalyzeSettings,
+    "evaluate": EvaluateSettings,
+    "power": PowerSettings,
+    "overview": OverviewSettings,
+    "export_study": ExportStudySettings,
+    "serve_study": ServeStudySettings,
+    "fidelity": FidelitySettings,
 }

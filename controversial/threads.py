@@ -5,6 +5,7 @@ threads steal the cores the working threads need, and a parallel region waits fo
 which is descheduled: the job slows down many times over. Passive waiting yields the core instead.
 Every value the user set in the environment wins; ``CONTROVERSIAL_THREADS=N`` sets the thread count.
 """
+
 from __future__ import annotations
 
 import os

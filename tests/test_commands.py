@@ -3,6 +3,7 @@
 Commands run in-process (their entry point's ``main()`` with a patched argv, from an empty working
 directory); out-of-range values are generated from the settings schemas, one per numeric option.
 """
+
 from __future__ import annotations
 
 import copy
@@ -14,17 +15,20 @@ from pathlib import Path
 import pytest
 from annotated_types import Ge, Gt, Le, Lt
 from pydantic import BaseModel, ValidationError
+from testkit import settings_for
 
-from controversial.records.responses import HUMAN_COLUMNS
 from controversial.cli import describe_validation_error
 from controversial.help import _annotated_metadata, _model_field
+from controversial.records.responses import HUMAN_COLUMNS
 from controversial.settings import SCHEMAS
-from testkit import settings_for
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = {  # values a command cannot run without, so that only the tested value is wrong
-    "evaluate": ["models=[vgg]", "images=."], "overview": ["sweep_dir=x"], "export_study": ["sweep_dir=x", "name=s"],
-    "serve_study": ["study_dir=x"], "fidelity": ["images=."],
+    "evaluate": ["models=[vgg]", "images=."],
+    "overview": ["sweep_dir=x"],
+    "export_study": ["sweep_dir=x", "name=s"],
+    "serve_study": ["study_dir=x"],
+    "fidelity": ["images=."],
 }
 
 
@@ -39,8 +43,17 @@ def out_of_range(schema: type[BaseModel], prefix: str = "") -> list[tuple[str, o
         integer = int in (field.annotation, *typing.get_args(field.annotation))
         step = 1 if integer else 0.5
         for bound in [*field.metadata, *_annotated_metadata(field.annotation)]:
-            value = (bound.ge - step if isinstance(bound, Ge) else bound.gt if isinstance(bound, Gt)
-                     else bound.le + step if isinstance(bound, Le) else bound.lt if isinstance(bound, Lt) else None)
+            value = (
+                bound.ge - step
+                if isinstance(bound, Ge)
+                else bound.gt
+                if isinstance(bound, Gt)
+                else bound.le + step
+                if isinstance(bound, Le)
+                else bound.lt
+                if isinstance(bound, Lt)
+                else None
+            )
             if value is not None:
                 cases.append((prefix + key, value))
     return cases
@@ -73,11 +86,22 @@ def run_command(name: str, args: list[str], cwd: Path, monkeypatch, capsys) -> t
     return exit_.value.code, capsys.readouterr().err
 
 
-def ratings_file(folder: Path, name: str, change: dict[str, str] | None = None, delimiter: str = ",",
-                 encoding: str = "utf-8") -> Path:
-    row = {c: "" for c in HUMAN_COLUMNS} | {"subject": "p1", "image": "MNIST_1_1.png", "image_repetition": "0",
-                                             "response_category": "1", "category_rating": "1", "rt": "812",
-                                             "trial": "3"} | (change or {})
+def ratings_file(
+    folder: Path, name: str, change: dict[str, str] | None = None, delimiter: str = ",", encoding: str = "utf-8"
+) -> Path:
+    row = (
+        {c: "" for c in HUMAN_COLUMNS}
+        | {
+            "subject": "p1",
+            "image": "MNIST_1_1.png",
+            "image_repetition": "0",
+            "response_category": "1",
+            "category_rating": "1",
+            "rt": "812",
+            "trial": "3",
+        }
+        | (change or {})
+    )
     path = folder / name
     path.write_bytes((delimiter.join(HUMAN_COLUMNS) + "\n" + delimiter.join(row.values()) + "\n").encode(encoding))
     return path
@@ -91,24 +115,42 @@ def bad_inputs(folder: Path) -> dict[str, tuple[str, list[str], str]]:
     manifest.write_text("dataset,model_a,model_b\nmnist,abs\n")
     analyze = ["model_responses=models.csv"]
     return {
-        "impossible synthesis": ("synthesize", ["synthesis.max_steps=-5", "synthesis.threshold=2"],
-                                 "synthesis.max_steps=-5"),
+        "impossible synthesis": (
+            "synthesize",
+            ["synthesis.max_steps=-5", "synthesis.threshold=2"],
+            "synthesis.max_steps=-5",
+        ),
         "unknown model": ("synthesize", ["model_a=vggg"], "Available options in 'model_a'"),
         "pair across datasets": ("synthesize", ["model_a=vgg16"], "two models of the same dataset"),
-        "missing data root": ("synthesize", ["model_a=kde", f"data.root={folder / 'nonexistent' / 'data'}"],
-                              "does not exist"),
+        "missing data root": (
+            "synthesize",
+            ["model_a=kde", f"data.root={folder / 'nonexistent' / 'data'}"],
+            "does not exist",
+        ),
         "unknown key": ("synthesize", ["synthesis.foo=1"], "synthesis.foo"),
         "top_k": ("rank_natural", ["top_k=0"], "top_k=0"),
         "training lr": ("train", ["model.train.lr=-1"], "model.train.lr=-1"),
         "latin-1 ratings": ("analyze", [f"human_ratings={latin1}", *analyze], "not UTF-8"),
-        "semicolons": ("analyze", [f"human_ratings={ratings_file(folder, 'semi.csv', delimiter=';')}", *analyze],
-                       "separated by semicolons"),
-        "repetition 1.7": ("analyze", [f"human_ratings={ratings_file(folder, 'rep.csv', {'image_repetition': '1.7'})}",
-                                       *analyze], "column 'image_repetition'"),
-        "rt=fast": ("analyze", [f"human_ratings={ratings_file(folder, 'rt.csv', {'rt': 'fast'})}", *analyze],
-                    "column 'rt'"),
-        "trial=-5": ("analyze", [f"human_ratings={ratings_file(folder, 'trial.csv', {'trial': '-5'})}", *analyze],
-                     "column 'trial'"),
+        "semicolons": (
+            "analyze",
+            [f"human_ratings={ratings_file(folder, 'semi.csv', delimiter=';')}", *analyze],
+            "separated by semicolons",
+        ),
+        "repetition 1.7": (
+            "analyze",
+            [f"human_ratings={ratings_file(folder, 'rep.csv', {'image_repetition': '1.7'})}", *analyze],
+            "column 'image_repetition'",
+        ),
+        "rt=fast": (
+            "analyze",
+            [f"human_ratings={ratings_file(folder, 'rt.csv', {'rt': 'fast'})}", *analyze],
+            "column 'rt'",
+        ),
+        "trial=-5": (
+            "analyze",
+            [f"human_ratings={ratings_file(folder, 'trial.csv', {'trial': '-5'})}", *analyze],
+            "column 'trial'",
+        ),
         "ratings without models": ("analyze", [f"human_ratings={latin1}"], "model_responses"),
         "truncated manifest": ("evaluate", ["models=[vgg]", f"manifests=[{manifest}]"], "row 2"),
         "missing images": ("evaluate", ["models=[vgg]", f"images={folder / 'none'}"], "none"),
@@ -124,10 +166,29 @@ def bad_inputs(folder: Path) -> dict[str, tuple[str, list[str], str]]:
 
 
 CASE_IDS = [
-    "impossible synthesis", "unknown model", "pair across datasets", "missing data root", "unknown key", "top_k",
-    "training lr", "latin-1 ratings", "semicolons", "repetition 1.7", "rt=fast", "trial=-5", "ratings without models",
-    "truncated manifest", "missing images", "invert maybe", "naming scheme", "fidelity without images",
-    "fidelity empty folder", "power alpha", "overview without sweep", "study name", "port",
+    "impossible synthesis",
+    "unknown model",
+    "pair across datasets",
+    "missing data root",
+    "unknown key",
+    "top_k",
+    "training lr",
+    "latin-1 ratings",
+    "semicolons",
+    "repetition 1.7",
+    "rt=fast",
+    "trial=-5",
+    "ratings without models",
+    "truncated manifest",
+    "missing images",
+    "invert maybe",
+    "naming scheme",
+    "fidelity without images",
+    "fidelity empty folder",
+    "power alpha",
+    "overview without sweep",
+    "study name",
+    "port",
 ]
 
 

@@ -1,4 +1,5 @@
 """Loading the models a command names: the device, the checkpoint files, and what each checkpoint says it is."""
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -26,12 +27,16 @@ def load_models(specs: Sequence[ModelSettings], data_root: str | None, roles: Se
     for spec, role in zip(specs, roles):
         path = Path(spec.checkpoint)
         if not path.is_file():
-            raise UserError(f"no checkpoint for model '{spec.name}' at {path}. Train it with `python train.py "
-                            f"model={spec.name}` (its command and time: models/README.md), or point "
-                            f"{role}.checkpoint at a file.")
+            raise UserError(
+                f"no checkpoint for model '{spec.name}' at {path}. Train it with `python train.py "
+                f"model={spec.name}` (its command and time: models/README.md), or point "
+                f"{role}.checkpoint at a file."
+            )
         model = load_checkpoint(path, data_root)
         if model.dataset != spec.dataset:
-            raise UserError(f"{path} holds a {model.dataset} model, but {role}={spec.name} is declared as "
-                            f"{spec.dataset} in conf/model/{spec.name}.yaml; point {role}.checkpoint at its checkpoint.")
+            raise UserError(
+                f"{path} holds a {model.dataset} model, but {role}={spec.name} is declared as "
+                f"{spec.dataset} in conf/model/{spec.name}.yaml; point {role}.checkpoint at its checkpoint."
+            )
         models.append(model)
     return models
