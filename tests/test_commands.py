@@ -21,6 +21,7 @@ from controversial.cli import describe_validation_error
 from controversial.help import _annotated_metadata, _model_field
 from controversial.records.responses import HUMAN_COLUMNS
 from controversial.settings import SCHEMAS
+from controversial.synthesis.stimuli import MANIFEST_COLUMNS, ManifestRow, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = {  # values a command cannot run without, so that only the tested value is wrong
@@ -111,8 +112,11 @@ def bad_inputs(folder: Path) -> dict[str, tuple[str, list[str], str]]:
     """Case id -> (command, arguments, what the message must say)."""
     folder.mkdir()
     latin1 = ratings_file(folder, "latin1.csv", {"subject": "Jürgen"}, encoding="latin-1")
-    manifest = folder / "manifest.csv"
-    manifest.write_text("dataset,model_a,model_b\nmnist,abs\n")
+    values = ["mnist", "abs", "vgg", 1, 2, "1", "2", 0, "synthetic", "noise", 10, True, 0.9, 0.8, 0.9, 0.1, 0.1, 0.9]
+    row = ManifestRow(*values, True, "accepted", "abs_1_vs_vgg_2_seed0.png", 0.1)  # its PNG does not exist
+    write_manifest(folder / "missing_png" / "manifest.csv", [row])
+    truncated = folder / "manifest.csv"
+    truncated.write_text(",".join(MANIFEST_COLUMNS) + "\nmnist,abs\n")
     analyze = ["model_responses=models.csv"]
     return {
         "impossible synthesis": (
@@ -152,7 +156,12 @@ def bad_inputs(folder: Path) -> dict[str, tuple[str, list[str], str]]:
             "column 'trial'",
         ),
         "ratings without models": ("analyze", [f"human_ratings={latin1}"], "model_responses"),
-        "truncated manifest": ("evaluate", ["models=[vgg]", f"manifests=[{manifest}]"], "row 2"),
+        "truncated manifest": ("evaluate", ["models=[vgg]", f"manifests=[{truncated}]"], "row 2: fewer fields"),
+        "missing PNG": (
+            "evaluate",
+            ["models=[vgg]", f"manifests=[{folder / 'missing_png' / 'manifest.csv'}]"],
+            "abs_1_vs_vgg_2_seed0.png",
+        ),
         "missing images": ("evaluate", ["models=[vgg]", f"images={folder / 'none'}"], "none"),
         "invert maybe": ("evaluate", ["models=[vgg]", "images=.", "invert=maybe"], "invert=maybe"),
         "naming scheme": ("evaluate", ["models=[vgg]", "images=.", "naming=pnas"], "naming=pnas"),
@@ -180,6 +189,7 @@ CASE_IDS = [
     "trial=-5",
     "ratings without models",
     "truncated manifest",
+    "missing PNG",
     "missing images",
     "invert maybe",
     "naming scheme",
