@@ -55,7 +55,7 @@ def test_explicit_inputs_and_choices(tmp_path):
     results = run_analyze(tmp_path / "b", SMALL + [f"human_ratings={human}", f"model_responses={model}",
                                                    f"choices={choices}", "exclude_participants=[sim_participant_01]"])
     assert results.inputs.simulated is False
-    assert results.study.exclusions[0]["detail"] == "sim_participant_01"
+    assert [e["detail"] for e in results.study.exclusions if e["what"] == "participant"] == ["sim_participant_01"]
     assert results.choices["choices"].names == ["resnet", "subject-01", "subject-02"]
     assert "Error consistency (trial-level choices): choices" in (tmp_path / "b" / "report.md").read_text()
     assert "sim_participant_01" in (tmp_path / "b" / "report.md").read_text()
