@@ -19,9 +19,9 @@ from testkit import settings_for
 
 from controversial.cli import describe_validation_error
 from controversial.help import _annotated_metadata, _model_field
+from controversial.records.manifest import MANIFEST_COLUMNS, ManifestRow, write_manifest
 from controversial.records.responses import HUMAN_COLUMNS
 from controversial.settings import SCHEMAS
-from controversial.synthesis.stimuli import MANIFEST_COLUMNS, ManifestRow, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED = {  # values a command cannot run without, so that only the tested value is wrong
@@ -222,5 +222,6 @@ def test_help_lists_every_option_with_default_and_meaning(monkeypatch, capsys, t
     runpy.run_path(str(ROOT / "synthesize.py"))["main"]()
     text = capsys.readouterr().out
     assert "synthesis.threshold=0.75" in text and "accept when the hard score" in text and "in (0, 1]" in text
-    assert "abs__vgg" in text and "abs__vgg16" not in text and "vgg16__wrn" not in text  # same dataset, trained
+    assert "abs__vgg" in text and "abs__vgg16" not in text and "vgg16__wrn" in text  # same dataset, both trained
+    assert "vgg16__pcn_cifar10" not in text  # pcn_cifar10 has no checkpoint yet
     assert not any(tmp_path.iterdir())

@@ -12,9 +12,9 @@ or the last two when the second-to-last starts with ``n0`` (an ImageNet file, ``
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from controversial.records.csvfile import InputError, open_rows, optional_number, text, write_csv
 
@@ -51,10 +51,10 @@ def stimulus_identity(imagename: str) -> str:
 
 
 def _trial_number(path: Path, line: int, record: dict) -> int:
-    """``trial``: a whole number >= 0 (``3`` or ``3.0``)."""
+    """``trial``: an integer >= 0 (``3`` or ``3.0``)."""
     value = optional_number(path, line, record, "trial", minimum=0.0, whole=True)
     if value is None:
-        raise InputError(f"{path}, row {line}, column 'trial': empty value; a whole number >= 0 is required")
+        raise InputError(f"{path}, row {line}, column 'trial': empty value; an integer >= 0 is required")
     return int(value)
 
 

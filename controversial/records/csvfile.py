@@ -8,14 +8,26 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
 
 from controversial.atomic import atomic_write_text
 from controversial.errors import InputError
 
-__all__ = ["InputError", "open_rows", "read_records", "text", "number", "integer", "optional_number", "csv_text",
-           "write_csv", "delimiter_note", "decoding_problem", "field_count_problem"]
+__all__ = [
+    "InputError",
+    "csv_text",
+    "decoding_problem",
+    "delimiter_note",
+    "field_count_problem",
+    "integer",
+    "number",
+    "open_rows",
+    "optional_number",
+    "read_records",
+    "text",
+    "write_csv",
+]
 
 OTHER_DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
 MISSING_VALUES = ("", "nan", "NaN", "NA", "na")
@@ -137,7 +149,7 @@ def optional_number(path: Path, line: int, record: Mapping[str, str | None], col
     raw = text(path, line, record, column, allow_empty=True)
     if raw in MISSING_VALUES:
         return None
-    kind = "a whole number" if whole else "a number"
+    kind = "an integer" if whole else "a number"
     try:
         value = float(raw)
     except ValueError:

@@ -7,9 +7,9 @@ validate row by row; errors name the file, the row and the column and say what i
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from controversial.records.csvfile import InputError, number, open_rows, optional_number, text, write_csv
 from controversial.records.names import StimulusNameError, parse_name

@@ -6,7 +6,10 @@ import time
 from pathlib import Path
 
 from controversial.analysis.model_responses import (
-    StimulusImage, stimuli_from_folder, stimuli_from_manifest, write_responses,
+    StimulusImage,
+    stimuli_from_folder,
+    stimuli_from_manifest,
+    write_responses,
 )
 from controversial.settings import EvaluateSettings, Invocation
 from controversial.synthesis.stimuli import INVERSIONS, Inversion
