@@ -1,4 +1,7 @@
-"""Score models against people: ``python analyze.py human_ratings=PATH model_responses=PATH`` (no args: simulated study)."""
+"""Score models against people: ``python analyze.py human_ratings=PATH model_responses=PATH``.
+
+With no arguments it analyses a simulated study.
+"""
 from controversial.cli import command
 from controversial.settings import AnalyzeSettings
 from controversial.tasks import analyze

@@ -7,6 +7,8 @@ be imported before torch or numpy.
 
 from __future__ import annotations
 
+# ruff: noqa: E402  (thread defaults are applied before torch and numpy are imported)
+
 from controversial.threads import apply_thread_defaults
 
 apply_thread_defaults()

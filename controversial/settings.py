@@ -133,7 +133,8 @@ class OptimizerSettings(BaseModel):
 
 
 class SynthesisOptions(Settings):
-    sharpness: float = Field(1.0, gt=0, description="LogSumExp sharpness of the smooth score (the paper's alpha in Eq. 4)")
+    sharpness: float = Field(
+        1.0, gt=0, description="LogSumExp sharpness of the smooth score (the paper's alpha in Eq. 4)")
     max_steps: Count = Field(1000, description="optimisation steps per attempt at most")
     patience: int = Field(10, ge=0, description="converged after more than this many quiet steps ...")
     tolerance_levels: float = Field(
@@ -183,7 +184,8 @@ class RankNaturalSettings(Settings):
     split: Literal["test", "train"] = Field("test", description="dataset split to rank")
     limit: Count | None = Field(None, description="score only the first N images; null: all")
     threshold: Probability = Field(0.75, description="'accepted' column: the image's hard score reaches this")
-    sharpness: float = Field(1.0, gt=0, description="LogSumExp sharpness of the smooth_score column (the paper's alpha in Eq. 4)")
+    sharpness: float = Field(
+        1.0, gt=0, description="LogSumExp sharpness of the smooth_score column (the paper's alpha in Eq. 4)")
     batch_size: Count = Field(500, description="images per forward pass")
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
     output_dir: str | None = Field(None, description="default: a new timestamped folder")

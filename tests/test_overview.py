@@ -49,7 +49,8 @@ def test_summaries_and_markdown_fill_both_triangles(sweep):
 
 
 def test_overview_command_writes_manifest_and_figures(sweep):
-    cfg = OverviewSettings(sweep_dir=str(sweep), out_dir=str(sweep / "overview"), fig2_class_pairs=[(7, 3)], progress=False)
+    cfg = OverviewSettings(sweep_dir=str(sweep), out_dir=str(sweep / "overview"), fig2_class_pairs=[(7, 3)],
+                           progress=False)
     overview_task.run(cfg, Invocation(sweep / "overview"))
     out = sweep / "overview"
     rows = read_manifest(out / "manifest.csv")

@@ -111,7 +111,8 @@ class SufficientStatistics:
 
     def _cov_with_pools(self, stimulus_counts: np.ndarray, sx: np.ndarray, W: np.ndarray,
                         *weights: np.ndarray) -> list[np.ndarray]:
-        """For each (B, S) participant weighting v: (B, S) weighted covariance of every participant with sum_t v_t x_t."""
+        """For each (B, S) participant weighting v: (B, S) weighted covariance of every participant with
+        sum_t v_t x_t."""
         B, j = stimulus_counts.shape[0], len(weights)
         pooled = (np.concatenate(weights) @ self.flat).reshape(j, B, self.N, self.K) * stimulus_counts[None, :, :, None]
         raw = (pooled.reshape(j * B, -1) @ self.flat.T).reshape(j, B, self.S)

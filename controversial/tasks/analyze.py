@@ -118,7 +118,8 @@ def _model_table(spec: str | list) -> ModelTable:
     return merge_model_tables([read_model_responses(str(p)) for p in paths])
 
 
-def build_studies(cfg: AnalyzeSettings, human_spec: str | list | dict, model_spec: str | list | dict) -> dict[str, Study]:
+def build_studies(cfg: AnalyzeSettings, human_spec: str | list | dict,
+                  model_spec: str | list | dict) -> dict[str, Study]:
     """One aligned study per replication of the human ratings (the release's ``Exp2a``/``Exp2b``).
 
     ``human_ratings``: a file or a list of files. ``model_responses``: a file or a list (merged, e.g. the

@@ -50,7 +50,8 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
                             f"in 0..{n_classes - 1}")
     with Progress(len(cfg.fig2_class_pairs), "fig. 2", cfg.progress) as bar:
         for class_a, class_b in cfg.fig2_class_pairs:
-            overview.plot_class_pair_matrix(rows, models, class_a, class_b, out_dir, out_dir / f"fig2_{class_a}_{class_b}.png")
+            overview.plot_class_pair_matrix(rows, models, class_a, class_b, out_dir,
+                                            out_dir / f"fig2_{class_a}_{class_b}.png")
             bar.update()
     overview.plot_pair_grids(rows, out_dir)
     accepted = sum(s.n_accepted for s in summaries.values())

@@ -26,7 +26,8 @@ from controversial.zoo.training import (
 log = logging.getLogger(__name__)
 
 
-def _resume_file(cfg: TrainCommandSettings, settings: TrainSettings, arch_kwargs: dict, n_train_images: int) -> ResumeFile | None:
+def _resume_file(cfg: TrainCommandSettings, settings: TrainSettings, arch_kwargs: dict,
+                 n_train_images: int) -> ResumeFile | None:
     """The per-epoch state file of a resumable method; with resume=false an old one is removed first.
 
     Its identity includes the training-set size: another data root would change the schedule's length.
@@ -140,7 +141,8 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
         metrics=metrics,
         train_config={**model_cfg.train.model_dump(), "extra": {**settings.extra, **outcome.record}},
         command=invocation.command,
-        card={"paper_name": model_cfg.paper_name, "description": model_cfg.description, "differences": model_cfg.differences},
+        card={"paper_name": model_cfg.paper_name, "description": model_cfg.description,
+              "differences": model_cfg.differences},
     )
     save_checkpoint(path, net, info, float16=cfg.float16)
     log.info("wrote %s (%.2f MB)", path, path.stat().st_size / 1e6)

@@ -110,4 +110,5 @@ def test_memory_grows_linearly_with_participants():
     bootstrap(human, model, ["m0", "m1"], conditions, n_resamples=1000, seed=0)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert peak < 256 * 2**20, f"peak {peak / 2**20:.0f} MiB"  # the pair table alone would be 1000 x 600^2 x 8 B = 2.9 GB
+    # the pair table alone would be 1000 x 600^2 x 8 B = 2.9 GB
+    assert peak < 256 * 2**20, f"peak {peak / 2**20:.0f} MiB"

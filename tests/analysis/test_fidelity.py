@@ -1,7 +1,6 @@
 """fidelity.py: our models scored on the paper's stimuli, with missing models named, never a crash."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
