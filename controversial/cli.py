@@ -138,6 +138,16 @@ def remove_fresh_run_dir(out_dir: Path) -> None:
         parent = parent.parent
 
 
+def command_line(name: str, task_overrides: Any) -> str:
+    """``python <name>.py`` and the overrides as typed, for the run's records.
+
+    The overrides are read unresolved: iterating the ListConfig would resolve every ``${...}`` in them
+    inside Hydra's own node, so ``model_a.checkpoint=dir/${.name}.pt`` failed there ("Index 'name' (str)
+    is not an int": ``.name`` relative to the list) and ``${model_b.name}`` was not found.
+    """
+    return " ".join([f"python {name}.py", *OmegaConf.to_container(task_overrides, resolve=False)])
+
+
 def command(
     name: str, schema: type[S], task: Callable[[S, Invocation], Any], register: Callable[[], None] | None = None
 ) -> Callable[[], None]:
@@ -150,7 +160,7 @@ def command(
         hydra_cfg = HydraConfig.get()
         multirun = hydra_cfg.mode == RunMode.MULTIRUN
         out_dir = Path(hydra_cfg.runtime.output_dir)
-        invocation = Invocation(out_dir, " ".join([f"python {name}.py", *hydra_cfg.overrides.task]), multirun)
+        invocation = Invocation(out_dir, command_line(name, hydra_cfg.overrides.task), multirun)
         try:
             return task(validate(schema, cfg), invocation)
         except Exception as error:  # reported by main(); raised here, Hydra would log it with a traceback first

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 from annotated_types import Ge, Gt, Le, Lt
+from omegaconf import OmegaConf
 from pydantic import BaseModel, ValidationError
 from testkit import settings_for
 
-from controversial.cli import describe_validation_error
+from controversial.cli import command_line, describe_validation_error
 from controversial.help import _annotated_metadata, _model_field
 from controversial.records.manifest import MANIFEST_COLUMNS, ManifestRow, write_manifest
 from controversial.records.responses import HUMAN_COLUMNS
@@ -225,3 +226,34 @@ def test_help_lists_every_option_with_default_and_meaning(monkeypatch, capsys, t
     assert "abs__vgg" in text and "abs__vgg16" not in text and "vgg16__wrn" in text  # same dataset, both trained
     assert "vgg16__pcn_cifar10" not in text  # pcn_cifar10 has no checkpoint yet
     assert not any(tmp_path.iterdir())
+
+
+def test_a_relative_interpolation_in_a_single_run_override_resolves_against_its_model(tmp_path, monkeypatch, capsys):
+    """``model_a.checkpoint=<dir>/${.name}.pt`` (what the sweep tests pass) gets past Hydra's run setup.
+
+    The command line recorded for the run used to be built by iterating Hydra's list of overrides,
+    which resolved ``${.name}`` against that list: "Index 'name' (str) is not an int". Here the folder
+    holds no checkpoint, so the run stops at loading the model, naming the path the override resolved to.
+    """
+    folder = tmp_path / "checkpoints"
+    override = f"model_a.checkpoint={folder}/${{.name}}.pt"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    code, err = run_command("synthesize", ["model_a=vgg", "model_b=abs", override], cwd, monkeypatch, capsys)
+    assert code == 2 and f"no checkpoint for model 'vgg' at {folder}/vgg.pt" in err, err
+    assert "not an int" not in err and not any(cwd.iterdir())
+
+
+def test_the_recorded_command_keeps_overrides_as_typed():
+    overrides = OmegaConf.create(["model_a=vgg", "model_a.checkpoint=/m/${.name}.pt", "seed=${oc.env:S,0}"])
+    assert command_line("synthesize", overrides) == (
+        "python synthesize.py model_a=vgg model_a.checkpoint=/m/${.name}.pt seed=${oc.env:S,0}"
+    )
+
+
+def test_train_device_is_cpu_or_cuda():
+    assert settings_for("train").device == "cpu"
+    assert settings_for("train", ["device=cuda"]).device == "cuda"  # whether a GPU is there is checked by the task
+    with pytest.raises(ValidationError) as refused:
+        settings_for("train", ["device=mps"])
+    assert "device=mps: 'mps' is not one of: cpu, cuda" in describe_validation_error(refused.value)
