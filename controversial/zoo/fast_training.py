@@ -72,7 +72,8 @@ class AdversarialSettings:
     guard_steps: int = 10
     guard_images: int = 512
     guard_drop: float = 0.2
-    eval_steps: int = 20  # the model card's attack: PGD-eval_steps of eval_step_size on eval_images evenly spaced test images
+    # the model card's attack: PGD-eval_steps of eval_step_size on eval_images evenly spaced test images
+    eval_steps: int = 20
     eval_step_size: float | None = None  # default 2.5 eps / eval_steps
     eval_images: int = 1000
 

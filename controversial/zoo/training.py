@@ -594,8 +594,8 @@ def robustness_metrics(
     """PGD accuracy at the training eps for adversarially trained models (empty for the others).
 
     ``eval_steps`` steps of ``eval_step_size`` (default 2.5 eps / steps) from a random start, on the
-    ``eval_images`` test images evenly spaced through the test set: for ``adversarial`` from ``extra`` (defaults 40 steps, 1000
-    images), for ``fast`` from ``extra.adversarial``.
+    ``eval_images`` test images evenly spaced through the test set: for ``adversarial`` from ``extra``
+    (defaults 40 steps, 1000 images), for ``fast`` from ``extra.adversarial``.
     """
     if settings.method == "fast":
         adversarial = options(settings).adversarial
