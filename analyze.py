@@ -2,17 +2,11 @@
 
 With no arguments it analyses a simulated study.
 """
-
-import hydra
-from omegaconf import DictConfig
-
+from controversial.cli import command
+from controversial.settings import AnalyzeSettings
 from controversial.tasks import analyze
 
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="analyze")
-def main(cfg: DictConfig) -> None:
-    analyze.run(cfg)
-
+main = command("analyze", AnalyzeSettings, analyze.run)
 
 if __name__ == "__main__":
     main()

@@ -1,14 +1,9 @@
 """Model responses for stimuli: ``python evaluate.py models=[vgg,abs] images=FOLDER`` (or ``manifests=[...]``)."""
-import hydra
-from omegaconf import DictConfig
-
+from controversial.cli import command
+from controversial.settings import EvaluateSettings
 from controversial.tasks import evaluate
 
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="evaluate")
-def main(cfg: DictConfig) -> None:
-    evaluate.run(cfg)
-
+main = command("evaluate", EvaluateSettings, evaluate.run)
 
 if __name__ == "__main__":
     main()

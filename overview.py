@@ -1,14 +1,9 @@
 """Summarise a sweep: ``python overview.py sweep_dir=multirun/exp1_mnist``."""
-import hydra
-from omegaconf import DictConfig
-
+from controversial.cli import command
+from controversial.settings import OverviewSettings
 from controversial.tasks import overview
 
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="overview")
-def main(cfg: DictConfig) -> None:
-    overview.run(cfg)
-
+main = command("overview", OverviewSettings, overview.run)
 
 if __name__ == "__main__":
     main()

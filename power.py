@@ -1,14 +1,9 @@
 """Plan a study: ``python power.py model_responses=PATH true_model=NAME`` (no args: simulated stimulus set)."""
-import hydra
-from omegaconf import DictConfig
-
+from controversial.cli import command
+from controversial.settings import PowerSettings
 from controversial.tasks import power
 
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="power")
-def main(cfg: DictConfig) -> None:
-    power.run(cfg)
-
+main = command("power", PowerSettings, power.run)
 
 if __name__ == "__main__":
     main()

@@ -1,17 +1,10 @@
-"""Export the most controversial natural images: ``python rank_natural.py model_a=abs model_b=vgg top_k=1``."""
-import hydra
-from omegaconf import DictConfig
-
+"""The most controversial natural images per cell: ``python rank_natural.py model_a=abs model_b=vgg top_k=1``."""
+from controversial.cli import command
 from controversial.config import register_model_options
+from controversial.settings import RankNaturalSettings
 from controversial.tasks import rank_natural
 
-register_model_options()
-
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="rank_natural")
-def main(cfg: DictConfig) -> None:
-    rank_natural.run(cfg)
-
+main = command("rank_natural", RankNaturalSettings, rank_natural.run, register=register_model_options)
 
 if __name__ == "__main__":
     main()

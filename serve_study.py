@@ -2,16 +2,11 @@
 ``python serve_study.py study_dir=studies/<name>/v<k> completion_code=<CODE>`` /
 ``python serve_study.py mode=export study_dir=studies/<name>/v<k>`` /
 ``python serve_study.py mode=token admin_token_file=<path>``."""
-import hydra
-from omegaconf import DictConfig
-
+from controversial.cli import command
+from controversial.settings import ServeStudySettings
 from controversial.tasks import serve_study
 
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="serve_study")
-def main(cfg: DictConfig) -> None:
-    serve_study.run(cfg)
-
+main = command("serve_study", ServeStudySettings, serve_study.run)
 
 if __name__ == "__main__":
     main()

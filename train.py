@@ -1,14 +1,9 @@
 """Train a model: ``python train.py model=vgg`` (see conf/model/ for the names)."""
-import hydra
-from omegaconf import DictConfig
-
+from controversial.cli import command
+from controversial.settings import TrainCommandSettings
 from controversial.tasks import train
 
-
-@hydra.main(version_base="1.3", config_path="conf", config_name="train")
-def main(cfg: DictConfig) -> None:
-    train.run(cfg)
-
+main = command("train", TrainCommandSettings, train.run)
 
 if __name__ == "__main__":
     main()

@@ -16,11 +16,15 @@ from omegaconf import OmegaConf
 
 from controversial.zoo.training import TrainSettings, training_method
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+CONF_DIR = REPO_ROOT / "conf"
 
 # ``${if_null:${output_dir},default}``: OmegaConf's oc.select falls back only when a key is *missing*,
 # not when it is null, so optional path options such as ``output_dir: null`` need this resolver.
 OmegaConf.register_new_resolver("if_null", lambda value, default: default if value is None else value, replace=True)
+# ``${repo:models}``: a default that points into the repository (bundled checkpoints) is absolute; every
+# other relative path, given on the command line or in conf/, is relative to the working directory.
+OmegaConf.register_new_resolver("repo", lambda sub="": str(REPO_ROOT / sub), replace=True)
 MODEL_GROUPS = ("model_a", "model_b")
 
 
@@ -31,7 +35,7 @@ class ModelConfig:
     arch: str
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
     calibration: str = "cross_entropy"
-    checkpoint: str = "models/${.dataset}/${.name}.pt"
+    checkpoint: str = "${repo:models}/${.dataset}/${.name}.pt"
     paper_name: str = ""
     description: str = ""
     differences: str = ""
@@ -52,13 +56,13 @@ def load_model_config(path: Path):
     return node
 
 
-def register_model_options(conf_dir: Path = CONF_DIR) -> list[str]:
-    """Store every model YAML as an option of model_a and model_b; returns the model names."""
+def register_model_options(conf_dir: Path = CONF_DIR) -> dict[str, str]:
+    """Store every model YAML as an option of model_a and model_b; returns model name -> dataset."""
     store = ConfigStore.instance()
-    names = []
+    datasets = {}
     for path in model_config_files(conf_dir):
         node = load_model_config(path)
         for group in MODEL_GROUPS:
             store.store(group=group, name=path.stem, node=node)
-        names.append(path.stem)
-    return names
+        datasets[path.stem] = str(node.dataset)
+    return datasets

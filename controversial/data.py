@@ -19,6 +19,8 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from controversial.errors import UserError
+
 log = logging.getLogger(__name__)
 
 DATA_ROOT_ENV = "CONTROVERSIAL_DATA_ROOT"
@@ -45,7 +47,7 @@ DATASETS: dict[str, DatasetInfo] = {
 }
 
 
-class DatasetNotFoundError(FileNotFoundError):
+class DatasetNotFoundError(UserError, FileNotFoundError):
     """Raised with the list of places searched and the ways to point the project at the data."""
 
 
@@ -189,7 +191,9 @@ def load_uint8(
         else [data_root / "cifar10" / split, data_root / "cifar-10-batches-py"]
     )
     download_error = "download disabled (data.download=false)"
-    if download:
+    if download and not data_root.is_dir():  # never create folders the user did not make: a typo'd root stays a typo
+        download_error = f"no download into {data_root}, which does not exist (create it to allow one)"
+    elif download:
         try:
             return _torchvision_download(name, data_root, split)
         except Exception as error:  # network errors come in many types; report whichever it was

@@ -1,28 +1,23 @@
-"""User-facing errors: one paragraph that says what was wrong and what to do, never a traceback."""
+"""User-facing errors: one hierarchy, each error one paragraph that says what was wrong and what to do.
+
+Every error a user can fix derives from :class:`UserError`; the commands show it without a traceback
+and exit with status 2 (see :mod:`controversial.cli`).
+"""
 from __future__ import annotations
 
-import logging
-import sys
-from contextlib import contextmanager
-from typing import Iterator
-
-from controversial.data import DatasetNotFoundError
-from controversial.zoo.registry import UnknownNameError
+import re
 
 
 class UserError(Exception):
     """A problem with the user's request or files, explained in plain words."""
 
 
-USER_FACING = (UserError, UnknownNameError, DatasetNotFoundError)
+class InputError(UserError, ValueError):
+    """A file that cannot be read as what it should be; the message names the file, row and column."""
 
 
-@contextmanager
-def user_errors_as_messages(log: logging.Logger) -> Iterator[None]:
-    """Turn user-facing errors into one paragraph on stderr and exit status 2."""
-    try:
-        yield
-    except USER_FACING as error:
-        log.debug("user error: %s", error)  # kept in the run's log file
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
+def one_paragraph(text: str) -> str:
+    """Hydra and pydantic write lists on indented lines; one paragraph reads them as a comma-separated run."""
+    text = re.sub(r"\n[ \t]+", ", ", text.strip())
+    text = re.sub(r":,\s*", ": ", text)
+    return re.sub(r"\s*\n+\s*", " ", text)

@@ -5,7 +5,6 @@ import os
 from pathlib import Path
 
 import pytest
-from hydra.core.hydra_config import HydraConfig
 
 from controversial.zoo.readout import Calibration, CalibratedModel
 from controversial.zoo.registry import create_arch
@@ -55,13 +54,6 @@ def chromium() -> Path:
     path = Path("/usr/bin/chromium")
     require_component(path.is_file(), "Chromium", "apt-get install -y chromium (.ci/run does this)")
     return path
-
-
-@pytest.fixture(autouse=True)
-def _no_hydra_state_between_tests():
-    """Tests that run tasks in-process set Hydra's global HydraConfig; never let it leak into the next test."""
-    yield
-    HydraConfig.instance().cfg = None
 
 
 # --- shared fixtures: tiny random models, so tests never need trained weights --------------------

@@ -5,13 +5,13 @@ from dataclasses import dataclass
 import pytest
 import torch
 from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 from torch import nn
 
 from conftest import make_tiny_model
 from controversial.config import CONF_DIR, load_model_config
 from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.cli import validate
+from controversial.settings import Invocation, TrainCommandSettings
 from controversial.tasks import train
 from controversial.zoo.checkpoints import load_checkpoint, read_checkpoint
 from controversial.zoo.protocol import SynthesisModel
@@ -86,11 +86,7 @@ def _run_train(tmp_path, monkeypatch, overrides: list[str]):
                                           f"models_dir={tmp_path / 'models'}", f"resume_file={tmp_path / 'resume.pt'}",
                                           "update_model_card=false", "float16=false"],
                       return_hydra_config=True)
-        with open_dict(cfg):
-            cfg.hydra.runtime.output_dir = str(tmp_path)
-            HydraConfig.instance().set_config(cfg)
-            del cfg["hydra"]
-        return train.run(cfg)
+    return train.run(validate(TrainCommandSettings, cfg), Invocation(tmp_path, "python train.py"))
 
 
 def test_a_new_family_is_an_architecture_module_and_a_yaml(tmp_path, monkeypatch):

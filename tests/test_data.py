@@ -65,3 +65,10 @@ def test_shared_mnist_and_cifar10_copies_load():
     assert abs(x.float().mean().item() / 255 - 0.1307) < 1e-3
     x, y = load_uint8("cifar10", "test")
     assert x.shape == (10000, 3, 32, 32) and torch.bincount(y).tolist() == [1000] * 10
+
+
+def test_missing_data_root_is_not_created_by_a_download_attempt(tmp_path):
+    root = tmp_path / "nonexistent" / "data"
+    with pytest.raises(DatasetNotFoundError, match="does not exist"):
+        load_uint8("mnist", "test", root, download=True)
+    assert not (tmp_path / "nonexistent").exists()

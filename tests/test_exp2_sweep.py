@@ -11,8 +11,7 @@ from omegaconf import OmegaConf
 
 from controversial.errors import UserError
 from controversial.records.manifest import read_manifest
-from controversial.tasks import overview as overview_task
-from testkit import compose_synthesize, write_tiny_checkpoints
+from testkit import compose_synthesize, run_task, write_tiny_checkpoints
 
 ROOT = Path(__file__).resolve().parents[1]
 SEVEN = ["vgg16", "wrn", "pcn_cifar10", "robust_linf", "robust_l2", "kde_cifar10", "jem"]
@@ -61,12 +60,12 @@ def test_two_replications_write_separate_dirs_with_disjoint_seeds_and_each_has_a
         seeds[replication] = {r.seed for r in rows}
     assert seeds["seed_0"] <= {0, 1} and seeds["seed_1000"] <= {1000, 1001}
 
-    def overview_cfg(sweep_dir: Path):
-        return OmegaConf.create({"sweep_dir": str(sweep_dir), "out_dir": str(sweep_dir / "overview"), "models": None,
-                                 "fig2_class_pairs": [[3, 5]], "progress": False})
+    def overview(sweep_dir: Path) -> None:
+        run_task("overview", [f"sweep_dir={sweep_dir}", "fig2_class_pairs=[[3,5]]", "progress=false"],
+                 sweep_dir / "overview")
 
     with pytest.raises(UserError, match="replications seed_0, seed_1000.*sweep_dir=.*seed_0"):
-        overview_task._run(overview_cfg(tmp_path))
-    overview_task._run(overview_cfg(tmp_path / "seed_1000"))
+        overview(tmp_path)
+    overview(tmp_path / "seed_1000")
     table = (tmp_path / "seed_1000" / "overview" / "acceptance.md").read_text()
     assert table.splitlines()[0] == "| | vgg16 | wrn |"  # the experiment's model order, from the sweep's record

@@ -4,12 +4,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
-from omegaconf import OmegaConf
 
 from controversial.synthesis import sweep_overview as overview
 from controversial.config import CONF_DIR
 from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow, read_manifest, write_manifest
+from controversial.settings import Invocation, OverviewSettings
 from controversial.synthesis.stimuli import save_png
 from controversial.tasks import overview as overview_task
 
@@ -49,9 +49,9 @@ def test_summaries_and_markdown_fill_both_triangles(sweep):
 
 
 def test_overview_command_writes_manifest_and_figures(sweep):
-    cfg = OmegaConf.create({"sweep_dir": str(sweep), "out_dir": str(sweep / "overview"), "models": None,
-                            "fig2_class_pairs": [[7, 3]], "progress": False})
-    overview_task.run(cfg)
+    cfg = OverviewSettings(sweep_dir=str(sweep), out_dir=str(sweep / "overview"), fig2_class_pairs=[(7, 3)],
+                           progress=False)
+    overview_task.run(cfg, Invocation(sweep / "overview"))
     out = sweep / "overview"
     rows = read_manifest(out / "manifest.csv")
     assert len(rows) == 270 and all((out / r.image_file).is_file() for r in rows)
@@ -77,15 +77,13 @@ def test_fig2_takes_the_mirrored_cell_from_the_other_orientation(sweep, monkeypa
 
 
 def test_bad_sweep_dirs_and_class_pairs_are_user_errors(tmp_path, sweep):
-    cfg = OmegaConf.create({"sweep_dir": str(tmp_path / "none"), "out_dir": str(tmp_path / "o"), "models": None,
-                            "fig2_class_pairs": [[7, 3]], "progress": False})
-    with pytest.raises(SystemExit):
-        overview_task.run(cfg)
+    cfg = OverviewSettings(sweep_dir=str(tmp_path / "none"), out_dir=str(tmp_path / "o"), fig2_class_pairs=[(7, 3)],
+                           progress=False)
     with pytest.raises(UserError, match="no .*/<pair>/manifest.csv"):
-        overview_task._run(cfg)
-    cfg.sweep_dir, cfg.fig2_class_pairs = str(sweep), [[3, 3]]
+        overview_task.run(cfg, Invocation(tmp_path / "o"))
+    cfg = cfg.model_copy(update={"sweep_dir": str(sweep), "fig2_class_pairs": [(3, 3)]})
     with pytest.raises(UserError, match=r"fig2_class_pairs: \[3, 3\]"):
-        overview_task._run(cfg)
+        overview_task.run(cfg, Invocation(tmp_path / "o"))
 
 
 def test_overview_config_composes():

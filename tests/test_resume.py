@@ -1,16 +1,16 @@
 """Resumable training: a run "crashed" after some epochs and resumed ends with the uninterrupted weights."""
 from __future__ import annotations
 
-from dataclasses import asdict
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from controversial.zoo.registry import create_arch
 from controversial.zoo.resume import ResumeFile, ResumeMismatchError, recorded_progress
 from controversial.tasks.train import _resume_file
+from controversial.settings import TrainCommandSettings
 from controversial.zoo.training import TRAINING_METHODS, TrainSettings
+from testkit import settings_for
 
 TINY_WRN = dict(depth=10, widen_factor=1)
 TINY_VGG = dict(widths=(4, 4, 4, 4, 4), fc=(8, 8), dropout=0.5)
@@ -87,10 +87,9 @@ def test_a_resume_file_of_other_settings_is_refused(tmp_path):
         _train("supervised", other, init_seed=0)
 
 
-def _train_cfg(tmp_path, method: str, resume: bool):
-    train = asdict(TrainSettings(method=method))
-    return OmegaConf.create({"resume": resume, "resume_file": str(tmp_path / "tiny" / "resume.pt"),
-                             "model": {"name": "tiny", "dataset": "cifar10", "arch": "wrn", "train": train}})
+def _train_cfg(tmp_path, method: str, resume: bool) -> TrainCommandSettings:
+    return settings_for("train", [f"resume={resume}", f"resume_file={tmp_path / 'tiny' / 'resume.pt'}",
+                                  "model=wrn", f"model.train.method={method}"])
 
 
 def test_the_train_task_resumes_by_default_and_starts_over_with_resume_false(tmp_path):

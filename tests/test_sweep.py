@@ -206,7 +206,7 @@ def test_a_missing_checkpoint_skips_that_pair_and_the_sweep_goes_on(tmp_path, ti
         "-m",
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("skipped, the sweep goes on: no checkpoint for model") == 2
+    assert result.stderr.count("skipped, the sweep goes on: no checkpoint for model") == 2
 
 
 def _unlisted_png(run_dir: Path) -> bool:

@@ -1,14 +1,18 @@
 """Helpers shared by test modules: tiny stand-in checkpoints, composed configs, input gradients."""
 from __future__ import annotations
 
+import importlib
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from hydra import compose, initialize_config_dir
 
-from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.cli import load_settings
 from controversial.config import CONF_DIR, register_model_options
+from controversial.settings import SCHEMAS, Invocation
+from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
 from controversial.synthesis.sweeps import register_pair_options
@@ -31,6 +35,19 @@ def compose_synthesize(*overrides: str):
     register_pair_options(register_model_options())
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("synthesize", overrides=list(overrides), return_hydra_config=True)
+
+
+def settings_for(name: str, overrides: Sequence[str] = ()) -> Any:
+    """A command's validated settings, composed from conf/ with these overrides as its entry point would."""
+    if name in ("synthesize", "rank_natural"):
+        register_pair_options(register_model_options())
+    return load_settings(name, SCHEMAS[name], list(overrides))
+
+
+def run_task(name: str, overrides: Sequence[str], out_dir: Path, command: str = "") -> Any:
+    """A command in-process: its settings validated, then its task writing into ``out_dir``."""
+    task = importlib.import_module(f"controversial.tasks.{name}")
+    return task.run(settings_for(name, overrides), Invocation(Path(out_dir), command or f"python {name}.py"))
 
 
 def input_gradient(net: torch.nn.Module, images: torch.Tensor, cls: int = 3) -> torch.Tensor:

@@ -3,9 +3,11 @@
 Resampling stimuli with replacement (stratified by condition) is the same as giving each
 stimulus an integer count weight, and every weighted Pearson statistic is linear in those weights.
 So one matrix product, count weights (resamples x stimuli) @ per-stimulus sufficient statistics
-(sums, squares and cross-products over categories, for participants, models and participant
-pairs), yields every correlation and both ceilings for a chunk of resamples. Participant
-resampling is a second count vector applied to the per-participant correlations.
+(sums, squares and cross-products over categories, for participants and models), yields every
+model correlation for a chunk of resamples. Participant resampling is a second count vector
+applied to the per-participant correlations; the ceilings need each participant's covariance with
+a weighted pool of participants, two more matrix products per chunk. Nothing is stored per pair
+of participants, so memory grows linearly with participants, stimuli and models.
 
 Resamples are drawn in fixed blocks of ``BLOCK`` with one ``SeedSequence`` child per block, so the
 distribution depends only on the seed, never on the chunk size used to bound memory.
@@ -22,6 +24,7 @@ from statsmodels.stats.multitest import multipletests
 log = logging.getLogger(__name__)
 
 BLOCK = 1000
+CHUNK_BYTES = 128 * 2**20  # bound on the largest per-chunk array; chunks shrink (never below BLOCK) to fit
 LOWER, UPPER = "lower noise ceiling", "upper noise ceiling"
 
 
@@ -82,7 +85,13 @@ def counts(indices: np.ndarray, n: int) -> np.ndarray:
 
 
 class SufficientStatistics:
-    """Per-stimulus sums over categories; ``evaluate`` turns count weights into mean correlations."""
+    """Per-stimulus sums over categories; ``evaluate`` turns count weights into mean correlations.
+
+    Memory is linear in participants: the ceilings need each participant's covariance with a
+    weighted sum of participants, which is computed per resample from the ratings themselves
+    (two matrix products through the stimulus x category axis) instead of from a table of
+    per-participant-pair cross-products, which would grow with the square of the participants.
+    """
 
     def __init__(
         self, human: np.ndarray, model: np.ndarray, ceilings: bool = True, include_copies: bool = False
@@ -91,19 +100,23 @@ class SufficientStatistics:
         model = np.asarray(model, dtype=np.float64)
         S, N, K = human.shape
         M = model.shape[0]
-        self.S, self.M, self.K, self.ceilings, self.include_copies = S, M, K, ceilings, include_copies
+        self.S, self.N, self.M, self.K, self.ceilings, self.include_copies = S, N, M, K, ceilings, include_copies
         hs = human.transpose(1, 0, 2)  # (N, S, K)
         ms = model.transpose(1, 0, 2)  # (N, M, K)
-        if ceilings:
-            self.iu = np.triu_indices(S)
-            gram = np.einsum("nsk,ntk->nst", hs, hs)[:, self.iu[0], self.iu[1]]
-        else:
-            gram = np.einsum("nsk,nsk->ns", hs, hs)
+        self.flat = human.reshape(S, N * K) if ceilings else None  # (S, N*K): ratings for the covariance products
         self.table = np.concatenate([
-            hs.sum(axis=2), gram, ms.sum(axis=2), np.einsum("nmk,nmk->nm", ms, ms),
+            hs.sum(axis=2), np.einsum("nsk,nsk->ns", hs, hs), ms.sum(axis=2), np.einsum("nmk,nmk->nm", ms, ms),
             np.einsum("nsk,nmk->nsm", hs, ms).reshape(N, S * M),
         ], axis=1)
-        self.n_gram = gram.shape[1]
+
+    def _cov_with_pools(self, stimulus_counts: np.ndarray, sx: np.ndarray, W: np.ndarray,
+                        *weights: np.ndarray) -> list[np.ndarray]:
+        """For each (B, S) participant weighting v: (B, S) weighted covariance of every participant with
+        sum_t v_t x_t."""
+        B, j = stimulus_counts.shape[0], len(weights)
+        pooled = (np.concatenate(weights) @ self.flat).reshape(j, B, self.N, self.K) * stimulus_counts[None, :, :, None]
+        raw = (pooled.reshape(j * B, -1) @ self.flat.T).reshape(j, B, self.S)
+        return [raw[i] - sx * (np.einsum("bs,bs->b", v, sx)[:, None] / W) for i, v in enumerate(weights)]
 
     def evaluate(self, stimulus_counts: np.ndarray, participant_counts: np.ndarray) -> np.ndarray:
         """(B, N) and (B, S) count weights -> (B, M [+2]) mean r of each model [and both ceilings]."""
@@ -111,17 +124,9 @@ class SufficientStatistics:
         y = stimulus_counts @ self.table
         B = y.shape[0]
         W = self.K * stimulus_counts.sum(axis=1)[:, None]
-        sx, y = y[:, :S], y[:, S:]
-        gram, y = y[:, :self.n_gram], y[:, self.n_gram:]
+        sx, sxx, y = y[:, :S], y[:, S:2 * S], y[:, 2 * S:]
         sy, syy, sxy = y[:, :M], y[:, M:2 * M], y[:, 2 * M:].reshape(B, S, M)
-        if self.ceilings:
-            cov = np.empty((B, S, S))
-            cov[:, self.iu[0], self.iu[1]] = gram
-            cov[:, self.iu[1], self.iu[0]] = gram
-            cov -= sx[:, :, None] * sx[:, None, :] / W[:, :, None]
-            var_h = np.einsum("bss->bs", cov)
-        else:
-            var_h = gram - sx * sx / W
+        var_h = sxx - sx * sx / W
         w = participant_counts
         present = w > 0
         cov_m = sxy - sx[:, :, None] * sy[:, None, :] / W[:, :, None]
@@ -132,12 +137,11 @@ class SufficientStatistics:
         out = [np.einsum("bs,bsm->bm", w, r) / S]
         if self.ceilings:
             with np.errstate(invalid="ignore", divide="ignore"):
-                cw = np.einsum("bst,bt->bs", cov, w)
+                a = np.where(present, w / np.sqrt(var_h), 0.0)
+                cw, ca = self._cov_with_pools(stimulus_counts, sx, W, w, a)
                 wcw = np.einsum("bs,bs->b", cw, w)[:, None]
                 own = np.ones_like(w) if self.include_copies else w  # copies of s removed from "others"
                 r_lower = (cw - own * var_h) / np.sqrt(var_h * (wcw - 2 * own * cw + own * own * var_h))
-                a = np.where(present, w / np.sqrt(var_h), 0.0)
-                ca = np.einsum("bst,bt->bs", cov, a)
                 aca = np.einsum("bs,bs->b", ca, a)[:, None]
                 r_upper = ca / np.sqrt(var_h * aca)
             for r_ceiling in (r_lower, r_upper):
@@ -169,7 +173,8 @@ def bootstrap(
         raise ValueError(f"conditions has {len(conditions)} entries for {N} stimuli")
     stats = SufficientStatistics(human, model, ceilings, include_copies)
     estimates = stats.evaluate(np.ones((1, N)), np.ones((1, S)))[0]
-    blocks_per_chunk = max(1, chunk_size // BLOCK)
+    per_resample = 8 * max(2 * N * human.shape[2], S * len(model_names), N + S)  # bytes of the widest chunk array
+    blocks_per_chunk = max(1, min(chunk_size, CHUNK_BYTES // per_resample) // BLOCK)
     samples, pending = [], []
 
     def flush() -> None:

@@ -140,7 +140,7 @@ def write_study(
                         category,
                         *targets(s),
                         float(participant[n, k]),
-                        round(0.4 * rts[trial], 3),
+                        round(0.4 * float(rts[trial]), 3),
                         round(float(rts[trial]), 3),
                         trial,
                     ]

@@ -109,14 +109,14 @@ def build_study(
     exclusions: list[Exclusion] = []
     rows = list(human.rows)
     repeats = [r for r in rows if r.repetition > 0]
-    if repeats:
-        if not exclude_repetitions:
-            first = repeats[0]
-            raise InputError(
-                f"{human.path}, row {first.line}, column 'image_repetition': {len(repeats)} rows are repeated "
-                "presentations (image_repetition > 0); set exclude_repetitions=true to analyse first "
-                "presentations only"
-            )
+    if repeats and not exclude_repetitions:
+        first = repeats[0]
+        raise InputError(
+            f"{human.path}, row {first.line}, column 'image_repetition': {len(repeats)} rows are repeated "
+            "presentations (image_repetition > 0); set exclude_repetitions=true to analyse first "
+            "presentations only"
+        )
+    if exclude_repetitions:  # an active policy is reported even when it dropped nothing
         rows = [r for r in rows if r.repetition == 0]
         exclusions.append(Exclusion("rows", "repeated presentation (exclude_repetitions=true)", len(repeats),
                                     f"{len({(r.subject, r.image) for r in repeats})} trials"))

@@ -12,11 +12,11 @@ or the last two when the second-to-last starts with ``n0`` (an ImageNet file, ``
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
-from controversial.records.csvfile import InputError, integer, open_rows, text, write_csv
+from controversial.records.csvfile import InputError, open_rows, optional_number, text, write_csv
 
 CHOICE_COLUMNS: tuple[str, ...] = ("subj", "session", "trial", "rt", "object_response", "category", "condition",
                                    "imagename")
@@ -50,6 +50,14 @@ def stimulus_identity(imagename: str) -> str:
     return fields[-1]
 
 
+def _trial_number(path: Path, line: int, record: dict) -> int:
+    """``trial``: an integer >= 0 (``3`` or ``3.0``)."""
+    value = optional_number(path, line, record, "trial", minimum=0.0, whole=True)
+    if value is None:
+        raise InputError(f"{path}, row {line}, column 'trial': empty value; an integer >= 0 is required")
+    return int(value)
+
+
 def read_trials(paths: Sequence[str | Path]) -> list[Trial]:
     """Read model-vs-human raw-data CSVs; every row is validated, an observer answering one stimulus twice
     is an error naming both rows."""
@@ -63,12 +71,13 @@ def read_trials(paths: Sequence[str | Path]) -> list[Trial]:
             image = text(path, line, record, "imagename")
             trial = Trial(
                 subject=text(path, line, record, "subj"), session=text(path, line, record, "session"),
-                trial=integer(path, line, record, "trial"),
+                trial=_trial_number(path, line, record),
                 response=None if response.lower() == MISSED_RESPONSE else response,
                 category=text(path, line, record, "category"),
                 condition="" if condition.lower() == "nan" else condition,
                 image=image, stimulus=stimulus_identity(image), path=path, line=line,
             )
+            optional_number(path, line, record, "rt", minimum=0.0)
             key = (trial.subject, trial.stimulus)
             if key in seen:
                 first_path, first_line = seen[key]

@@ -8,14 +8,52 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping, Sequence
 
 from controversial.atomic import atomic_write_text
+from controversial.errors import InputError
+
+__all__ = [
+    "InputError",
+    "csv_text",
+    "decoding_problem",
+    "delimiter_note",
+    "field_count_problem",
+    "integer",
+    "number",
+    "open_rows",
+    "optional_number",
+    "read_records",
+    "text",
+    "write_csv",
+]
+
+OTHER_DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
+MISSING_VALUES = ("", "nan", "NaN", "NA", "na")
 
 
-class InputError(ValueError):
-    """A record file that cannot be read as given; the message says where and why."""
+def delimiter_note(header: Sequence[str]) -> str:
+    """When a header that should have several columns reads as one, say which delimiter the file uses."""
+    if len(header) == 1:
+        for delimiter, name in OTHER_DELIMITERS.items():
+            if delimiter in header[0]:
+                return f"; the header is separated by {name} ({delimiter!r}), but the file must be comma-separated"
+    return ""
+
+
+def decoding_problem(path: Path, row: int, error: UnicodeDecodeError) -> str:
+    return (f"{path}, row {row}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); a binary file, or text in "
+            "another encoding such as Latin-1? Re-save it as UTF-8")
+
+
+def field_count_problem(path: Path, row: int, record: Mapping[str | None, object]) -> str | None:
+    """Rows with more or fewer fields than the header (a truncated or hand-edited file)."""
+    if None in record:
+        return f"{path}, row {row}: more fields than the header has columns"
+    if None in record.values():
+        return f"{path}, row {row}: fewer fields than the header has columns (a truncated file?)"
+    return None
 
 
 def open_rows(path: Path, required: Sequence[str], aliases: Mapping[str, str] | None = None,
@@ -24,8 +62,9 @@ def open_rows(path: Path, required: Sequence[str], aliases: Mapping[str, str] | 
     """Check the header, then yield (line, record) pairs; header names are stripped, ``aliases`` renamed
     (e.g. ``subject code`` -> ``subject``) and, with ``case_insensitive``, lower-cased first.
 
-    A missing column raises ``error`` naming the file and the required columns; the header is read
-    eagerly, so a bad header fails at the call, not at the first iteration.
+    A missing column (with the delimiter found when the header reads as one column), text that is not
+    UTF-8, or a row with more or fewer fields than the header raises ``error`` naming the file and row;
+    the header is read eagerly, so a bad header fails at the call, not at the first iteration.
     """
     if not path.is_file():
         raise error(f"{path}: file not found")
@@ -33,7 +72,12 @@ def open_rows(path: Path, required: Sequence[str], aliases: Mapping[str, str] | 
     handle = path.open(newline="", encoding="utf-8-sig")
     reader = csv.DictReader(handle)
     header = []
-    for name in reader.fieldnames or []:
+    try:
+        fieldnames = reader.fieldnames or []
+    except UnicodeDecodeError as decode_error:
+        handle.close()
+        raise error(decoding_problem(path, 1, decode_error)) from None
+    for name in fieldnames:
         name = name.strip().lower() if case_insensitive else name.strip()
         header.append(aliases.get(name, name))
     missing = [c for c in required if c not in header]
@@ -41,15 +85,19 @@ def open_rows(path: Path, required: Sequence[str], aliases: Mapping[str, str] | 
         handle.close()
         what = f"{kind} " if kind else ""
         raise error(f"{path}, row 1 (header): missing {what}column(s) {', '.join(missing)}; "
-                    f"required: {', '.join(required)}")
+                    f"required: {', '.join(required)}" + delimiter_note(header))
     reader.fieldnames = header
 
     def rows() -> Iterator[tuple[int, dict[str, str]]]:
         with handle:
-            for record in reader:
-                if None in record:
-                    raise error(f"{path}, row {reader.line_num}: more fields than the header has columns")
-                yield reader.line_num, record  # physical line: blank lines skipped by csv still count
+            try:
+                for record in reader:
+                    problem = field_count_problem(path, reader.line_num, record)
+                    if problem:
+                        raise error(problem)
+                    yield reader.line_num, record  # physical line: blank lines skipped by csv still count
+            except UnicodeDecodeError as decode_error:
+                raise error(decoding_problem(path, reader.line_num + 1, decode_error)) from None
 
     return rows()
 
@@ -93,6 +141,22 @@ def integer(path: Path, line: int, record: Mapping[str, str | None], column: str
     if not value.is_integer():
         raise InputError(f"{path}, row {line}, column '{column}': {raw!r} is not an integer{meaning}")
     return int(value)
+
+
+def optional_number(path: Path, line: int, record: Mapping[str, str | None], column: str, minimum: float,
+                    whole: bool = False) -> float | None:
+    """A carried column (rt, trial): empty or NaN is allowed (None), anything else a number >= ``minimum``."""
+    raw = text(path, line, record, column, allow_empty=True)
+    if raw in MISSING_VALUES:
+        return None
+    kind = "an integer" if whole else "a number"
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InputError(f"{path}, row {line}, column '{column}': {raw!r} is not {kind}") from None
+    if not value >= minimum or not math.isfinite(value) or (whole and not value.is_integer()):
+        raise InputError(f"{path}, row {line}, column '{column}': {raw!r}; allowed: {kind} >= {minimum:g}, or empty")
+    return value
 
 
 def csv_chunks(header: Sequence[str], rows: Iterable[Sequence[object]], size: int = 1 << 16) -> Iterator[str]:

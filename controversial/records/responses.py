@@ -7,11 +7,11 @@ validate row by row; errors name the file, the row and the column and say what i
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
 
-from controversial.records.csvfile import InputError, integer, number, open_rows, text, write_csv
+from controversial.records.csvfile import InputError, number, open_rows, optional_number, text, write_csv
 from controversial.records.names import StimulusNameError, parse_name
 
 RATING_SCALE: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -24,6 +24,7 @@ HUMAN_COLUMNS: tuple[str, ...] = (
 # The analysis needs these; rt, first_reaction_rt and trial are carried but optional.
 HUMAN_REQUIRED: tuple[str, ...] = HUMAN_COLUMNS[:9]
 SUBJECT_ALIASES: dict[str, str] = {"subject code": "subject"}  # the release's spelling
+REPETITION_VALUES: dict[str, int] = {"0": 0, "1": 1, "0.0": 0, "1.0": 1}
 MODEL_COLUMNS: tuple[str, ...] = ("model", "image", "response_category", *TARGET_COLUMNS, "category_rating")
 # The release's subject codes: Exp1_S01, Exp2a_S01, Exp2b_S01 (the part before "_" names the replication).
 _REPLICATION = re.compile(r"^(Exp\d+[a-z]?)_")
@@ -113,6 +114,14 @@ def _check_duplicate(seen: dict, key: tuple, path: Path, line: int, what: str) -
     seen[key] = line
 
 
+def _repetition(path: Path, line: int, record: dict) -> int:
+    raw = text(path, line, record, "image_repetition")
+    if raw not in REPETITION_VALUES:
+        raise InputError(f"{path}, row {line}, column 'image_repetition': {raw!r}; allowed: 0 (first presentation), "
+                         "1 (repeat)")
+    return REPETITION_VALUES[raw]
+
+
 def read_human_ratings(path: str | Path, scale: Sequence[float] = RATING_SCALE) -> RatingTable:
     """Read PNAS-format human ratings (the release's ``subject code`` accepted), validating every row."""
     path = Path(path)
@@ -125,10 +134,12 @@ def read_human_ratings(path: str | Path, scale: Sequence[float] = RATING_SCALE) 
                              f"({allowed})")
         row = Rating(
             subject=text(path, line, record, "subject"), image=text(path, line, record, "image"),
-            repetition=integer(path, line, record, "image_repetition", " (0 first, 1 repeat)"),
+            repetition=_repetition(path, line, record),
             category=text(path, line, record, "response_category"),
             targets=_targets(path, line, record), rating=rating, line=line,
         )
+        for column in ("rt", "first_reaction_rt", "trial"):  # carried, optional; when present, non-negative
+            optional_number(path, line, record, column, minimum=0.0, whole=column == "trial")
         _check_duplicate(seen, (row.subject, row.image, row.repetition, row.category), path, line,
                          "(subject, image, image_repetition, response_category)")
         rows.append(row)

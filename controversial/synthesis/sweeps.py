@@ -9,7 +9,7 @@ orders of every pair. An experiment instead lists its models once and sweeps
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -34,10 +34,12 @@ def _sweep_value(models: Sequence[str]) -> str:
     return ",".join(pair_option(a, b) for a, b in unordered_pairs(models))
 
 
-def register_pair_options(model_names: Sequence[str]) -> None:
-    """Store ``pair=<a>__<b>`` for every ordered pair of known models, and the ``unordered_pairs`` resolver."""
+def register_pair_options(model_datasets: Mapping[str, str]) -> None:
+    """Store ``pair=<a>__<b>`` for every ordered pair of models of one dataset, and the ``unordered_pairs`` resolver."""
     store = ConfigStore.instance()
-    for a, b in itertools.permutations(model_names, 2):
+    for a, b in itertools.permutations(model_datasets, 2):
+        if model_datasets[a] != model_datasets[b]:
+            continue
         store.store(group="pair", name=pair_option(a, b), package="_global_",
                     node={"defaults": [{"override /model_a": a}, {"override /model_b": b}]})
     if not OmegaConf.has_resolver("unordered_pairs"):

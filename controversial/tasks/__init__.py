@@ -1,1 +1,1 @@
-"""The only code that reads a Hydra DictConfig: it unpacks configs into typed library calls."""
+"""Commands' tasks: each takes its typed settings (controversial.settings) and an Invocation; none touches Hydra."""

@@ -13,10 +13,6 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.utils import to_absolute_path
-from omegaconf import DictConfig, OmegaConf
-
 from controversial.analysis import figures
 from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.records.choices import read_trials
@@ -32,12 +28,13 @@ from controversial.analysis.simulate import (
     ParticipantNoise, simulate_models, simulate_participants, true_probabilities, write_study,
 )
 from controversial.analysis.study import Study, build_study
+from controversial.settings import AnalyzeSettings, Invocation, parse_mixture
 from controversial.study.quality import FLAGS
 
 log = logging.getLogger(__name__)
 
 
-def options_from(cfg: DictConfig) -> AnalysisOptions:
+def options_from(cfg: AnalyzeSettings) -> AnalysisOptions:
     """The typed analysis options from the config."""
     ec = cfg.error_consistency
     return AnalysisOptions(
@@ -51,21 +48,7 @@ def options_from(cfg: DictConfig) -> AnalysisOptions:
     )
 
 
-def parse_mixture(spec: str) -> dict[str, float]:
-    """``"sim3"`` or ``"sim3:0.7+sim5:0.3"`` (``,`` also separates, but needs quoting for Hydra) -> weights."""
-    weights = {}
-    for part in spec.replace(",", "+").split("+"):
-        name, _, weight = part.strip().partition(":")
-        try:
-            weights[name] = float(weight) if weight else 1.0
-        except ValueError:
-            raise ValueError(
-                f"true_model={spec!r}: weight {weight!r} of {name!r} is not a number; use e.g. sim3:0.7+sim5:0.3"
-            ) from None
-    return weights
-
-
-def simulate_inputs(cfg: DictConfig, out: Path) -> tuple[Path, Path, list[str]]:
+def simulate_inputs(cfg: AnalyzeSettings, out: Path) -> tuple[Path, Path, list[str]]:
     """Write a simulated study into ``out/simulated`` and describe it for the report."""
     sim = cfg.simulate
     models = simulate_models(int(sim.n_models), str(sim.dataset), int(sim.stimuli_per_pair), int(sim.natural_per_class),
@@ -98,7 +81,7 @@ def _known_flags(flags: list[str]) -> tuple[str, ...]:
 def choice_datasets(spec: str) -> dict[str, list[Path]]:
     """Trial files by dataset: a folder of CSVs is one dataset (named by the folder), a folder of such
     folders (the benchmark's ``raw-data/``) one dataset each, a glob is grouped by the files' folders."""
-    path = Path(to_absolute_path(spec))
+    path = Path(spec)
     if path.is_dir():
         files = sorted(path.glob("*.csv")) or sorted(path.glob("*/*.csv"))
     else:
@@ -112,7 +95,7 @@ def choice_datasets(spec: str) -> dict[str, list[Path]]:
     return datasets
 
 
-def analyze_choice_files(cfg: DictConfig, options: AnalysisOptions) -> dict[str, ConsistencyBlock]:
+def analyze_choice_files(cfg: AnalyzeSettings, options: AnalysisOptions) -> dict[str, ConsistencyBlock]:
     """Error consistency of every dataset of trial-level choices; the humans are the observers whose ``subj``
     matches ``choices_humans`` (the benchmark's rule: ``subject-``)."""
     out = {}
@@ -127,17 +110,16 @@ def analyze_choice_files(cfg: DictConfig, options: AnalysisOptions) -> dict[str,
 
 def _container(value: object) -> str | list | dict:
     """A path, a list of paths, or a replication -> path(s) mapping, as plain Python."""
-    if OmegaConf.is_config(value):
-        return OmegaConf.to_container(value, resolve=True)  # type: ignore[return-value]
-    return str(value)
+    return value if isinstance(value, (list, dict)) else str(value)  # type: ignore[return-value]
 
 
 def _model_table(spec: str | list) -> ModelTable:
     paths = [spec] if isinstance(spec, str) else list(spec)
-    return merge_model_tables([read_model_responses(to_absolute_path(str(p))) for p in paths])
+    return merge_model_tables([read_model_responses(str(p)) for p in paths])
 
 
-def build_studies(cfg: DictConfig, human_spec: str | list | dict, model_spec: str | list | dict) -> dict[str, Study]:
+def build_studies(cfg: AnalyzeSettings, human_spec: str | list | dict,
+                  model_spec: str | list | dict) -> dict[str, Study]:
     """One aligned study per replication of the human ratings (the release's ``Exp2a``/``Exp2b``).
 
     ``human_ratings``: a file or a list of files. ``model_responses``: a file or a list (merged, e.g. the
@@ -146,7 +128,7 @@ def build_studies(cfg: DictConfig, human_spec: str | list | dict, model_spec: st
     if isinstance(human_spec, dict):
         raise ValueError("human_ratings is a file or a list of files; replications are read from the subject codes")
     paths = [human_spec] if isinstance(human_spec, str) else list(human_spec)
-    tables = split_replications([read_human_ratings(to_absolute_path(str(p)), tuple(cfg.rating_scale)) for p in paths])
+    tables = split_replications([read_human_ratings(str(p), tuple(cfg.rating_scale)) for p in paths])
     if isinstance(model_spec, dict):
         missing = sorted(set(tables) - set(model_spec))
         if missing:
@@ -162,8 +144,8 @@ def build_studies(cfg: DictConfig, human_spec: str | list | dict, model_spec: st
     if unknown:
         raise InputError(f"exclude_participants: unknown participant(s) {', '.join(unknown)} in "
                          f"{', '.join(map(str, paths))}")
-    attention = None if cfg.attention_checks is None else read_attention(to_absolute_path(cfg.attention_checks))
-    quality_flags = None if cfg.quality_flags is None else read_quality_flags(to_absolute_path(cfg.quality_flags))
+    attention = None if cfg.attention_checks is None else read_attention(cfg.attention_checks)
+    quality_flags = None if cfg.quality_flags is None else read_quality_flags(cfg.quality_flags)
     exclude_flags = _known_flags(list(cfg.exclude_flags))
     return {name: build_study(
         table, models[name], exclude_repetitions=bool(cfg.exclude_repetitions),
@@ -175,12 +157,13 @@ def build_studies(cfg: DictConfig, human_spec: str | list | dict, model_spec: st
     ) for name, table in tables.items()}
 
 
-def run(cfg: DictConfig) -> AnalysisResults:
-    out = Path(HydraConfig.get().runtime.output_dir)
+def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
+    """The analysis into ``invocation.out_dir``: report.md, results.json and figures."""
+    out = invocation.out_dir
     start = time.perf_counter()
     options = options_from(cfg)
     header: list[str] = []
-    command = " ".join(["python analyze.py", *HydraConfig.get().overrides.task])
+    command = invocation.command
     if cfg.human_ratings is None and cfg.choices is not None:
         return _run_choices_only(cfg, options, out, start, command)
     if cfg.human_ratings is None:
@@ -188,8 +171,6 @@ def run(cfg: DictConfig) -> AnalysisResults:
         log.warning("no human_ratings given: analysing a SIMULATED study written to %s", human_path.parent)
         human_spec, model_spec = str(human_path), str(model_path)
     else:
-        if cfg.model_responses is None:
-            raise ValueError("human_ratings is set but model_responses is not; pass model_responses=PATH")
         human_spec = _container(cfg.human_ratings)
         model_spec = _container(cfg.model_responses)
     header += [f"- human ratings: `{human_spec}`", f"- model responses: `{model_spec}`", f"- command: `{command}`"]
@@ -210,7 +191,7 @@ def run(cfg: DictConfig) -> AnalysisResults:
     results = AnalysisResults(
         study=prediction.study, ranking=prediction.ranking, prediction=prediction.prediction,
         inputs=Inputs(human_ratings=human_spec, model_responses=model_spec, replications=list(studies),
-                      simulated=cfg.human_ratings is None, config=OmegaConf.to_container(cfg, resolve=True)),
+                      simulated=cfg.human_ratings is None, config=cfg.model_dump()),
         error_consistency=ratings_consistency, choices=choices)
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)
@@ -219,11 +200,11 @@ def run(cfg: DictConfig) -> AnalysisResults:
     return results
 
 
-def _run_choices_only(cfg: DictConfig, options: AnalysisOptions, out: Path, start: float,
+def _run_choices_only(cfg: AnalyzeSettings, options: AnalysisOptions, out: Path, start: float,
                       command: str) -> AnalysisResults:
     """Error consistency alone, from trial-level choices: no ratings, no simulated study."""
     results = AnalysisResults(
-        inputs=Inputs(choices=str(cfg.choices), simulated=False, config=OmegaConf.to_container(cfg, resolve=True)),
+        inputs=Inputs(choices=str(cfg.choices), simulated=False, config=cfg.model_dump()),
         choices=analyze_choice_files(cfg, options))
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)

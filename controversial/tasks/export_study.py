@@ -6,11 +6,9 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
-
 from controversial import __version__
 from controversial.data import load_uint8
+from controversial.settings import ExportStudySettings, Invocation
 from controversial.study.bundle import load_bundle
 from controversial.study.export import DEFAULT_WEB_SOURCE, ExportSettings, export_study
 
@@ -25,16 +23,15 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def run(cfg: DictConfig) -> Path:
-    """Select, render and write the bundle; log where it went and how to serve it."""
-    overrides = " ".join(HydraConfig.get().overrides.task) if HydraConfig.initialized() else ""
+def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
+    """Select, render and write the bundle under ``cfg.studies_dir``; log where it went and how to serve it."""
     settings = ExportSettings(
         name=cfg.name, per_pair=cfg.per_pair, natural_per_class=cfg.natural_per_class, n_repeats=cfg.n_repeats,
         n_attention=cfg.n_attention, n_demo=cfg.n_demo, display_size=cfg.display.size,
         resample=cfg.display.resample, invert_mnist=cfg.display.invert_mnist, seed=cfg.seed,
-        sources=tuple(cfg.sources), title=cfg.title, attention_prompt=cfg.attention_prompt, pilot=bool(cfg.pilot),
-        provenance={"command": f"python export_study.py {overrides}".strip(), "code_version": __version__,
-                    "git_commit": _git_commit(), "config": OmegaConf.to_container(cfg, resolve=True)},
+        sources=tuple(cfg.sources), title=cfg.title, attention_prompt=cfg.attention_prompt, pilot=cfg.pilot,
+        provenance={"command": invocation.command, "code_version": __version__,
+                    "git_commit": _git_commit(), "config": cfg.model_dump()},
     )
 
     def natural_loader(dataset: str) -> tuple[np.ndarray, np.ndarray]:

@@ -10,34 +10,25 @@ import logging
 import time
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.utils import to_absolute_path
-from omegaconf import DictConfig
-
 from controversial.analysis.fidelity import model_fidelity, report_lines
 from controversial.analysis.model_responses import load_images, probabilities, stimuli_from_folder
 from controversial.atomic import atomic_write_text
-from controversial.errors import UserError, user_errors_as_messages
+from controversial.errors import UserError
 from controversial.records.fidelity import write_fidelity
 from controversial.records.names import PNAS_MODELS
+from controversial.settings import FidelitySettings, Invocation
 from controversial.tasks.evaluate import _inversion
 from controversial.zoo.bundled import list_checkpoints, load_model
 
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig) -> Path:
-    with user_errors_as_messages(log):
-        return _run(cfg)
-
-
-def _run(cfg: DictConfig) -> Path:
-    if cfg.images is None:
-        raise UserError("no stimuli: pass images=FOLDER (e.g. the release's experiment_1 or experiment_2 images)")
-    out = Path(HydraConfig.get().runtime.output_dir)
-    folder = Path(to_absolute_path(cfg.images))
+def run(cfg: FidelitySettings, invocation: Invocation) -> Path:
+    """Detection rates, hard scores and the agreement matrix into ``invocation.out_dir``."""
+    out = invocation.out_dir
+    folder = Path(str(cfg.images))
     try:
-        stimuli = stimuli_from_folder(folder, str(cfg.naming))  # type: ignore[arg-type]
+        stimuli = stimuli_from_folder(folder, cfg.naming)
     except (FileNotFoundError, ValueError) as error:
         raise UserError(str(error)) from None
     datasets = {s.name.dataset for s in stimuli if s.name is not None}
@@ -46,7 +37,7 @@ def _run(cfg: DictConfig) -> Path:
                         "score one experiment at a time")
     dataset = datasets.pop()
     wanted = list(dict.fromkeys(cfg.models or PNAS_MODELS[dataset].values()))
-    models_dir = None if cfg.models_dir is None else to_absolute_path(cfg.models_dir)
+    models_dir = cfg.models_dir
     trained = {name for name, paths in list_checkpoints(models_dir).items()
                if any(p.parent.name == dataset for p in paths)}
     available = [m for m in wanted if m in trained]
@@ -61,7 +52,7 @@ def _run(cfg: DictConfig) -> Path:
     start = time.perf_counter()
     models = [load_model(name, dataset, models_dir, cfg.data.root) for name in available]
     images, convention = load_images(stimuli, _inversion(cfg.invert))
-    p = probabilities(models, images, int(cfg.batch_size))
+    p = probabilities(models, images, cfg.batch_size)
     fidelity = model_fidelity(stimuli, p, tuple(available), tuple(models[0].class_names), dataset)
     write_fidelity(out / "fidelity.csv", fidelity.rows)
     lines = report_lines(fidelity, str(folder), convention.note)

@@ -4,13 +4,14 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
+from omegaconf import OmegaConf
 
-from controversial.synthesis import sweep_overview as overview
 from controversial.atomic import atomic_write_text
-from controversial.errors import UserError, user_errors_as_messages
+from controversial.errors import UserError
+from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, write_manifest
+from controversial.settings import Invocation, OverviewSettings
+from controversial.synthesis import sweep_overview as overview
 
 log = logging.getLogger(__name__)
 
@@ -28,12 +29,8 @@ def _swept_models(sweep_dir: Path) -> list[str] | None:
     return None
 
 
-def run(cfg: DictConfig) -> None:
-    with user_errors_as_messages(log):
-        _run(cfg)
-
-
-def _run(cfg: DictConfig) -> None:
+def run(cfg: OverviewSettings, invocation: Invocation) -> None:
+    """The sweep's overview into ``cfg.out_dir`` (Hydra's run dir is set to it)."""
     sweep_dir, out_dir = Path(cfg.sweep_dir), Path(cfg.out_dir)
     try:
         manifests = overview.pair_manifests(sweep_dir, exclude=out_dir)
@@ -47,14 +44,15 @@ def _run(cfg: DictConfig) -> None:
     atomic_write_text(out_dir / "acceptance.md", table)
     overview.plot_acceptance_matrix(summaries, models, out_dir / "acceptance_matrix.png")
     n_classes = len({r.class_a for r in rows})
-    for class_a, class_b in tqdm(cfg.fig2_class_pairs, desc="fig. 2", disable=not cfg.progress):
+    for class_a, class_b in cfg.fig2_class_pairs:
         if not (0 <= class_a < n_classes and 0 <= class_b < n_classes and class_a != class_b):
-            raise UserError(
-                f"fig2_class_pairs: [{class_a}, {class_b}] is not a pair of two different classes in 0..{n_classes - 1}"
-            )
-        overview.plot_class_pair_matrix(
-            rows, models, class_a, class_b, out_dir, out_dir / f"fig2_{class_a}_{class_b}.png"
-        )
+            raise UserError(f"fig2_class_pairs: [{class_a}, {class_b}] is not a pair of two different classes "
+                            f"in 0..{n_classes - 1}")
+    with Progress(len(cfg.fig2_class_pairs), "fig. 2", cfg.progress) as bar:
+        for class_a, class_b in cfg.fig2_class_pairs:
+            overview.plot_class_pair_matrix(rows, models, class_a, class_b, out_dir,
+                                            out_dir / f"fig2_{class_a}_{class_b}.png")
+            bar.update()
     overview.plot_pair_grids(rows, out_dir)
     accepted = sum(s.n_accepted for s in summaries.values())
     cells = sum(s.n_cells for s in summaries.values())

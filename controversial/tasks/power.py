@@ -6,23 +6,20 @@ import logging
 from dataclasses import asdict
 from pathlib import Path
 
-from hydra.core.hydra_config import HydraConfig
-from hydra.utils import to_absolute_path
-from omegaconf import DictConfig
-
 from controversial.analysis import figures
 from controversial.records.responses import read_model_responses
 from controversial.analysis.power import power_curve
 from controversial.analysis.simulate import ParticipantNoise, simulate_models, true_probabilities
 from controversial.analysis.study import stimulus_set
 from controversial.atomic import atomic_write_text
-from controversial.tasks.analyze import parse_mixture
+from controversial.settings import Invocation, PowerSettings, parse_mixture
 
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig) -> dict:
-    out = Path(HydraConfig.get().runtime.output_dir)
+def run(cfg: PowerSettings, invocation: Invocation) -> dict:
+    """The power curve into ``invocation.out_dir``: power.json, power.md and power.png."""
+    out = invocation.out_dir
     if cfg.model_responses is None:
         sim = cfg.simulate
         models = simulate_models(
@@ -36,7 +33,7 @@ def run(cfg: DictConfig) -> dict:
         source = f"SIMULATED stimulus set and models ({len(names)} models, {len(stimuli)} stimuli)"
         log.warning("no model_responses given: planning for a SIMULATED stimulus set")
     else:
-        path = Path(to_absolute_path(cfg.model_responses))
+        path = Path(cfg.model_responses)
         study = stimulus_set(read_model_responses(path))
         names, stimuli, probabilities = study.models, study.stimuli, study.model
         source = f"{path} ({len(names)} models, {len(stimuli)} stimuli)"

@@ -8,37 +8,25 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
-
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
-from tqdm import tqdm
 
 from controversial.data import dataset_info, load_uint8
-from controversial.errors import UserError, user_errors_as_messages
-from controversial.synthesis.natural import calibrated_logits, top_natural
-from controversial.records.names import natural_controversial_filename
-from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
-from controversial.synthesis.stimuli import save_png
+from controversial.progress import Progress
+from controversial.settings import Invocation, RankNaturalSettings
 from controversial.synthesis.engine import ordered_class_pairs
-from controversial.tasks.synthesize import load_model_pair, resolve_device
+from controversial.synthesis.natural import calibrated_logits, top_natural
+from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
+from controversial.records.names import natural_controversial_filename
+from controversial.synthesis.stimuli import save_png
+from controversial.zoo.loading import load_models, resolve_device
 
 log = logging.getLogger(__name__)
 
 
-def run(cfg: DictConfig) -> list[ManifestRow]:
-    with user_errors_as_messages(log):
-        return _run(cfg)
-
-
-def _run(cfg: DictConfig) -> list[ManifestRow]:
-    if cfg.top_k < 1:
-        raise UserError(f"top_k={cfg.top_k}: export at least one image per cell (top_k >= 1)")
-    if cfg.split not in ("test", "train"):
-        raise UserError(f"split={cfg.split!r} is not known; allowed: test, train")
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
+def run(cfg: RankNaturalSettings, invocation: Invocation) -> list[ManifestRow]:
+    """Rank the split for both models and write the top images of every cell into ``invocation.out_dir``."""
+    out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
-    models = [m.to(device) for m in load_model_pair(cfg.model_a, cfg.model_b, cfg.data.root)]
+    models = [m.to(device) for m in load_models([cfg.model_a, cfg.model_b], cfg.data.root, ["model_a", "model_b"])]
     info = dataset_info(cfg.model_a.dataset)
     images, _ = load_uint8(info.name, cfg.split, cfg.data.root, cfg.data.download)
     if cfg.limit is not None:
@@ -46,7 +34,7 @@ def _run(cfg: DictConfig) -> list[ManifestRow]:
     start = time.perf_counter()
     logits = []
     for model in models:
-        with tqdm(total=len(images), desc=f"scoring {model.name}", disable=not cfg.progress, leave=False) as bar:
+        with Progress(len(images), f"scoring {model.name}", cfg.progress) as bar:
             logits.append(calibrated_logits(model, images, cfg.batch_size, device, on_batch=bar.update))
     cells = ordered_class_pairs(len(info.class_names))
     picks = top_natural(logits[0], logits[1], cells, cfg.top_k, cfg.sharpness)

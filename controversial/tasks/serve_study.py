@@ -6,9 +6,10 @@ import logging
 from pathlib import Path
 
 import uvicorn
-from omegaconf import DictConfig
 
 from controversial.atomic import atomic_write
+from controversial.errors import UserError
+from controversial.settings import Invocation, ServeStudySettings
 from controversial.study.admin_token import AdminTokenError, read_admin_token, write_admin_token
 from controversial.study.bundle import load_bundle
 from controversial.records.csvfile import csv_chunks
@@ -18,7 +19,6 @@ from controversial.study.quality import QualitySettings
 from controversial.study.server import DEFAULT_VENDOR_DIR, ServerSettings, create_app
 
 log = logging.getLogger(__name__)
-MODES = ("serve", "export", "token")
 
 
 def export_csvs(study_dir: str | Path, database_url: str | None, out_dir: str | Path,
@@ -45,33 +45,34 @@ def export_csvs(study_dir: str | Path, database_url: str | None, out_dir: str | 
     return written
 
 
-def quality_settings(cfg: DictConfig) -> QualitySettings:
-    """The quality-control thresholds from the config."""
+def quality_settings(cfg: ServeStudySettings) -> QualitySettings:
+    """The quality-control thresholds from the settings."""
     q = cfg.quality
-    return QualitySettings(min_trial_rt_ms=float(q.min_trial_rt_ms), max_fast_fraction=float(q.max_fast_fraction),
-                           max_identical_run=int(q.max_identical_run),
-                           min_attention_passed=float(q.min_attention_passed))
+    return QualitySettings(min_trial_rt_ms=q.min_trial_rt_ms, max_fast_fraction=q.max_fast_fraction,
+                           max_identical_run=q.max_identical_run, min_attention_passed=q.min_attention_passed)
 
 
-def run(cfg: DictConfig) -> None:
-    if cfg.mode not in MODES:
-        raise ValueError(f"mode '{cfg.mode}' unknown; allowed: {', '.join(MODES)}")
+def run(cfg: ServeStudySettings, invocation: Invocation) -> None:
+    """Serve the study (until stopped); ``mode=export`` writes its CSV files into the run dir; ``mode=token``
+    writes a new admin token file."""
     if cfg.mode == "token":
         if not cfg.admin_token_file:
             raise AdminTokenError("mode=token needs admin_token_file=<path>, the file to create (mode 0600)")
         path = write_admin_token(cfg.admin_token_file)
         log.info("wrote a new admin token to %s; serve with admin_token_file=%s", path, path)
         return
+    if cfg.study_dir is None:
+        raise UserError("study_dir is required: a bundle written by export_study.py")
     if cfg.mode == "export":
-        export_csvs(cfg.study_dir, cfg.database_url, cfg.export.out_dir, cfg.export.include_incomplete,
-                    quality_settings(cfg))
+        export_csvs(cfg.study_dir, cfg.database_url, cfg.export.out_dir or invocation.out_dir,
+                    cfg.export.include_incomplete, quality_settings(cfg))
         return
     if not cfg.completion_code:
-        raise ValueError("completion_code is not set: pass completion_code=<CODE> (from the study's page on "
-                         "Prolific) or set PROLIFIC_COMPLETION_CODE")
+        raise UserError("completion_code is not set: pass completion_code=<CODE> (from the study's page on "
+                        "Prolific) or set PROLIFIC_COMPLETION_CODE")
     vendor_dir = Path(cfg.vendor_dir).resolve() if cfg.vendor_dir else DEFAULT_VENDOR_DIR
     if not (vendor_dir / "jspsych" / "dist").is_dir():
-        raise FileNotFoundError(f"jsPsych not found under {vendor_dir}: run `npm ci` in human_study/ first")
+        raise UserError(f"jsPsych not found under {vendor_dir}: run `npm ci` in human_study/ first")
     admin_token = read_admin_token(cfg.admin_token_file)
     settings = ServerSettings(
         bundle_dir=Path(cfg.study_dir), completion_code=str(cfg.completion_code), database_url=cfg.database_url,

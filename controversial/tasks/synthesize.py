@@ -13,74 +13,26 @@ from __future__ import annotations
 import hashlib
 import logging
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from hydra.utils import instantiate
-from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
 
-from controversial.synthesis import runstate
-from controversial.zoo.checkpoints import load_checkpoint
 from controversial.data import dataset_info, load_uint8
-from controversial.errors import USER_FACING, UserError, user_errors_as_messages
-from controversial.synthesis.grids import plot_stimulus_grid
-from controversial.zoo.readout import CalibratedModel
+from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
-from controversial.synthesis.stimuli import load_png, save_png
+from controversial.settings import DataSettings, Invocation, SynthesizeSettings
+from controversial.synthesis import runstate
 from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.grids import plot_stimulus_grid
+from controversial.synthesis.stimuli import load_png, save_png
 from controversial.tracking import Tracker, start_tracking
-from controversial.zoo.bundled import PROJECT_ROOT
+from controversial.zoo.loading import load_models, resolve_device
+from controversial.zoo.readout import CalibratedModel
 
 log = logging.getLogger(__name__)
-
-PROGRESS_INTERVAL_S = 0.1  # progress bar refresh on a terminal
-LOG_PROGRESS_INTERVAL_S = 30.0  # ... and in a log file (SLURM, nohup), which keeps every refresh
-
-
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("device=cuda was requested but no CUDA GPU is visible; use device=auto or device=cpu")
-    return torch.device(name)
-
-
-def checkpoint_file(model_cfg: DictConfig) -> Path:
-    path = Path(model_cfg.checkpoint)
-    return path if path.is_absolute() else PROJECT_ROOT / path
-
-
-def load_model_pair(model_a: DictConfig, model_b: DictConfig, data_root: str | None) -> list[CalibratedModel]:
-    """Load both checkpoints after checking that the pair makes sense."""
-    if model_a.name == model_b.name:
-        raise UserError(
-            f"model_a and model_b are both '{model_a.name}': a model cannot disagree with itself. "
-            f"Pick two different models, e.g. model_a={model_a.name} "
-            f"model_b={'vgg' if model_a.name != 'vgg' else 'abs'}."
-        )
-    if model_a.dataset != model_b.dataset:
-        raise UserError(
-            f"model_a={model_a.name} was trained on {model_a.dataset} but model_b={model_b.name} on "
-            f"{model_b.dataset}; controversial stimuli need two models of the same dataset."
-        )
-    models = []
-    for cfg in (model_a, model_b):
-        path = checkpoint_file(cfg)
-        if not path.is_file():
-            raise UserError(
-                f"no checkpoint for model '{cfg.name}' at {path}. Train it with `python train.py model={cfg.name}` "
-                "(about the command and its time, see models/README.md), "
-                f"or point model_{'a' if cfg is model_a else 'b'}.checkpoint at a file."
-            )
-        models.append(load_checkpoint(path, data_root))
-    return models
 
 
 def _sha256(path: Path) -> str:
@@ -91,15 +43,15 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def result_settings(cfg: DictConfig) -> dict:
+def result_settings(cfg: SynthesizeSettings) -> dict:
     """What determines a run dir's results; a resumed run must match it (max_attempts may grow)."""
     return {
         "model_a": cfg.model_a.name, "model_b": cfg.model_b.name,
-        "checkpoint_a_sha256": _sha256(checkpoint_file(cfg.model_a)),
-        "checkpoint_b_sha256": _sha256(checkpoint_file(cfg.model_b)),
+        "checkpoint_a_sha256": _sha256(Path(cfg.model_a.checkpoint)),
+        "checkpoint_b_sha256": _sha256(Path(cfg.model_b.checkpoint)),
         "seed": cfg.seed, "seeds_per_cell": cfg.seeds_per_cell, "init": cfg.init,
-        "synthesis": OmegaConf.to_container(cfg.synthesis, resolve=True),
-        "optimizer": OmegaConf.to_container(cfg.optimizer, resolve=True),
+        "synthesis": cfg.synthesis.model_dump(),
+        "optimizer": cfg.optimizer.model_dump(by_alias=True),
     }
 
 
@@ -111,9 +63,8 @@ class Element:
     seed: int
 
 
-def _initial_images(
-    elements: list[Element], shape: tuple[int, int, int], init: str, dataset: str, data_cfg: DictConfig
-) -> tuple[torch.Tensor, list[str]]:
+def _initial_images(elements: list[Element], shape: tuple[int, int, int], init: str, dataset: str,
+                    data_cfg: DataSettings) -> tuple[torch.Tensor, list[str]]:
     if init == "noise":
         return noise_images([(c.class_a, c.class_b) for c in elements], [c.seed for c in elements], shape), [
             "noise"
@@ -131,10 +82,10 @@ def _initial_images(
             for c in elements
         ]
         return images[picks].float() / 255, [f"test_image:{i}" for i in picks]
-    raise UserError(f"init={init!r} is not known; allowed: noise, test_image")
+    raise ValueError(f"init={init!r} is not known; allowed: noise, test_image")
 
 
-def _callbacks(bar: tqdm, tracker: Tracker, attempt: int, step_offset: int):
+def _callbacks(bar: Progress, tracker: Tracker, attempt: int, step_offset: int):
     """The engine's per-step hooks for one attempt: the progress bar, and score statistics for tracking."""
 
     def on_step(step: int, n_active: int) -> None:
@@ -148,47 +99,28 @@ def _callbacks(bar: tqdm, tracker: Tracker, attempt: int, step_offset: int):
     return on_step, (on_scores if tracker.enabled else None)
 
 
-def output_dir() -> Path:
-    return Path(HydraConfig.get().runtime.output_dir)
-
-
-def run(cfg: DictConfig) -> list[ManifestRow] | None:
-    """One model pair. In a sweep, a pair with a user error (e.g. no checkpoint) is reported and skipped."""
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
-        try:
-            return _run(cfg)
-        except USER_FACING as error:
-            log.error("%s vs %s skipped: %s", cfg.model_a.name, cfg.model_b.name, error)
-            print(f"error: {cfg.model_a.name} vs {cfg.model_b.name} skipped, the sweep goes on: {error}", flush=True)
-            return None
-    with user_errors_as_messages(log):
-        return _run(cfg)
-
-
-def _run(cfg: DictConfig) -> list[ManifestRow]:
-    out_dir = output_dir()
+def run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
+    """One model pair into ``invocation.out_dir`` (resumed when it holds an earlier run of the same settings)."""
+    out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
-    models = [m.to(device) for m in load_model_pair(cfg.model_a, cfg.model_b, cfg.data.root)]
+    models = [m.to(device) for m in load_models([cfg.model_a, cfg.model_b], cfg.data.root, ["model_a", "model_b"])]
     with runstate.exclusive_run_dir(out_dir):
         runstate.remove_stale_temp_files(out_dir)
         runstate.check_run_settings(out_dir, result_settings(cfg))
         rows = runstate.load_finished_rows(out_dir, cfg.model_a.name, cfg.model_b.name)
         tracker = start_tracking(cfg.wandb.mode, cfg.wandb.project, out_dir,
                                  run_name=f"{cfg.model_a.name}_vs_{cfg.model_b.name}",
-                                 group=cfg.wandb.group, config=OmegaConf.to_container(cfg, resolve=True))
+                                 group=cfg.wandb.group, config=cfg.model_dump(by_alias=True))
         try:
             return _synthesize_pair(cfg, models, device, out_dir, rows, tracker)
         finally:
             tracker.finish()
 
 
-def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: torch.device, out_dir: Path,
+def _synthesize_pair(cfg: SynthesizeSettings, models: list[CalibratedModel], device: torch.device, out_dir: Path,
                      rows: list[ManifestRow], tracker: Tracker) -> list[ManifestRow]:
     info = dataset_info(cfg.model_a.dataset)
-    settings = SynthesisSettings(
-        **{k: v for k, v in cfg.synthesis.items()},
-        optimizer=instantiate(cfg.optimizer, _partial_=True, _convert_="all"),
-    )
+    settings = SynthesisSettings(**cfg.synthesis.model_dump(), optimizer=cfg.optimizer.factory())
     name_a, name_b = cfg.model_a.name, cfg.model_b.name
     pairs = ordered_class_pairs(len(info.class_names))
     start = time.perf_counter()
@@ -210,13 +142,8 @@ def _synthesize_pair(cfg: DictConfig, models: list[CalibratedModel], device: tor
         elements = [Element(a, b, seed) for (a, b), seed in work]
         initial, inits = _initial_images(elements, info.image_shape, cfg.init, info.name, cfg.data)
         targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
-        bar = tqdm(
-            total=settings.max_steps,
-            desc=f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)",
-            disable=not cfg.progress,
-            leave=False,
-            mininterval=PROGRESS_INTERVAL_S if sys.stderr.isatty() else LOG_PROGRESS_INTERVAL_S,
-        )
+        bar = Progress(settings.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)",
+                       cfg.progress)
 
         on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
         result = synthesize_batch(models, targets, initial.to(device), settings, seed=base, on_step=on_step,

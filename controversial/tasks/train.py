@@ -7,9 +7,8 @@ import time
 from pathlib import Path
 
 import torch
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
 
+from controversial.settings import Invocation, TrainCommandSettings
 from controversial.zoo.attacks import module_device
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.data import load_uint8
@@ -17,28 +16,18 @@ from controversial.zoo.model_card import write_model_card
 from controversial.zoo.registry import arch_spec
 from controversial.zoo.resume import ResumeFile, recorded_progress
 from controversial.zoo.training import (
-    AUGMENTATIONS,
     TrainOutcome,
     TrainSettings,
     evaluate_and_calibrate,
     robustness_metrics,
     training_method,
 )
-from controversial.zoo.bundled import PROJECT_ROOT
 
 log = logging.getLogger(__name__)
 
 
-def _command() -> str:
-    overrides = " ".join(HydraConfig.get().overrides.task)
-    return f"python train.py {overrides}".strip()
-
-
-def _project_path(path: str) -> Path:
-    return Path(path) if Path(path).is_absolute() else PROJECT_ROOT / path
-
-
-def _resume_file(cfg: DictConfig, settings: TrainSettings, arch_kwargs: dict, n_train_images: int) -> ResumeFile | None:
+def _resume_file(cfg: TrainCommandSettings, settings: TrainSettings, arch_kwargs: dict,
+                 n_train_images: int) -> ResumeFile | None:
     """The per-epoch state file of a resumable method; with resume=false an old one is removed first.
 
     Its identity includes the training-set size: another data root would change the schedule's length.
@@ -46,9 +35,9 @@ def _resume_file(cfg: DictConfig, settings: TrainSettings, arch_kwargs: dict, n_
     if not training_method(settings.method).resumable:
         return None
     model_cfg = cfg.model
-    resume = ResumeFile(_project_path(cfg.resume_file), {
+    resume = ResumeFile(Path(cfg.resume_file), {
         "name": model_cfg.name, "dataset": model_cfg.dataset, "arch": model_cfg.arch, "arch_kwargs": arch_kwargs,
-        "train": OmegaConf.to_container(model_cfg.train, resolve=True), "n_train_images": n_train_images,
+        "train": model_cfg.train.model_dump(), "n_train_images": n_train_images,
     })
     if resume.path.is_file():
         if cfg.resume:
@@ -92,17 +81,16 @@ def _device(name: str, method_name: str, any_device: bool) -> torch.device:
     return torch.device("cuda")
 
 
-def run(cfg: DictConfig) -> Path:
+def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
+    """Train ``cfg.model`` and write its checkpoint under ``cfg.models_dir`` (the run dir keeps only logs)."""
     model_cfg = cfg.model
-    settings = TrainSettings(**OmegaConf.to_container(model_cfg.train, resolve=True))
+    settings = model_cfg.train.typed()
     method = training_method(settings.method)
     method.options(settings.extra)  # a typo in train.extra fails here, before the data is loaded
     device = _device(str(cfg.device), settings.method, method.any_device)
-    if settings.augment not in AUGMENTATIONS:
-        raise ValueError(f"model.train.augment '{settings.augment}' unknown; allowed: {', '.join(AUGMENTATIONS)}")
     torch.manual_seed(settings.seed)
     torch.use_deterministic_algorithms(True, warn_only=True)
-    arch_kwargs = OmegaConf.to_container(model_cfg.arch_kwargs, resolve=True)
+    arch_kwargs = dict(model_cfg.arch_kwargs)
 
     train_x, train_y = load_uint8(model_cfg.dataset, "train", cfg.data.root, cfg.data.download)
     test_x, test_y = load_uint8(model_cfg.dataset, "test", cfg.data.root, cfg.data.download)
@@ -141,7 +129,7 @@ def run(cfg: DictConfig) -> Path:
              100 * metrics["test_accuracy"], evaluation.calibration.slope, evaluation.calibration.intercept,
              metrics["test_nll_uncalibrated"], metrics["test_nll_calibrated"])
 
-    out = _project_path(cfg.models_dir)
+    out = Path(cfg.models_dir)
     path = out / model_cfg.dataset / f"{model_cfg.name}.pt"
     info = CheckpointInfo(
         name=model_cfg.name,
@@ -150,16 +138,10 @@ def run(cfg: DictConfig) -> Path:
         dataset=model_cfg.dataset,
         calibration=evaluation.calibration,
         metrics=metrics,
-        train_config={
-            **OmegaConf.to_container(model_cfg.train, resolve=True),
-            "extra": {**settings.extra, **outcome.record},
-        },
-        command=_command(),
-        card={
-            "paper_name": model_cfg.paper_name,
-            "description": model_cfg.description,
-            "differences": model_cfg.differences,
-        },
+        train_config={**model_cfg.train.model_dump(), "extra": {**settings.extra, **outcome.record}},
+        command=invocation.command,
+        card={"paper_name": model_cfg.paper_name, "description": model_cfg.description,
+              "differences": model_cfg.differences},
     )
     save_checkpoint(path, net, info, float16=cfg.float16)
     log.info("wrote %s (%.2f MB)", path, path.stat().st_size / 1e6)

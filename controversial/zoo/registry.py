@@ -4,6 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from controversial.errors import UserError
+
 from torch import nn
 
 Builder = Callable[..., nn.Module]
@@ -23,7 +25,7 @@ class ArchSpec:
 _ARCHITECTURES: dict[str, ArchSpec] = {}
 
 
-class UnknownNameError(KeyError):
+class UnknownNameError(UserError, KeyError):
     """An unknown registry or config name; the message lists the valid ones."""
 
     def __str__(self) -> str:  # KeyError would quote the message

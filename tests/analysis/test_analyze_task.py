@@ -7,15 +7,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from controversial.records.choices import write_trials
 from controversial.records.csvfile import InputError
-from controversial.tasks import analyze
+from testkit import run_task
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
 SMALL = [
     "bootstrap.n_resamples=300",
     "bootstrap.subset_resamples=100",
@@ -31,13 +27,7 @@ SMALL = [
 
 
 def run_analyze(tmp_path: Path, overrides: list[str]) -> dict:
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("analyze", overrides=[*overrides, f"hydra.run.dir={tmp_path}"], return_hydra_config=True)
-        with open_dict(cfg):
-            cfg.hydra.runtime.output_dir = str(tmp_path)
-            HydraConfig.instance().set_config(cfg)
-            del cfg["hydra"]
-        return analyze.run(cfg)
+    return run_task("analyze", overrides, tmp_path)
 
 
 def test_default_run_is_a_labelled_simulated_study(tmp_path, capsys):
@@ -65,7 +55,7 @@ def test_explicit_inputs_and_choices(tmp_path):
     results = run_analyze(tmp_path / "b", SMALL + [f"human_ratings={human}", f"model_responses={model}",
                                                    f"choices={choices}", "exclude_participants=[sim_participant_01]"])
     assert results.inputs.simulated is False
-    assert results.study.exclusions[0]["detail"] == "sim_participant_01"
+    assert [e["detail"] for e in results.study.exclusions if e["what"] == "participant"] == ["sim_participant_01"]
     assert results.choices["choices"].names == ["resnet", "subject-01", "subject-02"]
     assert "Error consistency (trial-level choices): choices" in (tmp_path / "b" / "report.md").read_text()
     assert "sim_participant_01" in (tmp_path / "b" / "report.md").read_text()

@@ -99,3 +99,16 @@ def test_no_ceiling_mode_matches_model_columns():
     light = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=200, seed=2, ceilings=False)
     np.testing.assert_allclose(light.samples, full.samples[:, :3], atol=1e-12)
     assert light.names == ("m0", "m1", "m2")
+
+
+def test_memory_grows_linearly_with_participants():
+    """600 participants: a per-participant-pair table would need N S^2 / 2 floats (and S^2 per resample)."""
+    import tracemalloc
+
+    human, model, conditions = small_study(seed=4, S=600, M=2, K=2)
+    tracemalloc.start()
+    bootstrap(human, model, ["m0", "m1"], conditions, n_resamples=1000, seed=0)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # the pair table alone would be 1000 x 600^2 x 8 B = 2.9 GB
+    assert peak < 256 * 2**20, f"peak {peak / 2**20:.0f} MiB"

@@ -7,9 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from controversial.records.responses import read_model_responses
 from controversial.analysis.model_responses import load_images, stimuli_from_folder, stimuli_from_manifest
@@ -19,10 +16,9 @@ from controversial.zoo.registry import create_arch
 from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import StimulusNameError, stimulus_filename
 from controversial.synthesis.stimuli import display_convention, load_png, save_png
-from controversial.tasks import evaluate
 from controversial.zoo.bundled import load_model
+from testkit import run_task
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
 
 
 @pytest.fixture()
@@ -62,13 +58,7 @@ def test_folder_and_manifest_stimuli(setup):
 
 
 def run_evaluate(tmp_path: Path, overrides: list[str]) -> Path:
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("evaluate", overrides=[*overrides, f"hydra.run.dir={tmp_path}"], return_hydra_config=True)
-        with open_dict(cfg):
-            cfg.hydra.runtime.output_dir = str(tmp_path)
-            HydraConfig.instance().set_config(cfg)
-            del cfg["hydra"]
-        return evaluate.run(cfg)
+    return run_task("evaluate", overrides, tmp_path)
 
 
 def test_evaluate_task_matches_the_models(setup, capsys):
@@ -96,7 +86,7 @@ def test_evaluate_task_matches_the_models(setup, capsys):
 
 def test_evaluate_needs_models_and_stimuli(setup):
     tmp_path, checkpoints, folder = setup
-    with pytest.raises(ValueError, match="models is empty"):
+    with pytest.raises(ValueError, match="models\n  List should have at least 1 item"):
         run_evaluate(tmp_path / "a", [f"images={folder}"])
     with pytest.raises(ValueError, match="no stimuli"):
         run_evaluate(tmp_path / "b", [f"models=[{checkpoints['tiny_a']}]"])

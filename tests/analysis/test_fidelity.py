@@ -1,24 +1,18 @@
 """fidelity.py: our models scored on the paper's stimuli, with missing models named, never a crash."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
-
 from controversial.analysis.fidelity import model_fidelity
 from controversial.analysis.model_responses import stimuli_from_folder
 from controversial.records.fidelity import FIDELITY_COLUMNS
 from controversial.synthesis.stimuli import save_png
-from controversial.tasks import fidelity
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
+from testkit import run_task
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
 NAMES = ("Gaussian_KDE_0_Wen_Global_PCN_E4_8.png", "Gaussian_KDE_3_schott_VAE_5.png", "MNIST_000_8.png",
          "MNIST_001_3.png")
 
@@ -55,14 +49,8 @@ def test_task_names_the_models_not_trained_yet(tmp_path, folder, capsys):
                               calibration=Calibration(0.5, -1.0, "identity"))
         save_checkpoint(models / "mnist" / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
     out = tmp_path / "run"
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("fidelity", overrides=[f"images={folder}", f"models_dir={models}", f"hydra.run.dir={out}"],
-                      return_hydra_config=True)
-        with open_dict(cfg):
-            cfg.hydra.runtime.output_dir = str(out)
-            HydraConfig.instance().set_config(cfg)
-            del cfg["hydra"]
-        fidelity.run(cfg)
+    out.mkdir()
+    run_task("fidelity", [f"images={folder}", f"models_dir={models}"], out)
     printed = capsys.readouterr().out
     assert "not trained yet for mnist: vgg, vgg_neg, capsnet, madry_linf, madry_l2, capsnet_recon, abs" in printed
     report = (out / "report.md").read_text()

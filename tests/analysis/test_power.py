@@ -2,19 +2,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import open_dict
 
 from controversial.analysis.power import power_curve
 from controversial.analysis.simulate import simulate_models, true_probabilities
-from controversial.tasks import power as power_task
+from testkit import run_task
 
-CONF = str(Path(__file__).resolve().parents[2] / "conf")
 
 
 def test_power_grows_with_participants_and_finds_the_top_two():
@@ -47,14 +42,8 @@ def test_required_is_the_smallest_count_that_reaches_the_target_power():
 def test_power_task_writes_report(tmp_path):
     overrides = ["participant_counts=[3,6]", "n_simulations=3", "n_resamples=100", "reference_participants=20",
                  "simulate.n_models=3", "simulate.stimuli_per_pair=10", "simulate.natural_per_class=2",
-                 "true_model=sim1:0.6+sim3:0.4", f"hydra.run.dir={tmp_path}"]
-    with initialize_config_dir(config_dir=CONF, version_base="1.3"):
-        cfg = compose("power", overrides=overrides, return_hydra_config=True)
-        with open_dict(cfg):
-            cfg.hydra.runtime.output_dir = str(tmp_path)
-            HydraConfig.instance().set_config(cfg)
-            del cfg["hydra"]
-        result = power_task.run(cfg)
+                 "true_model=sim1:0.6+sim3:0.4"]
+    result = run_task("power", overrides, tmp_path)
     saved = json.loads((tmp_path / "power.json").read_text())
     assert saved["n_participants"] == [3, 6] and saved["true_model"] == {"sim1": 0.6, "sim3": 0.4}
     assert np.isclose(saved["power"], result["power"]).all()

@@ -8,7 +8,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from hydra import compose, initialize_config_dir
 from PIL import Image
 
 from controversial.records.responses import read_human_ratings, read_model_responses
@@ -19,8 +18,8 @@ from controversial.study.bundle import load_bundle
 from controversial.records.study import RESPONSE_COLUMNS
 from controversial.study.server import ServerSettings, create_app
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
-from controversial.tasks import export_study as export_task
-from controversial.tasks import serve_study as serve_task
+from controversial.errors import UserError
+from testkit import run_task, settings_for
 
 from .helpers import WEB_SOURCE, make_sweep
 
@@ -57,11 +56,6 @@ def _model_responses(bundle_dir: Path, path: Path) -> None:
                     writer.writerow([model, entry.image, category, *targets, f"{rng.random():.4f}"])
 
 
-def _config(name: str, overrides: list[str]):
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        return compose(config_name=name, overrides=overrides)
-
-
 def test_scripted_participants_yield_ratings_the_analysis_accepts(small_bundle, tmp_path):
     token = "pipeline-admin-token-abcdefghijklmnopqrstuvwxyz"
     app = create_app(ServerSettings(bundle_dir=small_bundle, completion_code="X", admin_token=token,
@@ -90,9 +84,8 @@ def test_serve_study_export_mode_writes_the_three_files(small_bundle, tmp_path):
     pid = prolific_like_id(random.Random(0))
     with TestClient(app) as client:
         take_study(client, pid, random.Random(0), instructed=instructions(load_bundle(small_bundle)))
-    cfg = _config("serve_study", ["mode=export", f"study_dir={small_bundle}", f"database_url={database}",
-                                  f"export.out_dir={tmp_path / 'out'}"])
-    serve_task.run(cfg)
+    run_task("serve_study", ["mode=export", f"study_dir={small_bundle}", f"database_url={database}",
+                             f"export.out_dir={tmp_path / 'out'}"], tmp_path / "run")
     with (tmp_path / "out" / "responses.csv").open() as handle:
         rows = list(csv.reader(handle))
     assert tuple(rows[0]) == RESPONSE_COLUMNS and len(rows) == 1 + 33 * 10
@@ -104,14 +97,13 @@ def test_serve_study_export_mode_writes_the_three_files(small_bundle, tmp_path):
 
 def test_serve_mode_needs_a_completion_code(small_bundle, monkeypatch):
     monkeypatch.delenv("PROLIFIC_COMPLETION_CODE", raising=False)
-    with pytest.raises(ValueError, match="completion_code is not set"):
-        serve_task.run(_config("serve_study", [f"study_dir={small_bundle}"]))
+    with pytest.raises(UserError, match="completion_code is not set"):
+        run_task("serve_study", [f"study_dir={small_bundle}"], small_bundle)
 
 
 def test_serve_mode_needs_jspsych_installed(small_bundle, tmp_path):
-    with pytest.raises(FileNotFoundError, match="run `npm ci` in human_study/"):
-        serve_task.run(_config("serve_study", [f"study_dir={small_bundle}", "completion_code=X",
-                                               f"vendor_dir={tmp_path}"]))
+    with pytest.raises(UserError, match="run `npm ci` in human_study/"):
+        run_task("serve_study", [f"study_dir={small_bundle}", "completion_code=X", f"vendor_dir={tmp_path}"], tmp_path)
 
 
 @pytest.mark.data
@@ -119,11 +111,11 @@ def test_export_study_task_uses_real_mnist_test_images(tmp_path):
     from controversial.data import load_uint8
 
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
-    cfg = _config("export_study", [f"sweep_dir={sweep}", "name=real", f"studies_dir={tmp_path / 'studies'}",
-                                   "per_pair=10", "natural_per_class=2", "n_repeats=5", "n_attention=1",
-                                   "display.size=56", "display.resample=nearest", f"web_source={WEB_SOURCE}",
-                                   "pilot=true"])
-    bundle = load_bundle(export_task.run(cfg))
+    overrides = [f"sweep_dir={sweep}", "name=real", f"studies_dir={tmp_path / 'studies'}", "per_pair=10",
+                 "natural_per_class=2", "n_repeats=5", "n_attention=1", "display.size=56", "display.resample=nearest",
+                 f"web_source={WEB_SOURCE}", "pilot=true"]
+    cfg = settings_for("export_study", overrides)
+    bundle = load_bundle(run_task("export_study", overrides, tmp_path / "run"))
     images, labels = load_uint8("mnist", "test", cfg.data.root, False)
     natural = [e for e in bundle.key.values() if e.kind == "natural"]
     assert len(natural) == 20
@@ -134,4 +126,4 @@ def test_export_study_task_uses_real_mnist_test_images(tmp_path):
         assert np.array_equal(shown[::2, ::2], 255 - images[index, 0].numpy())  # inverted, 2x nearest upsampling
         original = np.asarray(Image.open(bundle.root / "stimuli" / entry.image))
         assert np.array_equal(original, images[index, 0].numpy())  # what models are evaluated on
-    assert bundle.spec.provenance["command"] == "python export_study.py"  # composed, not launched from a shell
+    assert bundle.spec.provenance["command"] == "python export_study.py"  # as run_task names it

@@ -34,8 +34,7 @@ from controversial.study.guards import RateLimiter
 from controversial.study.pnas_export import response_rows
 from controversial.study.server import ServerSettings, create_app
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
-from controversial.tasks import export_study as export_task
-from controversial.tasks import serve_study as serve_task
+from testkit import run_task
 
 from .conftest import SMALL
 from .helpers import WEB_SOURCE, fake_mnist_test, make_sweep
@@ -285,7 +284,7 @@ def test_6_weak_admin_tokens_are_refused(small_bundle, token, message):
 
 def test_6_the_token_comes_from_a_file_or_the_environment_never_the_config(small_bundle, tmp_path, monkeypatch):
     path = tmp_path / "secret" / "admin_token"
-    serve_task.run(_config("serve_study", ["mode=token", f"admin_token_file={path}"]))
+    run_task("serve_study", ["mode=token", f"admin_token_file={path}"], tmp_path / "run")
     token = path.read_text().strip()
     assert check_admin_token(token) == token and len(token) >= 32
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -379,7 +378,7 @@ def test_9_placeholder_consent_text_is_refused_unless_a_pilot(tmp_path):
                                                   "GBP 3; contact: lab@example.org. Do you agree?</p>")
     real = export_study(sweep, tmp_path / "studies", ExportSettings(name="real", **settings), fake_mnist_test, edited)
     assert load_bundle(real).spec.pilot is False
-    cfg = _config("export_study", [f"sweep_dir={sweep}", "name=cli", f"studies_dir={tmp_path / 'studies'}",
-                                   "per_pair=10", f"web_source={WEB_SOURCE}"])
+    overrides = [f"sweep_dir={sweep}", "name=cli", f"studies_dir={tmp_path / 'studies'}", "per_pair=10",
+                 f"web_source={WEB_SOURCE}"]
     with pytest.raises(BundleError, match="placeholder text"):
-        export_task.run(cfg)
+        run_task("export_study", overrides, tmp_path / "run")

@@ -1,0 +1,203 @@
+"""What every command shares: fair thread defaults, settings validated before any output, one error style, --help.
+
+The entry points (``synthesize.py`` ...) are the only code that touches Hydra; each is
+``command(name, schema, task)``. Importing this module first sets the thread defaults, so it must
+be imported before torch or numpy.
+"""
+
+from __future__ import annotations
+
+# ruff: noqa: E402  (thread defaults are applied before torch and numpy are imported)
+
+from controversial.threads import apply_thread_defaults
+
+apply_thread_defaults()
+
+import logging
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.errors import HydraException
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+from pydantic import BaseModel, ValidationError
+
+from controversial.config import CONF_DIR
+from controversial.errors import UserError, one_paragraph
+from controversial.help import command_help
+from controversial.settings import Invocation
+
+log = logging.getLogger(__name__)
+
+DEBUG_ENV = "CONTROVERSIAL_DEBUG"
+EXIT_USER_ERROR, EXIT_INTERNAL_ERROR = 2, 1
+STARTED = time.time()
+S = TypeVar("S", bound=BaseModel)
+
+# Errors that describe the user's input or environment, shown as one paragraph (exit 2). ValueError is
+# included: the library raises it for bad values and malformed files, naming the file, row and column.
+INPUT_ERRORS = (
+    UserError,
+    ValidationError,
+    HydraException,
+    OmegaConfBaseException,
+    ValueError,
+    FileNotFoundError,
+    NotADirectoryError,
+    IsADirectoryError,
+    PermissionError,
+    UnicodeError,
+)
+
+
+def validate(schema: type[S], cfg: DictConfig) -> S:
+    """The composed config (Hydra's own node left out) as typed, range-checked settings."""
+    values = {
+        key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
+        for key in cfg
+        if key != "hydra"
+    }
+    return schema.model_validate(values)
+
+
+def describe_validation_error(error: ValidationError) -> str:
+    """Every invalid value in one sentence each: key=value: what is wrong."""
+    parts = []
+    for item in error.errors():
+        key = ".".join(str(p) for p in item["loc"] if p not in ("function-after", "tagged-union"))
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "missing":
+            parts.append(f"{key} is required")
+        elif item["type"] == "extra_forbidden":
+            parts.append(f"{key} is not a setting of this command (a typo?)")
+        elif key:
+            parts.append(f"{key}={_show(item.get('input'))}: {message}")
+        else:
+            parts.append(message)
+    return "invalid settings: " + "; ".join(parts) + "."
+
+
+def _show(value: Any) -> str:
+    return "null" if value is None else (str(value) if not isinstance(value, dict) else "{...}")
+
+
+def error_message(error: BaseException) -> str:
+    if isinstance(error, ValidationError):
+        text = describe_validation_error(error)
+    elif isinstance(error, HydraException):
+        text = str(error).split("Config search path:")[0]
+        if isinstance(error.__cause__, OmegaConfBaseException):
+            text += ": " + str(error.__cause__).splitlines()[0]
+    elif isinstance(error, OSError) and error.filename and str(error.filename) not in str(error.strerror or ""):
+        text = f"{error.strerror or error}: {error.filename}"
+    elif isinstance(error, OmegaConfBaseException) and "Missing mandatory value: " in str(error):
+        key = str(error).split("Missing mandatory value: ")[-1].split()[0].rstrip(",")
+        text = f"{key} is required: pass {key}=..."
+    else:
+        text = str(error)
+    return one_paragraph(text)
+
+
+def report(error: BaseException, name: str) -> int:
+    """One paragraph on stderr; the traceback only with CONTROVERSIAL_DEBUG=1. Returns the exit code."""
+    if isinstance(error, INPUT_ERRORS):
+        print(f"error: {error_message(error)} (`python {name}.py --help` lists every setting.)", file=sys.stderr)
+        return EXIT_USER_ERROR
+    print(
+        f"internal error: {type(error).__name__}: {one_paragraph(str(error))}. This is a bug; run again with "
+        f"{DEBUG_ENV}=1 for the traceback and report it.",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL_ERROR
+
+
+def debugging() -> bool:
+    return os.environ.get(DEBUG_ENV, "").lower() in {"1", "true", "yes"}
+
+
+def remove_fresh_run_dir(out_dir: Path) -> None:
+    """After a failed run: remove its run dir if it holds nothing but Hydra's records made by this process,
+    and the parent folders this process created (no output folder is left behind by an error)."""
+    records = out_dir / ".hydra"
+    if not out_dir.is_dir() or not records.is_dir() or records.stat().st_mtime < STARTED:
+        return
+    if any(p.name != ".hydra" and p.suffix != ".log" for p in out_dir.iterdir()):
+        return
+    shutil.rmtree(out_dir, ignore_errors=True)
+    cwd, parent = Path.cwd().resolve(), out_dir.resolve().parent
+    while parent != cwd and cwd in parent.parents and parent.stat().st_mtime >= STARTED and not any(parent.iterdir()):
+        parent.rmdir()
+        parent = parent.parent
+
+
+def command_line(name: str, task_overrides: Any) -> str:
+    """``python <name>.py`` and the overrides as typed, for the run's records.
+
+    The overrides are read unresolved: iterating the ListConfig would resolve every ``${...}`` in them
+    inside Hydra's own node, so ``model_a.checkpoint=dir/${.name}.pt`` failed there ("Index 'name' (str)
+    is not an int": ``.name`` relative to the list) and ``${model_b.name}`` was not found.
+    """
+    return " ".join([f"python {name}.py", *OmegaConf.to_container(task_overrides, resolve=False)])
+
+
+def command(
+    name: str, schema: type[S], task: Callable[[S, Invocation], Any], register: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """The ``main()`` of ``<name>.py``: ``--help`` from the schema, validation, the task, and error reporting."""
+
+    failures: list[BaseException] = []
+
+    @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=name)
+    def hydra_main(cfg: DictConfig) -> Any:
+        hydra_cfg = HydraConfig.get()
+        multirun = hydra_cfg.mode == RunMode.MULTIRUN
+        out_dir = Path(hydra_cfg.runtime.output_dir)
+        invocation = Invocation(out_dir, command_line(name, hydra_cfg.overrides.task), multirun)
+        try:
+            return task(validate(schema, cfg), invocation)
+        except Exception as error:  # reported by main(); raised here, Hydra would log it with a traceback first
+            remove_fresh_run_dir(out_dir)
+            if debugging():
+                raise
+            if multirun and isinstance(error, INPUT_ERRORS):
+                log.error("%s: job skipped: %s", out_dir.name, error_message(error))
+                print(f"error: {out_dir.name} skipped, the sweep goes on: {error_message(error)}", file=sys.stderr)
+                return None
+            log.debug("%s failed", name, exc_info=True)  # the traceback stays in the run's log file, if any
+            failures.append(error)
+            return None
+
+    def main() -> None:
+        if register is not None:
+            register()
+        if any(arg in ("--help", "-h") for arg in sys.argv[1:]):
+            print(command_help(name, schema, [a for a in sys.argv[1:] if a not in ("--help", "-h")]))
+            return
+        os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises; this handler decides what is shown
+        try:
+            hydra_main()
+        except Exception as error:  # Hydra's own errors: unknown option, bad override syntax, missing value
+            if debugging():
+                raise
+            failures.append(error)
+        if failures:
+            raise SystemExit(report(failures[0], name))
+
+    return main
+
+
+def load_settings(name: str, schema: type[S], overrides: list[str] | None = None) -> S:
+    """Compose ``conf/<name>.yaml`` with overrides and validate it, as the command would (tests, notebooks)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(name, overrides=list(overrides or []))
+    return validate(schema, cfg)
