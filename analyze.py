@@ -2,6 +2,7 @@
 
 With no arguments it analyses a simulated study.
 """
+
 from controversial.cli import command
 from controversial.settings import AnalyzeSettings
 from controversial.tasks import analyze

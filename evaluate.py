@@ -1,4 +1,5 @@
 """Model responses for stimuli: ``python evaluate.py models=[vgg,abs] images=FOLDER`` (or ``manifests=[...]``)."""
+
 from controversial.cli import command
 from controversial.settings import EvaluateSettings
 from controversial.tasks import evaluate

@@ -1,4 +1,5 @@
 """Export a study bundle from a sweep: ``python export_study.py sweep_dir=<dir> name=<study>``."""
+
 from controversial.cli import command
 from controversial.settings import ExportStudySettings
 from controversial.tasks import export_study

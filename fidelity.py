@@ -1,4 +1,5 @@
 """How closely our models reproduce the PNAS 2020 models: ``python fidelity.py images=FOLDER``."""
+
 from controversial.cli import command
 from controversial.settings import FidelitySettings
 from controversial.tasks import fidelity

@@ -1,4 +1,5 @@
 """Summarise a sweep: ``python overview.py sweep_dir=multirun/exp1_mnist``."""
+
 from controversial.cli import command
 from controversial.settings import OverviewSettings
 from controversial.tasks import overview

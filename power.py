@@ -1,4 +1,5 @@
 """Plan a study: ``python power.py model_responses=PATH true_model=NAME`` (no args: simulated stimulus set)."""
+
 from controversial.cli import command
 from controversial.settings import PowerSettings
 from controversial.tasks import power

@@ -1,4 +1,5 @@
 """The most controversial natural images per cell: ``python rank_natural.py model_a=abs model_b=vgg top_k=1``."""
+
 from controversial.cli import command
 from controversial.config import register_model_options
 from controversial.settings import RankNaturalSettings

@@ -2,6 +2,7 @@
 ``python serve_study.py study_dir=studies/<name>/v<k> completion_code=<CODE>`` /
 ``python serve_study.py mode=export study_dir=studies/<name>/v<k>`` /
 ``python serve_study.py mode=token admin_token_file=<path>``."""
+
 from controversial.cli import command
 from controversial.settings import ServeStudySettings
 from controversial.tasks import serve_study

@@ -1,4 +1,5 @@
 """Train a model: ``python train.py model=vgg`` (see conf/model/ for the names)."""
+
 from controversial.cli import command
 from controversial.settings import TrainCommandSettings
 from controversial.tasks import train

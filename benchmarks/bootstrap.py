@@ -8,6 +8,7 @@ extrapolated linearly. Both in this one run; the overlapping resamples are compa
 
     python benchmarks/bootstrap.py [--resamples 100000] [--reference-resamples 1000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,10 @@ def main() -> None:
     human = simulate_participants(true_probabilities(models, models.names, {"sim3": 1.0}), 30, seed=args.seed + 1)
     conditions = [s.condition for s in models.stimuli]
     S, N, K = human.shape
-    print(f"study: {S} participants x {N} stimuli x {K} categories x {len(models.names)} models, "
-          f"{len(set(conditions))} strata; cpu cores: {os.cpu_count()}, BLAS threads: {BLAS_THREADS}")
+    print(
+        f"study: {S} participants x {N} stimuli x {K} categories x {len(models.names)} models, "
+        f"{len(set(conditions))} strata; cpu cores: {os.cpu_count()}, BLAS threads: {BLAS_THREADS}"
+    )
 
     start = time.perf_counter()
     dist = bootstrap(human, models.probabilities, models.names, conditions, args.resamples, args.seed, args.chunk_size)
@@ -65,14 +68,19 @@ def main() -> None:
     reference = reference_bootstrap(human, models.probabilities, conditions, args.reference_resamples, args.seed)
     ref_time = time.perf_counter() - start
     ref_extrapolated = ref_time * args.resamples / args.reference_resamples
-    diff = np.nanmax(np.abs(reference - dist.samples[:args.reference_resamples]))
+    diff = np.nanmax(np.abs(reference - dist.samples[: args.reference_resamples]))
 
     fast_total = fast_resample + post
     rows = [
         ("fast (count weights x sufficient stats)", args.resamples, fast_resample, fast_resample, "measured"),
         ("  + CIs and 45-pair Holm-Sidak tests", args.resamples, post, fast_total, "measured"),
-        ("plain reference (loops, np.corrcoef)", args.reference_resamples, ref_time, ref_extrapolated,
-         f"extrapolated x{args.resamples / args.reference_resamples:g}"),
+        (
+            "plain reference (loops, np.corrcoef)",
+            args.reference_resamples,
+            ref_time,
+            ref_extrapolated,
+            f"extrapolated x{args.resamples / args.reference_resamples:g}",
+        ),
     ]
     print()
     print(f"| method | resamples run | wall time (s) | time for {args.resamples:,} (s) | how |")
@@ -85,8 +93,10 @@ def main() -> None:
     print(
         f"target: full {args.resamples:,} under 30 s -> {'met' if fast_total < 30 else 'NOT met'} ({fast_total:.1f} s)"
     )
-    print(f"max |fast - reference| over the first {args.reference_resamples:,} resamples x {dist.samples.shape[1]} "
-          f"statistics: {diff:.2e}; {n_pairs} pairwise tests")
+    print(
+        f"max |fast - reference| over the first {args.reference_resamples:,} resamples x {dist.samples.shape[1]} "
+        f"statistics: {diff:.2e}; {n_pairs} pairwise tests"
+    )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ the point estimate and on a few bootstrap resamples, extrapolated. All measured 
 
     python benchmarks/error_consistency.py [--deciders 100] [--trials 10000] [--resamples 1000]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,9 +56,14 @@ def main() -> None:
     difficulty = rng.normal(size=args.trials)
     skill = rng.normal(1.0, 0.5, size=(args.deciders, 1))
     correct = (skill - difficulty + rng.normal(size=(args.deciders, args.trials))) > 0
-    conditions = np.repeat(np.arange(16), -(-args.trials // 16))[:args.trials].astype(str)
-    data = ec.DecisionData(tuple(f"d{i}" for i in range(args.deciders)), tuple(map(str, range(args.trials))),
-                           conditions, correct, np.ones(correct.shape, bool))
+    conditions = np.repeat(np.arange(16), -(-args.trials // 16))[: args.trials].astype(str)
+    data = ec.DecisionData(
+        tuple(f"d{i}" for i in range(args.deciders)),
+        tuple(map(str, range(args.trials))),
+        conditions,
+        correct,
+        np.ones(correct.shape, bool),
+    )
     pairs = args.deciders * (args.deciders - 1) // 2
     print(
         f"{args.deciders} decision makers x {args.trials:,} trials ({pairs:,} pairs), 16 conditions; "
@@ -84,8 +90,13 @@ def main() -> None:
         idx = rng.integers(0, args.trials, args.trials)
         naive_kappa_matrix(correct[:, idx])
     naive_boot = (time.perf_counter() - start) * args.resamples / args.naive_resamples
-    timings.append((f"{args.resamples:,} bootstrap resamples (naive pair loop)", naive_boot,
-                    f"extrapolated from {args.naive_resamples}"))
+    timings.append(
+        (
+            f"{args.resamples:,} bootstrap resamples (naive pair loop)",
+            naive_boot,
+            f"extrapolated from {args.naive_resamples}",
+        )
+    )
     start = time.perf_counter()
     band = ec.null_band(args.trials, grid_size=200, repeats=5)
     timings.append(("null band, 200 x 200 accuracy grid x 5 repeats", time.perf_counter() - start, "measured"))
@@ -97,9 +108,11 @@ def main() -> None:
         print(f"| {name} | {t:.2f} | {how} |")
     print()
     print(f"speed-up, point matrix: {naive_point / timings[0][1]:,.0f}x; bootstrap: {naive_boot / fast_boot:,.0f}x")
-    print(f"max |fast - naive| kappa: {np.nanmax(np.abs(whole.kappa - naive)):.1e}; "
-          f"mean pairwise kappa {np.nanmean(whole.kappa[np.triu_indices(args.deciders, 1)]):.3f}; "
-          f"null-band bins filled: {int(np.isfinite(band.kappa[:, 0]).sum())}/{len(band.kappa)}")
+    print(
+        f"max |fast - naive| kappa: {np.nanmax(np.abs(whole.kappa - naive)):.1e}; "
+        f"mean pairwise kappa {np.nanmean(whole.kappa[np.triu_indices(args.deciders, 1)]):.3f}; "
+        f"null-band bins filled: {int(np.isfinite(band.kappa[:, 0]).sum())}/{len(band.kappa)}"
+    )
 
 
 if __name__ == "__main__":

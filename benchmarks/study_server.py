@@ -22,6 +22,7 @@ think time; SIGKILL when ``--kill-at`` of all answers are acknowledged. Reports 
 Latency is measured by the client, on the same machine as the server: client and server share its
 cores, so figures include the load generator's own scheduling delays.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,8 +63,32 @@ def synthetic_sweep(root: Path, n_pairs: int, rng: np.random.Generator) -> Path:
         for a, b in itertools.permutations(range(10), 2):
             name = stimulus_filename(model_a, str(a), model_b, str(b), 0)
             save_png(run / name, rng.random((1, 28, 28)))
-            rows.append(ManifestRow("mnist", model_a, model_b, a, b, str(a), str(b), 0, "synthetic", "noise", 1, True,
-                                    float(rng.uniform(0.75, 1)), 1.0, 0.9, 0.1, 0.1, 0.9, True, "accepted", name, 0.0))
+            rows.append(
+                ManifestRow(
+                    "mnist",
+                    model_a,
+                    model_b,
+                    a,
+                    b,
+                    str(a),
+                    str(b),
+                    0,
+                    "synthetic",
+                    "noise",
+                    1,
+                    True,
+                    float(rng.uniform(0.75, 1)),
+                    1.0,
+                    0.9,
+                    0.1,
+                    0.1,
+                    0.9,
+                    True,
+                    "accepted",
+                    name,
+                    0.0,
+                )
+            )
         write_manifest(run / "manifest.csv", rows)
     return root
 
@@ -77,9 +102,16 @@ class Server:
     """``serve_study.py`` as a child process that can be killed and restarted on the same database."""
 
     def __init__(self, bundle: Path, database_url: str, port: int, logs: Path) -> None:
-        self.args = [sys.executable, "serve_study.py", f"study_dir={bundle}", "completion_code=BENCH",
-                     f"port={port}", f"database_url={database_url}", "rate_limit.sessions_per_minute=1000000",
-                     "rate_limit.burst=1000000"]
+        self.args = [
+            sys.executable,
+            "serve_study.py",
+            f"study_dir={bundle}",
+            "completion_code=BENCH",
+            f"port={port}",
+            f"database_url={database_url}",
+            "rate_limit.sessions_per_minute=1000000",
+            "rate_limit.burst=1000000",
+        ]
         self.base, self.logs, self.process, self.starts = f"http://127.0.0.1:{port}", logs, None, 0
         self.cpu_s = 0.0  # CPU seconds used by the server processes that have ended
 
@@ -90,9 +122,13 @@ class Server:
     def start(self) -> float:
         self.starts += 1
         log = (self.logs / f"server{self.starts}.log").open("w")
-        self.process = subprocess.Popen(self.args + [f"hydra.run.dir={self.logs / f'hydra{self.starts}'}"],
-                                        cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-                                        env={**os.environ, "STUDY_ADMIN_TOKEN": ADMIN_TOKEN})
+        self.process = subprocess.Popen(
+            self.args + [f"hydra.run.dir={self.logs / f'hydra{self.starts}'}"],
+            cwd=REPO,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "STUDY_ADMIN_TOKEN": ADMIN_TOKEN},
+        )
         deadline = time.monotonic() + 180  # imports alone take a minute on a starved CPU
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -128,9 +164,12 @@ def verify(database_url: str, sent: dict[str, dict[int, list[int]]]) -> tuple[in
     """(acknowledged answers, found exactly once with the sent ratings, rows in the table)."""
     engine = create_engine(database_url)
     with engine.connect() as connection:
-        rows = connection.execute(text(
-            "SELECT p.prolific_pid, r.position, r.ratings_json FROM responses r JOIN participants p "
-            "ON p.id = r.participant_id")).all()
+        rows = connection.execute(
+            text(
+                "SELECT p.prolific_pid, r.position, r.ratings_json FROM responses r JOIN participants p "
+                "ON p.id = r.participant_id"
+            )
+        ).all()
     engine.dispose()
     found: dict[tuple[str, int], list[str]] = {}
     for pid, position, ratings in rows:
@@ -146,11 +185,17 @@ def verify(database_url: str, sent: dict[str, dict[int, list[int]]]) -> tuple[in
 
 def make_study(work: Path, pairs: int) -> Path:
     sweep = synthetic_sweep(work / "sweep", pairs, np.random.default_rng(0))
-    return export_study(sweep, work / "studies", ExportSettings(name="bench", display_size=112, pilot=True),
-                        random_test_split, REPO / "human_study" / "src")
+    return export_study(
+        sweep,
+        work / "studies",
+        ExportSettings(name="bench", display_size=112, pilot=True),
+        random_test_split,
+        REPO / "human_study" / "src",
+    )
 
 
 # ---- human pace ----------------------------------------------------------------------------------------------
+
 
 @dataclass
 class HumanRun:
@@ -173,19 +218,31 @@ async def persistent(client: httpx.AsyncClient, run: HumanRun, method: str, url:
         except httpx.TransportError:
             pass
         run.retries += 1
-        await asyncio.sleep(min(0.25 * 2 ** attempt, 4.0))
+        await asyncio.sleep(min(0.25 * 2**attempt, 4.0))
     raise AssertionError("unreachable")
 
 
-async def human(client: httpx.AsyncClient, run: HumanRun, index: int, start_at: float, stop_at: float,
-                categories: list[str], instructed: dict[str, str]) -> None:
+async def human(
+    client: httpx.AsyncClient,
+    run: HumanRun,
+    index: int,
+    start_at: float,
+    stop_at: float,
+    categories: list[str],
+    instructed: dict[str, str],
+) -> None:
     """Arrive at ``start_at``, then answer one trial every 3-8 s until ``stop_at``."""
     rng = random.Random(index)
     pid = prolific_like_id(rng)
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     try:
-        reply = await persistent(client, run, "POST", "/api/session", {
-            "prolific_pid": pid, "study_id": "b" * 24, "session_id": prolific_like_id(rng)})
+        reply = await persistent(
+            client,
+            run,
+            "POST",
+            "/api/session",
+            {"prolific_pid": pid, "study_id": "b" * 24, "session_id": prolific_like_id(rng)},
+        )
         state = reply.json()
         token = state["token"]
         await persistent(client, run, "POST", f"/api/sessions/{token}/consent", {"consent": True, "browser": {}})
@@ -197,8 +254,13 @@ async def human(client: httpx.AsyncClient, run: HumanRun, index: int, start_at: 
                 return
             await asyncio.sleep(think)
             ratings = scripted_ratings(trial["stimulus_id"], categories, (0, 25, 50, 75, 100), rng, instructed)
-            body = {"position": trial["position"], "stimulus_id": trial["stimulus_id"], "ratings": ratings,
-                    "rt_ms": round(think * 1000, 1), "first_reaction_rt_ms": round(think * 300, 1)}
+            body = {
+                "position": trial["position"],
+                "stimulus_id": trial["stimulus_id"],
+                "ratings": ratings,
+                "rt_ms": round(think * 1000, 1),
+                "first_reaction_rt_ms": round(think * 300, 1),
+            }
             began = time.monotonic()
             reply = await persistent(client, run, "POST", f"/api/sessions/{token}/responses", body)
             if reply.status_code not in (200, 201):
@@ -217,14 +279,17 @@ async def admin_export(base: str, at: float) -> tuple[float, float, int]:
         for attempt in itertools.count():
             began, size = time.monotonic(), 0
             try:
-                async with client.stream("GET", "/admin/responses.csv?include_incomplete=true",
-                                         headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as reply:
+                async with client.stream(
+                    "GET",
+                    "/admin/responses.csv?include_incomplete=true",
+                    headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+                ) as reply:
                     reply.raise_for_status()
                     async for chunk in reply.aiter_bytes():
                         size += len(chunk)
                 return began, time.monotonic(), size
             except (httpx.TransportError, httpx.HTTPStatusError):
-                await asyncio.sleep(min(0.25 * 2 ** attempt, 4.0))
+                await asyncio.sleep(min(0.25 * 2**attempt, 4.0))
     raise AssertionError("unreachable")
 
 
@@ -243,15 +308,22 @@ async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> 
     stop_at = t0 + args.duration
     limits = httpx.Limits(max_connections=args.participants + 10, max_keepalive_connections=args.participants + 10)
     async with httpx.AsyncClient(base_url=server.base, timeout=60, limits=limits) as client:
-        tasks = [human(client, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
-                 for i in range(args.participants)]
+        tasks = [
+            human(client, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
+            for i in range(args.participants)
+        ]
         export = asyncio.create_task(admin_export(server.base, t0 + args.duration / 2))
         kill = asyncio.create_task(killer(server, t0 + args.kill_at * args.duration))
         await asyncio.gather(*tasks)
         export_began, export_ended, export_bytes = await export
         killed, up = await kill
-    marks = {"t0": t0, "end": time.monotonic(), "export": (export_began, export_ended, export_bytes),
-             "killed": killed, "up": up}
+    marks = {
+        "t0": t0,
+        "end": time.monotonic(),
+        "export": (export_began, export_ended, export_bytes),
+        "killed": killed,
+        "up": up,
+    }
     return run, marks
 
 
@@ -263,21 +335,31 @@ def report_human(args: argparse.Namespace, run: HumanRun, marks: dict, database_
     outage = [s for at, s in run.samples if killed - 1 <= at <= up + 5]
     acknowledged, exact, rows = verify(database_url, run.sent)
     span = marks["end"] - t0
-    print(f"study server, human pace: {args.participants} participants ({run.started} started) arriving over "
-          f"{args.ramp:g} s, one answer every 3-8 s each, {args.duration:g} s run, {n_trials}-trial study; "
-          f"{args.backend}; loopback; client and server share {os.cpu_count()} cores")
+    print(
+        f"study server, human pace: {args.participants} participants ({run.started} started) arriving over "
+        f"{args.ramp:g} s, one answer every 3-8 s each, {args.duration:g} s run, {n_trials}-trial study; "
+        f"{args.backend}; loopback; client and server share {os.cpu_count()} cores"
+    )
     print(f"{'phase':<34}{'answers':>9}{'answers/s':>11}   p50 ms  p95 ms  p99 ms")
     print(f"{'steady state (after arrivals)':<34}{len(steady):>9}{'':>11}   {percentiles(steady)}")
     print(f"{'while the admin export streams':<34}{len(during_export):>9}{'':>11}   {percentiles(during_export)}")
     print(f"{'around SIGKILL + restart':<34}{len(outage):>9}{'':>11}   {percentiles(outage)}")
-    print(f"{'whole run':<34}{len(run.samples):>9}{len(run.samples) / span:>11.1f}   "
-          f"{percentiles([s for _, s in run.samples])}")
-    print(f"admin export: responses.csv, {size / 1e6:.1f} MB in {ee - eb:.2f} s at t={eb - t0:.0f} s; SIGKILL at "
-          f"t={killed - t0:.0f} s, restart took {up - killed:.1f} s; {run.retries} failed attempts retried")
-    print(f"verification: {exact}/{acknowledged} acknowledged answers stored exactly once with the sent ratings; "
-          f"{rows} rows in the table; {len(run.errors)} participant errors")
-    print(f"server CPU: {marks['server_cpu_s']:.0f} s for {len(run.samples)} answers and {run.started} arrivals, "
-          f"{1000 * marks['server_cpu_s'] / max(len(run.samples), 1):.1f} ms per answer (start-up included)")
+    print(
+        f"{'whole run':<34}{len(run.samples):>9}{len(run.samples) / span:>11.1f}   "
+        f"{percentiles([s for _, s in run.samples])}"
+    )
+    print(
+        f"admin export: responses.csv, {size / 1e6:.1f} MB in {ee - eb:.2f} s at t={eb - t0:.0f} s; SIGKILL at "
+        f"t={killed - t0:.0f} s, restart took {up - killed:.1f} s; {run.retries} failed attempts retried"
+    )
+    print(
+        f"verification: {exact}/{acknowledged} acknowledged answers stored exactly once with the sent ratings; "
+        f"{rows} rows in the table; {len(run.errors)} participant errors"
+    )
+    print(
+        f"server CPU: {marks['server_cpu_s']:.0f} s for {len(run.samples)} answers and {run.started} arrivals, "
+        f"{1000 * marks['server_cpu_s'] / max(len(run.samples), 1):.1f} ms per answer (start-up included)"
+    )
     for error in run.errors[:5]:
         print("  error:", error)
     ok = exact == acknowledged == rows and not run.errors and run.started == args.participants
@@ -287,6 +369,7 @@ def report_human(args: argparse.Namespace, run: HumanRun, marks: dict, database_
 
 
 # ---- saturation ----------------------------------------------------------------------------------------------
+
 
 class Recorder:
     """Latencies of acknowledged answer submissions, failed attempts, and the running count."""
@@ -313,7 +396,8 @@ class Recorder:
                     return reply
                 with self.lock:
                     self.failed_attempts += 1
-                time.sleep(min(0.05 * 2 ** attempt, 0.5))
+                time.sleep(min(0.05 * 2**attempt, 0.5))
+
         return request
 
 
@@ -351,20 +435,32 @@ def saturate(server: Server, bundle: Path, args: argparse.Namespace, database_ur
     after = [s for at, s in recorder.samples if at > up_at]
     acknowledged, exact, rows = verify(database_url, {pid: r.answers for pid, r in results.items()})
     completed = sum(r.redirect_url.endswith("cc=BENCH") for r in results.values())
-    print(f"study server load test: {args.participants} participants x {n_trials} trials, {args.backend}, "
-          f"loopback, no think time; client threads and server share {os.cpu_count()} cores")
+    print(
+        f"study server load test: {args.participants} participants x {n_trials} trials, {args.backend}, "
+        f"loopback, no think time; client threads and server share {os.cpu_count()} cores"
+    )
     print(f"{'phase':<24}{'answers':>9}{'seconds':>9}{'answers/s':>11}   p50 ms  p95 ms  p99 ms")
-    print(f"{'before SIGKILL':<24}{len(before):>9}{killed_at - started:>9.1f}"
-          f"{len(before) / (killed_at - started):>11.1f}   {percentiles(before)}")
-    print(f"{'after restart':<24}{len(after):>9}{finished - up_at:>9.1f}"
-          f"{len(after) / max(finished - up_at, 1e-9):>11.1f}   {percentiles(after)}")
-    print(f"{'whole run (incl. outage)':<24}{len(recorder.samples):>9}{finished - started:>9.1f}"
-          f"{len(recorder.samples) / (finished - started):>11.1f}   {percentiles([s for _, s in recorder.samples])}")
-    print(f"SIGKILL after {acknowledged_at_kill} acknowledged answers; restart took {up_at - killed_at:.1f} s; "
-          f"{recorder.failed_attempts} failed attempts retried")
-    print(f"verification: {exact}/{acknowledged} acknowledged answers stored exactly once with the sent ratings; "
-          f"{rows} rows for {total} trials; {completed}/{args.participants} participants completed; "
-          f"{len(errors)} participant errors")
+    print(
+        f"{'before SIGKILL':<24}{len(before):>9}{killed_at - started:>9.1f}"
+        f"{len(before) / (killed_at - started):>11.1f}   {percentiles(before)}"
+    )
+    print(
+        f"{'after restart':<24}{len(after):>9}{finished - up_at:>9.1f}"
+        f"{len(after) / max(finished - up_at, 1e-9):>11.1f}   {percentiles(after)}"
+    )
+    print(
+        f"{'whole run (incl. outage)':<24}{len(recorder.samples):>9}{finished - started:>9.1f}"
+        f"{len(recorder.samples) / (finished - started):>11.1f}   {percentiles([s for _, s in recorder.samples])}"
+    )
+    print(
+        f"SIGKILL after {acknowledged_at_kill} acknowledged answers; restart took {up_at - killed_at:.1f} s; "
+        f"{recorder.failed_attempts} failed attempts retried"
+    )
+    print(
+        f"verification: {exact}/{acknowledged} acknowledged answers stored exactly once with the sent ratings; "
+        f"{rows} rows for {total} trials; {completed}/{args.participants} participants completed; "
+        f"{len(errors)} participant errors"
+    )
     for error in errors[:5]:
         print("  error:", error)
     return exact == acknowledged == total == rows and completed == args.participants and not errors
@@ -377,12 +473,18 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=2, help="model pairs x 20 stimuli (at most 10)")
     parser.add_argument("--duration", type=float, default=150, help="human: seconds of load")
     parser.add_argument("--ramp", type=float, default=30, help="human: participants arrive over this many seconds")
-    parser.add_argument("--kill-at", type=float, default=None,
-                        help="SIGKILL at this fraction of the duration (human, default 0.75) or of all answers "
-                             "(saturate, default 0.4)")
+    parser.add_argument(
+        "--kill-at",
+        type=float,
+        default=None,
+        help="SIGKILL at this fraction of the duration (human, default 0.75) or of all answers (saturate, default 0.4)",
+    )
     parser.add_argument("--port", type=int, default=8791)
-    parser.add_argument("--database-url", default=None,
-                        help="an EMPTY database to use instead of a fresh SQLite file (e.g. postgresql+psycopg://...)")
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="an EMPTY database to use instead of a fresh SQLite file (e.g. postgresql+psycopg://...)",
+    )
     parser.add_argument("--timeout", type=float, default=600, help="saturate: give up after this many seconds")
     args = parser.parse_args()
     human_mode = args.mode == "human"

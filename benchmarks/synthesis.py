@@ -14,6 +14,7 @@ synthesis step at batch 90 and batch 1 (which is what decides whether batching p
     python benchmarks/synthesis.py --families ''                    # part 1 only
     python benchmarks/synthesis.py --pairs '' --families vgg,abs    # part 2 for two models
 """
+
 from __future__ import annotations
 
 import argparse
@@ -112,20 +113,28 @@ def compare_pairs(pairs: list[str], subset_size: int, repeats: int, settings: Sy
                 single_seconds += single.total_seconds
                 subset_steps += int(single.steps.sum())
             single_times.append(single_seconds)
-            print(f"  {pair} repeat {repeat + 1}: batched {batched_runs[-1].total_seconds:.1f} s, "
-                  f"the subset one at a time {single_seconds:.1f} s", flush=True)
+            print(
+                f"  {pair} repeat {repeat + 1}: batched {batched_runs[-1].total_seconds:.1f} s, "
+                f"the subset one at a time {single_seconds:.1f} s",
+                flush=True,
+            )
         # Two ways to scale the subset to 90 cells: by cell count, and by optimisation steps (its time
         # per step times the steps the 90 cells took), which corrects for a subset easier or harder than the rest.
         batched = min(batched_runs, key=lambda run: run.total_seconds)  # every figure of the row from the fastest run
         best_batched, best_single = batched.total_seconds, min(single_times)
         by_cells = best_single * len(cells) / len(subset)
         by_steps = best_single / max(subset_steps, 1) * int(batched.steps.sum())
-        rows.append([
-            f"{name_a}-{name_b}", f"{best_batched:.1f}", f"{int((batched.hard >= settings.threshold).sum())}/90",
-            f"{100 * batched.model_seconds / batched.total_seconds:.0f}%", f"{by_cells:.1f} / {by_steps:.1f}",
-            f"{by_cells / best_batched:.1f}x / {by_steps / best_batched:.1f}x",
-            f"{batched.steps.float().mean():.0f} / {subset_steps / len(subset):.0f}",
-        ])
+        rows.append(
+            [
+                f"{name_a}-{name_b}",
+                f"{best_batched:.1f}",
+                f"{int((batched.hard >= settings.threshold).sum())}/90",
+                f"{100 * batched.model_seconds / batched.total_seconds:.0f}%",
+                f"{by_cells:.1f} / {by_steps:.1f}",
+                f"{by_cells / best_batched:.1f}x / {by_steps / best_batched:.1f}x",
+                f"{batched.steps.float().mean():.0f} / {subset_steps / len(subset):.0f}",
+            ]
+        )
         print(table(header, rows[-1:]).splitlines()[-1], flush=True)
     return table(header, rows)
 
@@ -154,11 +163,19 @@ def time_families(names: list[str], partner: str, fallback_partner: str, setting
         warm_up([model, partners[other_name]], settings)
         result = run_cells([model, partners[other_name]], ordered_class_pairs(), settings)
         batch_ms, single_ms = model_step_ms(model, 90), model_step_ms(model, 1)
-        rows.append([
-            name, other_name, f"{result.total_seconds:.1f}", f"{int((result.hard >= settings.threshold).sum())}/90",
-            f"{result.steps.float().mean():.0f}", f"{100 * result.model_seconds / result.total_seconds:.0f}%",
-            f"{batch_ms:.1f}", f"{single_ms:.2f}", f"{batch_ms / single_ms:.0f}x",
-        ])
+        rows.append(
+            [
+                name,
+                other_name,
+                f"{result.total_seconds:.1f}",
+                f"{int((result.hard >= settings.threshold).sum())}/90",
+                f"{result.steps.float().mean():.0f}",
+                f"{100 * result.model_seconds / result.total_seconds:.0f}%",
+                f"{batch_ms:.1f}",
+                f"{single_ms:.2f}",
+                f"{batch_ms / single_ms:.0f}x",
+            ]
+        )
         print(table(header, rows[-1:]).splitlines()[-1], flush=True)
     return table(header, rows)
 
@@ -182,8 +199,10 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
     settings = SynthesisSettings(max_steps=args.max_steps)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; settings: {settings.max_steps} steps max, "
-          f"stop_score {settings.stop_score}, threshold {settings.threshold}; one attempt, no retries")
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} threads; settings: {settings.max_steps} steps max, "
+        f"stop_score {settings.stop_score}, threshold {settings.threshold}; one attempt, no retries"
+    )
     tables = []
     if args.pairs:
         tables.append(compare_pairs(args.pairs.split(","), args.subset, args.repeats, settings))

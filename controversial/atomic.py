@@ -1,4 +1,5 @@
 """Atomic file writes: a file either appears complete or not at all, even under kill -9."""
+
 from __future__ import annotations
 
 import os

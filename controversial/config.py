@@ -5,6 +5,7 @@ string. Instead every ``conf/model/<name>.yaml`` is validated against :class:`Mo
 stored in the ConfigStore as an option of the groups ``model_a``, ``model_b`` and ``models``
 (the latter for lists of more than two models). Unknown names then get Hydra's list of options.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

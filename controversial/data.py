@@ -5,6 +5,7 @@ variable ``CONTROVERSIAL_DATA_ROOT``, then ``./data``. Local copies are read in 
 project ships (gzip or plain IDX files for MNIST, ``ImageFolder`` JPEGs for CIFAR-10) as well as
 torchvision's own layouts, so nothing needs unpacking and a read-only data folder works.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -207,9 +208,7 @@ def load_uint8(
     )
 
 
-def load_dataset(
-    name: str, split: str, root: str | os.PathLike | None = None, download: bool = True
-) -> TensorDataset:
+def load_dataset(name: str, split: str, root: str | os.PathLike | None = None, download: bool = True) -> TensorDataset:
     """A dataset of (float image in [0,1] with shape (C,H,W), int label)."""
     images, labels = load_uint8(name, split, root, download)
     return TensorDataset(images.float().div_(255.0), labels)

@@ -3,6 +3,7 @@
 Every error a user can fix derives from :class:`UserError`; the commands show it without a traceback
 and exit with status 2 (see :mod:`controversial.cli`).
 """
+
 from __future__ import annotations
 
 import re

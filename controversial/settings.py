@@ -134,7 +134,8 @@ class OptimizerSettings(BaseModel):
 
 class SynthesisOptions(Settings):
     sharpness: float = Field(
-        1.0, gt=0, description="LogSumExp sharpness of the smooth score (the paper's alpha in Eq. 4)")
+        1.0, gt=0, description="LogSumExp sharpness of the smooth score (the paper's alpha in Eq. 4)"
+    )
     max_steps: Count = Field(1000, description="optimisation steps per attempt at most")
     patience: int = Field(10, ge=0, description="converged after more than this many quiet steps ...")
     tolerance_levels: float = Field(
@@ -185,7 +186,8 @@ class RankNaturalSettings(Settings):
     limit: Count | None = Field(None, description="score only the first N images; null: all")
     threshold: Probability = Field(0.75, description="'accepted' column: the image's hard score reaches this")
     sharpness: float = Field(
-        1.0, gt=0, description="LogSumExp sharpness of the smooth_score column (the paper's alpha in Eq. 4)")
+        1.0, gt=0, description="LogSumExp sharpness of the smooth_score column (the paper's alpha in Eq. 4)"
+    )
     batch_size: Count = Field(500, description="images per forward pass")
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
     output_dir: str | None = Field(None, description="default: a new timestamped folder")
@@ -288,7 +290,8 @@ class AnalyzeSettings(Settings):
     min_attention_passed: Fraction | None = Field(None, description="drop participants below this attention pass rate")
     quality_flags: str | None = Field(None, description="the study server's participants.csv (subject, ..., flags)")
     exclude_flags: list[str] = Field(
-        default_factory=list, description="drop participants with any of these flags, e.g. [too_fast, straight_lining]")
+        default_factory=list, description="drop participants with any of these flags, e.g. [too_fast, straight_lining]"
+    )
     measures: list[Literal["pearson", "spearman", "kendall"]] = Field(min_length=1, description="correlation measures")
     tie_rule: Literal["random", "first", "abstain"] = Field("random", description="arg-max ties in ratings")
     c_exp_one: Literal["nan", "one"] = Field("nan", description='kappa when c_exp = 1: "nan" | "one"')
@@ -450,13 +453,15 @@ class QualityControlSettings(Settings):
 
 class ServeStudySettings(Settings):
     mode: Literal["serve", "export", "token"] = Field(
-        "serve", description="serve the study, export the database as CSV, or write a new admin token file")
+        "serve", description="serve the study, export the database as CSV, or write a new admin token file"
+    )
     study_dir: str | None = Field(None, description="a bundle written by export_study.py (not needed for mode=token)")
     database_url: str | None = Field(None, description="null: sqlite:///<study_dir>/responses.db")
     completion_code: str | None = Field(None, description="from Prolific (default: $PROLIFIC_COMPLETION_CODE)")
     completion_url_template: str = Field(description="where finished participants are sent; {code} is replaced")
     admin_token_file: str | None = Field(
-        None, description="file holding the admin token (else $STUDY_ADMIN_TOKEN; neither: /admin/* disabled)")
+        None, description="file holding the admin token (else $STUDY_ADMIN_TOKEN; neither: /admin/* disabled)"
+    )
     allow_test_ids: bool = Field(False, description="accept made-up Prolific ids (pilots, tests); never on Prolific")
     max_body_bytes: Count = Field(16384, description="larger request bodies get 413")
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)

@@ -5,6 +5,7 @@
 ``online`` needs a login; ``disabled`` (tests) does nothing. Trackers only read values the
 synthesis has already computed, so logging cannot change a manifest.
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,8 +57,14 @@ class WandbTracker(Tracker):
         self._run.finish()
 
 
-def start_tracking(mode: str, project: str, run_dir: Path, run_name: str, group: str | None = None,
-                   config: dict[str, Any] | None = None) -> Tracker:
+def start_tracking(
+    mode: str,
+    project: str,
+    run_dir: Path,
+    run_name: str,
+    group: str | None = None,
+    config: dict[str, Any] | None = None,
+) -> Tracker:
     """A tracker for one run; offline runs live in ``run_dir/wandb``."""
     if mode not in MODES:
         raise UserError(f"wandb.mode={mode!r} is not known; allowed: {', '.join(MODES)}")
@@ -67,10 +74,19 @@ def start_tracking(mode: str, project: str, run_dir: Path, run_name: str, group:
 
     run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        run = wandb.init(mode=mode, project=project, name=run_name, group=group, dir=str(run_dir),
-                         config=config, settings=wandb.Settings(silent=True))
+        run = wandb.init(
+            mode=mode,
+            project=project,
+            name=run_name,
+            group=group,
+            dir=str(run_dir),
+            config=config,
+            settings=wandb.Settings(silent=True),
+        )
     except Exception as error:  # noqa: BLE001 -- wandb raises several types for login/network problems
-        raise UserError(f"wandb.mode={mode} could not start ({type(error).__name__}: {error}); "
-                        "use wandb.mode=offline (no account needed) or wandb.mode=disabled") from None
+        raise UserError(
+            f"wandb.mode={mode} could not start ({type(error).__name__}: {error}); "
+            "use wandb.mode=offline (no account needed) or wandb.mode=disabled"
+        ) from None
     log.info("wandb %s run %s in %s", mode, run_name, run.dir)
     return WandbTracker(run, wandb)

@@ -1,4 +1,5 @@
 """Opt-in markers (slow, data and browser tests run locally only when asked, always in CI) and tiny models."""
+
 from __future__ import annotations
 
 import os
@@ -44,8 +45,11 @@ def require_component(present: bool, what: str, how: str) -> None:
 def web_assets() -> Path:
     """The web experiment's npm packages (jsPsych), which `pip install` does not bring."""
     vendor = REPO / "human_study" / "node_modules"
-    require_component((vendor / "jspsych" / "dist").is_dir(), "the web experiment's npm packages",
-                      "run `npm ci` in human_study/ (.ci/run does this)")
+    require_component(
+        (vendor / "jspsych" / "dist").is_dir(),
+        "the web experiment's npm packages",
+        "run `npm ci` in human_study/ (.ci/run does this)",
+    )
     return vendor
 
 

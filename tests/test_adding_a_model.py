@@ -1,5 +1,6 @@
 """docs/adding_a_model.md, followed step by step with a small new family: a nearest-class-mean classifier
 with its own training method and ``train.extra`` schema, trained by the train task and used in synthesis."""
+
 from dataclasses import dataclass
 
 import pytest
@@ -43,8 +44,9 @@ class ClassMeansExtra:
     shrinkage: float = 0.0  # pull every class mean this far towards the grand mean
 
 
-def fit_class_means(net: NearestMean, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings,
-                    progress) -> TrainOutcome:
+def fit_class_means(
+    net: NearestMean, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress
+) -> TrainOutcome:
     extra: ClassMeansExtra = options(settings)
     means = torch.stack([images[labels == k].mean(0) for k in range(10)])
     net.means.copy_((1 - extra.shrinkage) * means + extra.shrinkage * images.mean(0))
@@ -75,17 +77,25 @@ def _digits(dataset: str, split: str, root, download=True) -> tuple[torch.Tensor
     labels = torch.arange(200) % 10
     images = torch.rand(200, 1, 28, 28, generator=generator) * 0.3
     for k in range(10):
-        images[labels == k, :, 2 * k:2 * k + 8, 2 * k:2 * k + 8] += 0.6
+        images[labels == k, :, 2 * k : 2 * k + 8, 2 * k : 2 * k + 8] += 0.6
     return (images.clamp(0, 1) * 255).to(torch.uint8), labels
 
 
 def _run_train(tmp_path, monkeypatch, overrides: list[str]):
     monkeypatch.setattr(train, "load_uint8", _digits)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose("train", overrides=[*overrides, f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
-                                          f"models_dir={tmp_path / 'models'}", f"resume_file={tmp_path / 'resume.pt'}",
-                                          "update_model_card=false", "float16=false"],
-                      return_hydra_config=True)
+        cfg = compose(
+            "train",
+            overrides=[
+                *overrides,
+                f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                f"models_dir={tmp_path / 'models'}",
+                f"resume_file={tmp_path / 'resume.pt'}",
+                "update_model_card=false",
+                "float16=false",
+            ],
+            return_hydra_config=True,
+        )
     return train.run(validate(TrainCommandSettings, cfg), Invocation(tmp_path, "python train.py"))
 
 
@@ -104,8 +114,9 @@ def test_a_new_family_is_an_architecture_module_and_a_yaml(tmp_path, monkeypatch
     assert isinstance(model, SynthesisModel)
     pairs = ordered_class_pairs()[:4]
     initial = noise_images(pairs, [0] * 4, (1, 28, 28))
-    result = synthesize_batch([model, make_tiny_model(1)], torch.tensor(pairs), initial,
-                              SynthesisSettings(max_steps=20, stop_score=None))
+    result = synthesize_batch(
+        [model, make_tiny_model(1)], torch.tensor(pairs), initial, SynthesisSettings(max_steps=20, stop_score=None)
+    )
     assert torch.isfinite(result.hard).all()
 
 

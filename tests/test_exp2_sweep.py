@@ -1,4 +1,5 @@
 """Experiment 2: every pair of the CIFAR-10 models in two replications that never share a run dir or a seed."""
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,15 @@ def test_two_replications_write_separate_dirs_with_disjoint_seeds_and_each_has_a
         "wandb.mode=disabled",
         *checkpoints,
     ]
-    result = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=600,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        command,
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stderr
     seeds = {}
     for replication in ("seed_0", "seed_1000"):
@@ -64,8 +72,9 @@ def test_two_replications_write_separate_dirs_with_disjoint_seeds_and_each_has_a
     assert seeds["seed_0"] <= {0, 1} and seeds["seed_1000"] <= {1000, 1001}
 
     def overview(sweep_dir: Path) -> None:
-        run_task("overview", [f"sweep_dir={sweep_dir}", "fig2_class_pairs=[[3,5]]", "progress=false"],
-                 sweep_dir / "overview")
+        run_task(
+            "overview", [f"sweep_dir={sweep_dir}", "fig2_class_pairs=[[3,5]]", "progress=false"], sweep_dir / "overview"
+        )
 
     with pytest.raises(UserError, match="replications seed_0, seed_1000.*sweep_dir=.*seed_0"):
         overview(tmp_path)

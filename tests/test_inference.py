@@ -8,10 +8,13 @@ from controversial.zoo.inference import fold_batch_norms, use_preferred_memory_f
 def _conv_bn_net() -> nn.Sequential:
     torch.manual_seed(0)
     net = nn.Sequential(
-        nn.Conv2d(1, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU(),
+        nn.Conv2d(1, 4, 3, padding=1),
+        nn.BatchNorm2d(4),
+        nn.ReLU(),
         nn.Sequential(nn.Conv2d(4, 4, 3), nn.BatchNorm2d(4)),
         nn.BatchNorm2d(4),  # not after a convolution: left alone
-        nn.Flatten(), nn.LazyLinear(3),
+        nn.Flatten(),
+        nn.LazyLinear(3),
     )
     net(torch.rand(2, 1, 8, 8))
     for norm in net.modules():

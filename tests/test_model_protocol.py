@@ -1,5 +1,6 @@
 """The contract between models and the synthesis loop (``controversial/zoo/protocol.py``), checked both ways:
 the models satisfy it, and the loop calls it as declared."""
+
 import pytest
 import torch
 from torch import nn
@@ -41,8 +42,12 @@ def _recording_model() -> tuple[CalibratedModel, RecordingNet]:
 
 def test_the_models_satisfy_the_protocol():
     assert isinstance(make_tiny_model(0), SynthesisModel)
-    assert isinstance(create_arch("abs", image_shape=(1, 6, 6), latent_dim=3, encoder_hidden=(12,),
-                                  decoder_hidden=(8, 12), n_prior_samples=4), StatefulNet)
+    assert isinstance(
+        create_arch(
+            "abs", image_shape=(1, 6, 6), latent_dim=3, encoder_hidden=(12,), decoder_hidden=(8, 12), n_prior_samples=4
+        ),
+        StatefulNet,
+    )
     assert not isinstance(create_arch("tiny_mlp"), StatefulNet)
     make_tiny_model(0).set_active_rows(torch.arange(3))  # a stateless net ignores the hooks
 

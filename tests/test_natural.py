@@ -1,4 +1,5 @@
 """Ranking natural images by controversiality, and their export in the synthesis manifest format."""
+
 import os
 import subprocess
 import sys
@@ -69,8 +70,13 @@ def test_rank_natural_cli_exports_a_manifest_of_test_images(tmp_path):
     _write_idx(raw / "t10k-labels-idx1-ubyte", np.arange(40) % 10)
     for seed, name in ((1, "abs"), (2, "vgg")):
         kwargs = {"image_shape": [1, 28, 28], "hidden": 16, "seed": seed}
-        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset="mnist",
-                              calibration=Calibration(1.0, -1.0, "identity"))
+        info = CheckpointInfo(
+            name=name,
+            arch="tiny_mlp",
+            arch_kwargs=kwargs,
+            dataset="mnist",
+            calibration=Calibration(1.0, -1.0, "identity"),
+        )
         save_checkpoint(tmp_path / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
     out = tmp_path / "out"
     command = [
@@ -84,8 +90,15 @@ def test_rank_natural_cli_exports_a_manifest_of_test_images(tmp_path):
         "top_k=2",
         "progress=false",
     ]
-    result = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        command,
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stderr
     assert "abs vs vgg: ranked 40 test images;" in result.stdout and "180 images exported" in result.stdout
     rows = read_manifest(out / "manifest.csv")

@@ -1,4 +1,5 @@
 """The sweep overview: combined manifest, acceptance table/matrix, Fig. 2 and Fig. 3 grids."""
+
 from pathlib import Path
 
 import numpy as np
@@ -25,8 +26,32 @@ def _fake_pair(sweep: Path, a: str, b: str, failing: set[tuple[int, int]]) -> No
         save_png(folder / name, np.full((1, 28, 28), (10 * ca + cb) / 255))
         ok = (ca, cb) not in failing
         hard = 0.9 if ok else 0.5
-        rows.append(ManifestRow("mnist", a, b, ca, cb, str(ca), str(cb), 0, "synthetic", "noise", 5, False, hard, 1.0,
-                                0.9, 0.1, 0.1, 0.9, ok, "accepted" if ok else "below_threshold", name, 0.1))
+        rows.append(
+            ManifestRow(
+                "mnist",
+                a,
+                b,
+                ca,
+                cb,
+                str(ca),
+                str(cb),
+                0,
+                "synthetic",
+                "noise",
+                5,
+                False,
+                hard,
+                1.0,
+                0.9,
+                0.1,
+                0.1,
+                0.9,
+                ok,
+                "accepted" if ok else "below_threshold",
+                name,
+                0.1,
+            )
+        )
     write_manifest(folder / "manifest.csv", rows)
 
 
@@ -49,8 +74,9 @@ def test_summaries_and_markdown_fill_both_triangles(sweep):
 
 
 def test_overview_command_writes_manifest_and_figures(sweep):
-    cfg = OverviewSettings(sweep_dir=str(sweep), out_dir=str(sweep / "overview"), fig2_class_pairs=[(7, 3)],
-                           progress=False)
+    cfg = OverviewSettings(
+        sweep_dir=str(sweep), out_dir=str(sweep / "overview"), fig2_class_pairs=[(7, 3)], progress=False
+    )
     overview_task.run(cfg, Invocation(sweep / "overview"))
     out = sweep / "overview"
     rows = read_manifest(out / "manifest.csv")
@@ -77,8 +103,9 @@ def test_fig2_takes_the_mirrored_cell_from_the_other_orientation(sweep, monkeypa
 
 
 def test_bad_sweep_dirs_and_class_pairs_are_user_errors(tmp_path, sweep):
-    cfg = OverviewSettings(sweep_dir=str(tmp_path / "none"), out_dir=str(tmp_path / "o"), fig2_class_pairs=[(7, 3)],
-                           progress=False)
+    cfg = OverviewSettings(
+        sweep_dir=str(tmp_path / "none"), out_dir=str(tmp_path / "o"), fig2_class_pairs=[(7, 3)], progress=False
+    )
     with pytest.raises(UserError, match="no .*/<pair>/manifest.csv"):
         overview_task.run(cfg, Invocation(tmp_path / "o"))
     cfg = cfg.model_copy(update={"sweep_dir": str(sweep), "fig2_class_pairs": [(3, 3)]})

@@ -1,5 +1,6 @@
 """Stimulus file names: every name the project writes round-trips through the one parser; every known
 misparse is refused with the file and the accepted patterns; the PNAS 2020 sample parses as published."""
+
 from __future__ import annotations
 
 import os
@@ -9,13 +10,20 @@ import pytest
 
 from controversial.data import DATASETS
 from controversial.records.names import (
-    PNAS_MODELS, StimulusNameError, natural_controversial_filename, natural_filename, parse_name, project_model,
+    PNAS_MODELS,
+    StimulusNameError,
+    natural_controversial_filename,
+    natural_filename,
+    parse_name,
+    project_model,
     stimulus_filename,
 )
 
 PNAS = Path(os.environ.get("CONTROVERSIAL_DATA_ROOT", "data")) / "pnas2020"
-PROJECT_MODELS = {"mnist": ["abs", "vgg", "vgg_neg", "madry_linf", "madry_l2", "capsnet_recon", "kde", "pcn", "tiny_a"],
-                  "cifar10": ["vgg16", "kde_cifar10", "robust_l2", "robust_linf", "pcn_cifar10", "wrn", "jem"]}
+PROJECT_MODELS = {
+    "mnist": ["abs", "vgg", "vgg_neg", "madry_linf", "madry_l2", "capsnet_recon", "kde", "pcn", "tiny_a"],
+    "cifar10": ["vgg16", "kde_cifar10", "robust_l2", "robust_linf", "pcn_cifar10", "wrn", "jem"],
+}
 
 
 @pytest.mark.parametrize("dataset", list(DATASETS))
@@ -27,7 +35,14 @@ def test_every_name_the_project_writes_round_trips(dataset):
             written = stimulus_filename(a, ca, b, cb, 7)
             name = parse_name(written)
             assert (name.kind, name.model_a, name.class_a, name.model_b, name.class_b, name.seed, name.dataset) == (
-                "synthetic", a, ca, b, cb, 7, dataset)
+                "synthetic",
+                a,
+                ca,
+                b,
+                cb,
+                7,
+                dataset,
+            )
             assert name.filename == written and name.image == written
             natural = natural_controversial_filename(a, ca, b, cb, 1234)
             name = parse_name(natural)
@@ -40,17 +55,23 @@ def test_every_name_the_project_writes_round_trips(dataset):
         assert name.targets() == ("", "", "", "")
 
 
-@pytest.mark.parametrize("filename, scheme", [
-    ("Gaussian_KDE_airplane_vs_JEM-20_truck_repeated.png", "project"),  # was: model 'JEM-20_truck', class 'repeated'
-    ("abs_3_vs_vgg_7.png", "project"),  # no seed or natural suffix
-    ("Gaussian_KDE_0_Sarasra_Capsule_1.png", "project"),  # Experiment 1: no _vs_
-    ("CIFAR_10_test_000_8160_frog.png", "project"),  # Experiment 2 natural image
-    ("abs_3_vs_vgg_seven_seed0.png", "project"),  # not a class
-    ("holiday.png", "project"),
-    ("unknown_model_3_vs_vgg_7.png", "pnas2020"),  # not a PNAS handle
-    ("Gaussian_KDE_airplane_vs_JEM-20_truck_repeated.jpg", "pnas2020"),
-    ("abs_3_vs_vgg_7_seed0.png", "pnas2020"),  # the project's names are not the release's
-])
+@pytest.mark.parametrize(
+    "filename, scheme",
+    [
+        (
+            "Gaussian_KDE_airplane_vs_JEM-20_truck_repeated.png",
+            "project",
+        ),  # was: model 'JEM-20_truck', class 'repeated'
+        ("abs_3_vs_vgg_7.png", "project"),  # no seed or natural suffix
+        ("Gaussian_KDE_0_Sarasra_Capsule_1.png", "project"),  # Experiment 1: no _vs_
+        ("CIFAR_10_test_000_8160_frog.png", "project"),  # Experiment 2 natural image
+        ("abs_3_vs_vgg_seven_seed0.png", "project"),  # not a class
+        ("holiday.png", "project"),
+        ("unknown_model_3_vs_vgg_7.png", "pnas2020"),  # not a PNAS handle
+        ("Gaussian_KDE_airplane_vs_JEM-20_truck_repeated.jpg", "pnas2020"),
+        ("abs_3_vs_vgg_7_seed0.png", "pnas2020"),  # the project's names are not the release's
+    ],
+)
 def test_unreadable_names_are_errors_naming_file_and_patterns(filename, scheme):
     with pytest.raises(StimulusNameError, match=rf"^{filename.replace('.', '[.]')}: not a stimulus name .*accepted: "):
         parse_name(filename, scheme)
@@ -83,10 +104,13 @@ def test_handles_map_to_project_models():
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("folder, dataset, counts", [
-    ("experiment_1_sample", "mnist", {"natural": 100, "synthetic": 40}),
-    ("experiment_2_sample", "cifar10", {"natural": 60, "synthetic": 44}),
-])
+@pytest.mark.parametrize(
+    "folder, dataset, counts",
+    [
+        ("experiment_1_sample", "mnist", {"natural": 100, "synthetic": 40}),
+        ("experiment_2_sample", "cifar10", {"natural": 60, "synthetic": 44}),
+    ],
+)
 def test_the_pnas_sample_parses_as_published(folder, dataset, counts):
     files = sorted((PNAS / folder).glob("*.png"))
     if not files:

@@ -1,4 +1,5 @@
 """Resumable training: a run "crashed" after some epochs and resumed ends with the uninterrupted weights."""
+
 from __future__ import annotations
 
 
@@ -18,16 +19,39 @@ TINY_JEM = dict(backbone="wrn", backbone_kwargs=dict(**TINY_WRN, norm="none"), r
 CASES = {  # case: (training method, architecture, its kwargs, train.extra)
     # batch norm, dropout (torch's global generator) and crop/flip augmentation (the loop's generator)
     "supervised": ("supervised", "vgg16_bn", TINY_VGG, {}),
-    "adversarial": ("adversarial", "wrn", TINY_WRN,
-                    dict(norm="linf", eps=0.03, steps=2, step_size=0.01, warmup_epochs=1)),
+    "adversarial": (
+        "adversarial",
+        "wrn",
+        TINY_WRN,
+        dict(norm="linf", eps=0.03, steps=2, step_size=0.01, warmup_epochs=1),
+    ),
     "jem": ("jem", "jem", TINY_JEM, dict(sgld_steps=2, buffer_size=24, reinit_prob=0.3)),
-    "jem_short_chains": ("jem", "jem", TINY_JEM,
-                         dict(sgld_steps=2, buffer_size=24, reinit_prob=0.3, buffer_init="class_gaussian",
-                              energy_l2=0.1, ce_epochs=1, bfloat16=True)),
+    "jem_short_chains": (
+        "jem",
+        "jem",
+        TINY_JEM,
+        dict(
+            sgld_steps=2,
+            buffer_size=24,
+            reinit_prob=0.3,
+            buffer_init="class_gaussian",
+            energy_l2=0.1,
+            ce_epochs=1,
+            bfloat16=True,
+        ),
+    ),
     # the fast recipe: EMA, timm's optimiser and schedule, bfloat16, and the adversarial guard's best epoch
     "fast": ("fast", "vgg16_bn", TINY_VGG, dict(ema_decay=0.9, bn_refresh_batches=1)),
-    "fast_adversarial": ("fast", "wrn", TINY_WRN, dict(ema_decay=0.9, bn_refresh_batches=1, adversarial=dict(
-        norm="linf", eps=0.03, warmup_epochs=1, guard_images=8, guard_steps=2, guard_drop=1.0))),
+    "fast_adversarial": (
+        "fast",
+        "wrn",
+        TINY_WRN,
+        dict(
+            ema_decay=0.9,
+            bn_refresh_batches=1,
+            adversarial=dict(norm="linf", eps=0.03, warmup_epochs=1, guard_images=8, guard_steps=2, guard_drop=1.0),
+        ),
+    ),
 }
 EPOCHS = 4
 
@@ -88,8 +112,15 @@ def test_a_resume_file_of_other_settings_is_refused(tmp_path):
 
 
 def _train_cfg(tmp_path, method: str, resume: bool) -> TrainCommandSettings:
-    return settings_for("train", [f"resume={resume}", f"resume_file={tmp_path / 'tiny' / 'resume.pt'}",
-                                  "model=wrn", f"model.train.method={method}"])
+    return settings_for(
+        "train",
+        [
+            f"resume={resume}",
+            f"resume_file={tmp_path / 'tiny' / 'resume.pt'}",
+            "model=wrn",
+            f"model.train.method={method}",
+        ],
+    )
 
 
 def test_the_train_task_resumes_by_default_and_starts_over_with_resume_false(tmp_path):

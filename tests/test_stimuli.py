@@ -10,10 +10,28 @@ from controversial.synthesis.stimuli import load_png, save_png
 
 def _row(**overrides) -> ManifestRow:
     values = dict(
-        dataset="mnist", model_a="abs", model_b="vgg", class_a=3, class_b=7, class_a_name="3", class_b_name="7",
-        seed=0, source="synthetic", init="noise", steps=120, converged=False, hard_score=0.91, smooth_score=2.5,
-        p_model_a_class_a=0.95, p_model_a_class_b=0.02, p_model_b_class_a=0.04, p_model_b_class_b=0.93,
-        accepted=True, status="accepted", image_file="abs_3_vs_vgg_7_seed0.png", wall_time_s=0.5,
+        dataset="mnist",
+        model_a="abs",
+        model_b="vgg",
+        class_a=3,
+        class_b=7,
+        class_a_name="3",
+        class_b_name="7",
+        seed=0,
+        source="synthetic",
+        init="noise",
+        steps=120,
+        converged=False,
+        hard_score=0.91,
+        smooth_score=2.5,
+        p_model_a_class_a=0.95,
+        p_model_a_class_b=0.02,
+        p_model_b_class_a=0.04,
+        p_model_b_class_b=0.93,
+        accepted=True,
+        status="accepted",
+        image_file="abs_3_vs_vgg_7_seed0.png",
+        wall_time_s=0.5,
     )
     values.update(overrides)
     return ManifestRow(**values)

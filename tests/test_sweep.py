@@ -1,4 +1,5 @@
 """Sweeps: unordered model pairs, launcher configs, and resumable run dirs (incl. kill -9)."""
+
 import fcntl
 import os
 import signal
@@ -45,9 +46,29 @@ def _tiny(folder: Path) -> list[str]:
 
 
 def _row(cell: tuple[int, int], seed: int, accepted: bool, image_file: str = "") -> ManifestRow:
-    return ManifestRow("mnist", "abs", "vgg", *cell, str(cell[0]), str(cell[1]), seed, "synthetic", "noise", 10, False,
-                       0.9 if accepted else 0.1, 1.0, 0.9, 0.1, 0.9, 0.1, accepted,
-                       "accepted" if accepted else "below_threshold", image_file, 0.0)
+    return ManifestRow(
+        "mnist",
+        "abs",
+        "vgg",
+        *cell,
+        str(cell[0]),
+        str(cell[1]),
+        seed,
+        "synthetic",
+        "noise",
+        10,
+        False,
+        0.9 if accepted else 0.1,
+        1.0,
+        0.9,
+        0.1,
+        0.9,
+        0.1,
+        accepted,
+        "accepted" if accepted else "below_threshold",
+        image_file,
+        0.0,
+    )
 
 
 # --- pairs and configs -----------------------------------------------------------------------
@@ -131,8 +152,12 @@ def test_a_retry_batch_takes_the_later_attempts_of_its_cells_while_they_fit():
 def test_rows_with_missing_or_corrupt_pngs_are_dropped_and_temp_files_removed(tmp_path):
     save_png(tmp_path / "good.png", np.zeros((1, 28, 28)))
     (tmp_path / "bad.png").write_bytes(b"\x89PNG\r\n\x1a\n truncated")
-    rows = [_row((0, 1), 0, True, "good.png"), _row((0, 2), 0, True, "bad.png"), _row((0, 3), 0, True, "gone.png"),
-            _row((0, 4), 0, False)]
+    rows = [
+        _row((0, 1), 0, True, "good.png"),
+        _row((0, 2), 0, True, "bad.png"),
+        _row((0, 3), 0, True, "gone.png"),
+        _row((0, 4), 0, False),
+    ]
     write_manifest(tmp_path / "manifest.csv", rows)
     assert runstate.load_finished_rows(tmp_path, "abs", "vgg") == [rows[0], rows[3]]
     with pytest.raises(UserError, match="belongs to abs vs vgg, not kde vs vgg"):
@@ -169,8 +194,14 @@ def test_the_run_dir_lock_excludes_a_second_writer(tmp_path):
 
 @pytest.mark.slow
 def test_an_experiment_sweep_resumes_and_redoes_only_a_lost_cell(tmp_path, tiny_checkpoints):
-    sweep = [f"sweep_dir={tmp_path}", "experiment=exp1_mnist", "models=[vgg,abs]", "synthesis.max_steps=25",
-             *_tiny(tiny_checkpoints), "-m"]
+    sweep = [
+        f"sweep_dir={tmp_path}",
+        "experiment=exp1_mnist",
+        "models=[vgg,abs]",
+        "synthesis.max_steps=25",
+        *_tiny(tiny_checkpoints),
+        "-m",
+    ]
     first = _run(*sweep)
     assert first.returncode == 0, first.stderr
     assert "pair=vgg__abs" in first.stdout
@@ -219,8 +250,13 @@ def _unlisted_png(run_dir: Path) -> bool:
 
 @pytest.mark.slow
 def test_kill_9_then_rerun_gives_every_cell_once_and_the_uninterrupted_result(tmp_path, tiny_checkpoints):
-    settings = ["synthesis.max_steps=300", "synthesis.stop_score=null", "synthesis.threshold=0.97", "max_attempts=4",
-                *_tiny(tiny_checkpoints)]
+    settings = [
+        "synthesis.max_steps=300",
+        "synthesis.stop_score=null",
+        "synthesis.threshold=0.97",
+        "max_attempts=4",
+        *_tiny(tiny_checkpoints),
+    ]
     reference = _run(f"output_dir={tmp_path / 'reference'}", *settings)
     assert reference.returncode == 0, reference.stderr
     expected = read_manifest(tmp_path / "reference" / "manifest.csv")
@@ -228,8 +264,13 @@ def test_kill_9_then_rerun_gives_every_cell_once_and_the_uninterrupted_result(tm
 
     run_dir = tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(_command(f"output_dir={run_dir}", *settings), cwd=ROOT, env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        _command(f"output_dir={run_dir}", *settings),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     # kill inside a later attempt, once its PNGs are on disk but its manifest rows are not yet
     while process.poll() is None and not _unlisted_png(run_dir) and time.monotonic() < deadline:

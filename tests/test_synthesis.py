@@ -102,12 +102,18 @@ def test_fourier_parametrization_also_improves_the_score(tiny_pair):
     assert torch.all(result.hard > before)
 
 
-@pytest.mark.parametrize("optimizer", [
-    lambda params: torch.optim.SGD(params, lr=5.0),
-    lambda params: torch.optim.SGD(params, lr=2.0, momentum=0.9),
-    lambda params: torch.optim.RMSprop(params, lr=0.05),
-    lambda params: torch.optim.Adafactor(params, lr=0.05),  # row and column factors: state not shaped like the images
-], ids=["sgd", "sgd_momentum", "rmsprop", "adafactor"])
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        lambda params: torch.optim.SGD(params, lr=5.0),
+        lambda params: torch.optim.SGD(params, lr=2.0, momentum=0.9),
+        lambda params: torch.optim.RMSprop(params, lr=0.05),
+        lambda params: torch.optim.Adafactor(
+            params, lr=0.05
+        ),  # row and column factors: state not shaped like the images
+    ],
+    ids=["sgd", "sgd_momentum", "rmsprop", "adafactor"],
+)
 def test_any_torch_optimizer_can_drive_synthesis_while_elements_finish(tiny_pair, optimizer):
     targets, initial = _problem(6)
     before, _, _ = score_images(tiny_pair, initial, targets, sharpness=1.0)

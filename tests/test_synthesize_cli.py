@@ -1,4 +1,5 @@
 """synthesize.py end to end, with tiny checkpoints standing in for the trained models."""
+
 import subprocess
 import sys
 from pathlib import Path
@@ -24,8 +25,13 @@ def _synthesize(run_dir: Path, *overrides: str) -> subprocess.CompletedProcess:
 
 
 def _tiny(checkpoints: dict[str, Path]) -> list[str]:
-    return ["model_a=abs", "model_b=vgg", f"model_a.checkpoint={checkpoints['abs']}",
-            f"model_b.checkpoint={checkpoints['vgg']}", "synthesis.max_steps=25"]
+    return [
+        "model_a=abs",
+        "model_b=vgg",
+        f"model_a.checkpoint={checkpoints['abs']}",
+        f"model_b.checkpoint={checkpoints['vgg']}",
+        "synthesis.max_steps=25",
+    ]
 
 
 def test_full_matrix_outputs_and_byte_identical_reruns(tmp_path, tiny_checkpoints):
@@ -88,11 +94,21 @@ def test_default_output_folders_resolve_for_single_runs_and_sweeps(tmp_path, tin
         "progress=false",
         "wandb.mode=disabled",
     ]
-    single = subprocess.run([sys.executable, str(ROOT / "synthesize.py"), "model_a=abs", "model_b=vgg", *tiny],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    single = subprocess.run(
+        [sys.executable, str(ROOT / "synthesize.py"), "model_a=abs", "model_b=vgg", *tiny],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert single.returncode == 0, single.stderr
     assert len(list((tmp_path / "outputs" / "synthesize" / "abs_vs_vgg").glob("*/manifest.csv"))) == 1
-    sweep = subprocess.run([sys.executable, str(ROOT / "synthesize.py"), "-m", "model_a=abs", "model_b=vgg", *tiny],
-                           cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    sweep = subprocess.run(
+        [sys.executable, str(ROOT / "synthesize.py"), "-m", "model_a=abs", "model_b=vgg", *tiny],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert sweep.returncode == 0, sweep.stderr
     assert len(list((tmp_path / "multirun").glob("*/abs_vs_vgg/manifest.csv"))) == 1

@@ -1,4 +1,5 @@
 """wandb tracking is optional, offline by default, and never changes what synthesis produces."""
+
 import os
 import subprocess
 import sys
@@ -66,8 +67,13 @@ def test_offline_tracking_writes_into_the_run_dir_without_network(tmp_path, monk
 def test_cli_manifest_is_identical_with_wandb_offline_and_disabled(tmp_path):
     for seed, name in ((1, "abs"), (2, "vgg")):
         kwargs = {"image_shape": [1, 28, 28], "hidden": 16, "seed": seed}
-        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset="mnist",
-                              calibration=Calibration(1.0, -1.0, "identity"))
+        info = CheckpointInfo(
+            name=name,
+            arch="tiny_mlp",
+            arch_kwargs=kwargs,
+            dataset="mnist",
+            calibration=Calibration(1.0, -1.0, "identity"),
+        )
         save_checkpoint(tmp_path / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
     manifests = {}
     for mode in ("disabled", "offline"):
@@ -81,8 +87,15 @@ def test_cli_manifest_is_identical_with_wandb_offline_and_disabled(tmp_path):
             f"model_b.checkpoint={tmp_path}/vgg.pt",
             "synthesis.max_steps=25",
         ]
-        result = subprocess.run(command, check=False, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        result = subprocess.run(
+            command,
+            check=False,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "OMP_NUM_THREADS": "1"},
+        )
         assert result.returncode == 0, result.stderr
         manifests[mode] = without_timing(read_manifest(tmp_path / mode / "manifest.csv"))
     assert manifests["offline"] == manifests["disabled"]

@@ -1,4 +1,5 @@
 """The Experiment 2 model families: tiny-config mechanics by default, bundled checkpoints with --run-data."""
+
 from __future__ import annotations
 
 import pytest
@@ -200,8 +201,15 @@ def test_the_bundled_models_stay_under_60_mb():
 # under each bundled model's whole-test-set accuracy (vgg16 88.1%, wrn 88.1%, pcn_cifar10 84.3%,
 # robust_linf 71.7%, robust_l2 72.2%, kde_cifar10 35.3%), or under the issue's target for a model not
 # bundled yet (jem 80%).
-CHECKPOINT_FLOORS = {"vgg16": 0.84, "wrn": 0.84, "pcn_cifar10": 0.80, "robust_linf": 0.67, "robust_l2": 0.68,
-                     "kde_cifar10": 0.3, "jem": 0.76}
+CHECKPOINT_FLOORS = {
+    "vgg16": 0.84,
+    "wrn": 0.84,
+    "pcn_cifar10": 0.80,
+    "robust_linf": 0.67,
+    "robust_l2": 0.68,
+    "kde_cifar10": 0.3,
+    "jem": 0.76,
+}
 # PGD-10 from a random start on the same 200 images: the adversarially trained models keep about 40% under
 # their own attack (the card's PGD-20 on 1,000 images: robust_linf 42.0%, robust_l2 39.9%); the standard
 # wrn keeps 3% under either, which is what makes the robust ones a different hypothesis. (The standard

@@ -1,4 +1,5 @@
 """The Experiment 1 model families: tiny-config mechanics by default, bundled checkpoints with --run-data."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """Helpers shared by test modules: tiny stand-in checkpoints, composed configs, input gradients."""
+
 from __future__ import annotations
 
 import importlib
@@ -24,8 +25,13 @@ def write_tiny_checkpoints(folder: Path, names: Sequence[str], dataset: str) -> 
     """Tiny random MLPs saved as ``<folder>/<name>.pt`` under the given model names (seeds 1, 2, ...)."""
     for seed, name in enumerate(names, start=1):
         kwargs = {"image_shape": IMAGE_SHAPES[dataset], "hidden": 16, "seed": seed}
-        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset=dataset,
-                              calibration=Calibration(1.0, -1.0, "identity"))
+        info = CheckpointInfo(
+            name=name,
+            arch="tiny_mlp",
+            arch_kwargs=kwargs,
+            dataset=dataset,
+            calibration=Calibration(1.0, -1.0, "identity"),
+        )
         save_checkpoint(folder / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
     return folder
 

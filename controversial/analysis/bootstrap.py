@@ -12,6 +12,7 @@ of participants, so memory grows linearly with participants, stimuli and models.
 Resamples are drawn in fixed blocks of ``BLOCK`` with one ``SeedSequence`` child per block, so the
 distribution depends only on the seed, never on the chunk size used to bound memory.
 """
+
 from __future__ import annotations
 
 import logging
@@ -104,13 +105,20 @@ class SufficientStatistics:
         hs = human.transpose(1, 0, 2)  # (N, S, K)
         ms = model.transpose(1, 0, 2)  # (N, M, K)
         self.flat = human.reshape(S, N * K) if ceilings else None  # (S, N*K): ratings for the covariance products
-        self.table = np.concatenate([
-            hs.sum(axis=2), np.einsum("nsk,nsk->ns", hs, hs), ms.sum(axis=2), np.einsum("nmk,nmk->nm", ms, ms),
-            np.einsum("nsk,nmk->nsm", hs, ms).reshape(N, S * M),
-        ], axis=1)
+        self.table = np.concatenate(
+            [
+                hs.sum(axis=2),
+                np.einsum("nsk,nsk->ns", hs, hs),
+                ms.sum(axis=2),
+                np.einsum("nmk,nmk->nm", ms, ms),
+                np.einsum("nsk,nmk->nsm", hs, ms).reshape(N, S * M),
+            ],
+            axis=1,
+        )
 
-    def _cov_with_pools(self, stimulus_counts: np.ndarray, sx: np.ndarray, W: np.ndarray,
-                        *weights: np.ndarray) -> list[np.ndarray]:
+    def _cov_with_pools(
+        self, stimulus_counts: np.ndarray, sx: np.ndarray, W: np.ndarray, *weights: np.ndarray
+    ) -> list[np.ndarray]:
         """For each (B, S) participant weighting v: (B, S) weighted covariance of every participant with
         sum_t v_t x_t."""
         B, j = stimulus_counts.shape[0], len(weights)
@@ -124,8 +132,8 @@ class SufficientStatistics:
         y = stimulus_counts @ self.table
         B = y.shape[0]
         W = self.K * stimulus_counts.sum(axis=1)[:, None]
-        sx, sxx, y = y[:, :S], y[:, S:2 * S], y[:, 2 * S:]
-        sy, syy, sxy = y[:, :M], y[:, M:2 * M], y[:, 2 * M:].reshape(B, S, M)
+        sx, sxx, y = y[:, :S], y[:, S : 2 * S], y[:, 2 * S :]
+        sy, syy, sxy = y[:, :M], y[:, M : 2 * M], y[:, 2 * M :].reshape(B, S, M)
         var_h = sxx - sx * sx / W
         w = participant_counts
         present = w > 0

@@ -4,6 +4,7 @@ Lower bound: each participant against the mean of the *other* participants (leav
 Upper bound (Pearson only): each participant against the mean of all participants' z-scored
 patterns, the prediction that maximises the across-participant mean Pearson r.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

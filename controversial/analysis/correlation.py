@@ -3,6 +3,7 @@
 Each participant's ratings and each model's probabilities are flattened over all (stimulus,
 category) entries and correlated; a model's score is the mean over participants.
 """
+
 from __future__ import annotations
 
 from typing import Literal

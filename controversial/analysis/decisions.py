@@ -3,6 +3,7 @@
 Five-point human ratings tie often (e.g. all categories rated 0), so the rule matters for
 accuracy and error consistency; it is always a named, configurable choice.
 """
+
 from __future__ import annotations
 
 from typing import Literal

@@ -9,6 +9,7 @@ Conventions, all explicit arguments: ``c_exp_one`` says what kappa is when c_exp
 observers always right or always wrong: 0/0) -- ``"nan"`` (undefined, the later analyses) or
 ``"one"`` (the model-vs-human toolbox, which returns 1 whenever c_obs = 1).
 """
+
 from __future__ import annotations
 
 import warnings
@@ -159,8 +160,12 @@ def _quiet_nanmean() -> Iterator[None]:
 
 
 def bootstrap_kappa(
-    data: DecisionData, n_resamples: int = 1000, seed: int = 0, aggregation: Aggregation = "whole",
-    c_exp_one: CExpOne = "nan", level: float = 0.95,
+    data: DecisionData,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    aggregation: Aggregation = "whole",
+    c_exp_one: CExpOne = "nan",
+    level: float = 0.95,
 ) -> np.ndarray:
     """Percentile CIs (D, D, 2) of every pair's kappa over trial resamples (stratified by condition).
 
@@ -222,7 +227,12 @@ def group_mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, 
 
 
 def null_band(
-    n_trials: int, grid_size: int = 200, repeats: int = 5, n_bins: int = 40, level: float = 0.95, seed: int = 0,
+    n_trials: int,
+    grid_size: int = 200,
+    repeats: int = 5,
+    n_bins: int = 40,
+    level: float = 0.95,
+    seed: int = 0,
     c_exp_one: CExpOne = "nan",
 ) -> NullBand:
     """Simulate independent binomial observers over a grid_size x grid_size grid of accuracies
@@ -267,7 +277,7 @@ def categorical_kappa(decisions: np.ndarray, available: np.ndarray | None = None
     freq_i = np.einsum("ldt,et->lde", onehot.astype(np.float64), a)  # label counts of i on the shared trials
     with np.errstate(invalid="ignore", divide="ignore"):
         p_o = agree / n
-        p_e = np.einsum("lde,led->de", freq_i, freq_i) / n ** 2
+        p_e = np.einsum("lde,led->de", freq_i, freq_i) / n**2
         return (p_o - p_e) / (1 - p_e)
 
 
@@ -286,13 +296,17 @@ def decisions_from_trials(trials: Sequence[Trial]) -> DecisionData:
             first[t.stimulus] = t
         elif t.category != first[t.stimulus].category:
             f = first[t.stimulus]
-            raise InputError(f"{t.path}, row {t.line}, column 'category': stimulus {t.stimulus!r} has category "
-                             f"{t.category!r}, but {f.path}, row {f.line} says {f.category!r}")
+            raise InputError(
+                f"{t.path}, row {t.line}, column 'category': stimulus {t.stimulus!r} has category "
+                f"{t.category!r}, but {f.path}, row {f.line} says {f.category!r}"
+            )
         if t.condition:
             known = conditions.setdefault(t.stimulus, t)
             if known.condition != t.condition:
-                raise InputError(f"{t.path}, row {t.line}, column 'condition': stimulus {t.stimulus!r} has condition "
-                                 f"{t.condition!r}, but {known.path}, row {known.line} says {known.condition!r}")
+                raise InputError(
+                    f"{t.path}, row {t.line}, column 'condition': stimulus {t.stimulus!r} has condition "
+                    f"{t.condition!r}, but {known.path}, row {known.line} says {known.condition!r}"
+                )
     index = {n: i for i, n in enumerate(names)}
     correct = np.zeros((len(names), len(stimuli)), bool)
     available = np.zeros((len(names), len(stimuli)), bool)
@@ -306,8 +320,10 @@ def decisions_from_trials(trials: Sequence[Trial]) -> DecisionData:
     lonely = np.argwhere(shared == 0)
     if len(lonely):
         i, j = lonely[0]
-        raise InputError(f"observers {names[i]!r} ({', '.join(sorted(files[names[i]]))}) and {names[j]!r} "
-                         f"({', '.join(sorted(files[names[j]]))}) share no stimulus, so their error consistency is "
-                         "undefined; are these files of one dataset?")
+        raise InputError(
+            f"observers {names[i]!r} ({', '.join(sorted(files[names[i]]))}) and {names[j]!r} "
+            f"({', '.join(sorted(files[names[j]]))}) share no stimulus, so their error consistency is "
+            "undefined; are these files of one dataset?"
+        )
     labels = np.array([conditions[s].condition if s in conditions else "" for s in stimuli])
     return DecisionData(names, tuple(stimuli), labels, correct, available)

@@ -7,6 +7,7 @@ score, min of the four sigmoid terms of Eq. 2)? Natural images give each model's
 agreement matrix (fraction of images on which two of our models make the same arg-max decision) shows
 whether our models differ where the paper's did.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,8 +45,13 @@ class Fidelity:
     skipped: int  # controversial stimuli without a hard score because one of their models is missing
 
 
-def model_fidelity(stimuli: list[StimulusImage], probabilities: np.ndarray, models: tuple[str, ...],
-                   classes: tuple[str, ...], dataset: str) -> Fidelity:
+def model_fidelity(
+    stimuli: list[StimulusImage],
+    probabilities: np.ndarray,
+    models: tuple[str, ...],
+    classes: tuple[str, ...],
+    dataset: str,
+) -> Fidelity:
     """Score our models (``probabilities``: (M, N, K) for ``models``) on PNAS stimuli parsed by ``records.names``."""
     index = {m: i for i, m in enumerate(models)}
     rows, missing, skipped = [], {}, 0
@@ -70,17 +76,36 @@ def model_fidelity(stimuli: list[StimulusImage], probabilities: np.ndarray, mode
             continue
         pa, pb = probabilities[index[ours[0]], n], probabilities[index[ours[1]], n]
         hard = float(min(pa[ka], 1 - pa[kb], pb[kb], 1 - pb[ka]))
-        rows.append(FidelityRow(stimulus.image, name.model_a, name.class_a, name.model_b, name.class_b, *ours,
-                                float(pa[ka]), float(pa[kb]), float(pb[kb]), float(pb[ka]), hard))
+        rows.append(
+            FidelityRow(
+                stimulus.image,
+                name.model_a,
+                name.class_a,
+                name.model_b,
+                name.class_b,
+                *ours,
+                float(pa[ka]),
+                float(pa[kb]),
+                float(pb[kb]),
+                float(pb[ka]),
+                hard,
+            )
+        )
     decisions = probabilities.argmax(axis=2)
-    natural = [(n, classes.index(s.name.true_class)) for n, s in enumerate(stimuli)
-               if s.name is not None and s.name.kind == "natural"]
+    natural = [
+        (n, classes.index(s.name.true_class))
+        for n, s in enumerate(stimuli)
+        if s.name is not None and s.name.kind == "natural"
+    ]
     per_model = []
     for m, model in enumerate(models):
         outcomes = np.array(seen[model], dtype=bool).reshape(-1, 2)
         accuracy = float(np.mean([decisions[m, n] == k for n, k in natural])) if natural else float("nan")
-        rates = (outcomes[:, 0].mean(), outcomes[:, 1].mean(), outcomes.all(axis=1).mean()) if len(outcomes) else (
-            float("nan"),) * 3
+        rates = (
+            (outcomes[:, 0].mean(), outcomes[:, 1].mean(), outcomes.all(axis=1).mean())
+            if len(outcomes)
+            else (float("nan"),) * 3
+        )
         per_model.append(ModelFidelity(model, handles.get(model, ""), len(outcomes), *map(float, rates), accuracy))
     agreement = (decisions[:, None, :] == decisions[None, :, :]).mean(axis=2)
     return Fidelity(dataset, models, tuple(per_model), tuple(rows), agreement, missing, skipped)
@@ -88,25 +113,46 @@ def model_fidelity(stimuli: list[StimulusImage], probabilities: np.ndarray, mode
 
 def report_lines(fidelity: Fidelity, folder: str, note: str) -> list[str]:
     """The markdown report: per-model detection, the hard-score summary, the agreement matrix."""
+
     def f(x: float) -> str:
         return "n/a" if not np.isfinite(x) else f"{x:.3f}"
 
-    lines = [f"# Fidelity of this project's models to the PNAS 2020 models ({fidelity.dataset})", "",
-             f"- stimuli: `{folder}`", f"- display convention: {note}", ""]
+    lines = [
+        f"# Fidelity of this project's models to the PNAS 2020 models ({fidelity.dataset})",
+        "",
+        f"- stimuli: `{folder}`",
+        f"- display convention: {note}",
+        "",
+    ]
     if fidelity.missing:
         absent = ", ".join(f"{m} (for {h})" for h, m in fidelity.missing.items())
-        lines += [f"- not available (not trained yet): {absent}; {fidelity.skipped} controversial stimuli that "
-                  "target them have no hard score", ""]
-    lines += ["## Does our model see what the paper's model was driven to see?", "",
-              "| our model | paper's model | stimuli | detects its class | rejects the other | both "
-              "| natural accuracy |", "|---|---|---|---|---|---|---|"]
+        lines += [
+            f"- not available (not trained yet): {absent}; {fidelity.skipped} controversial stimuli that "
+            "target them have no hard score",
+            "",
+        ]
+    lines += [
+        "## Does our model see what the paper's model was driven to see?",
+        "",
+        "| our model | paper's model | stimuli | detects its class | rejects the other | both | natural accuracy |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m in fidelity.per_model:
-        cells = [m.model, m.handle or "-", str(m.n_stimuli),
-                 *map(f, (m.detects, m.rejects, m.both, m.natural_accuracy))]
+        cells = [
+            m.model,
+            m.handle or "-",
+            str(m.n_stimuli),
+            *map(f, (m.detects, m.rejects, m.both, m.natural_accuracy)),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     hard = np.array([r.hard_score for r in fidelity.rows])
-    lines += ["", f"A stimulus counts as detected when p >= {DETECT} (calibrated sigmoid).", "",
-              "## Hard score under our two corresponding models", ""]
+    lines += [
+        "",
+        f"A stimulus counts as detected when p >= {DETECT} (calibrated sigmoid).",
+        "",
+        "## Hard score under our two corresponding models",
+        "",
+    ]
     if len(hard):
         pairs: dict[tuple[str, str], list[float]] = {}
         for r in fidelity.rows:
@@ -114,13 +160,18 @@ def report_lines(fidelity: Fidelity, folder: str, note: str) -> list[str]:
         lines += ["| our pair | stimuli | median hard score | >= 0.5 | >= 0.75 |", "|---|---|---|---|---|"]
         for (a, b), values in sorted(pairs.items()):
             v = np.array(values)
-            lines.append(f"| {a} vs {b} | {len(v)} | {np.median(v):.3f} | {np.mean(v >= 0.5):.2f} "
-                         f"| {np.mean(v >= 0.75):.2f} |")
+            lines.append(
+                f"| {a} vs {b} | {len(v)} | {np.median(v):.3f} | {np.mean(v >= 0.5):.2f} | {np.mean(v >= 0.75):.2f} |"
+            )
         lines += ["", "Per stimulus: `fidelity.csv`.", ""]
     else:
         lines += ["No controversial stimulus has both of its models available.", ""]
-    lines += ["## Agreement between our models (fraction of all images with the same arg-max decision)", "",
-              "| | " + " | ".join(fidelity.models) + " |", "|---" * (len(fidelity.models) + 1) + "|"]
+    lines += [
+        "## Agreement between our models (fraction of all images with the same arg-max decision)",
+        "",
+        "| | " + " | ".join(fidelity.models) + " |",
+        "|---" * (len(fidelity.models) + 1) + "|",
+    ]
     for i, model in enumerate(fidelity.models):
         lines.append(f"| {model} | " + " | ".join(f"{v:.2f}" for v in fidelity.agreement[i]) + " |")
     return lines + [""]

@@ -4,6 +4,7 @@ Each function takes the relevant part of the results and a path, and writes one 
 Fig. 4-style model comparison, its per-subset version, an error-consistency heatmap, the
 c_obs-vs-c_exp scatter with bounds and null band, and kappa vs accuracy.
 """
+
 from __future__ import annotations
 
 import io
@@ -53,8 +54,9 @@ def _bars(ax: plt.Axes, subset: SubsetResult, order: list[str], dots: bool) -> N
             values = np.asarray(pearson.per_participant[m])
             ax.scatter(values, i + rng.uniform(-0.2, 0.2, len(values)), s=6, color="k", alpha=0.6, zorder=3)
         lower = np.asarray(ceiling.lower_per_participant)
-        ax.scatter(lower, np.full(len(lower), len(order)) + rng.uniform(-0.2, 0.2, len(lower)), s=6, color="0.5",
-                   zorder=3)
+        ax.scatter(
+            lower, np.full(len(lower), len(order)) + rng.uniform(-0.2, 0.2, len(lower)), s=6, color="0.5", zorder=3
+        )
         ax.barh([len(order)], [ceiling.lower], color="k", height=0.6)
         ax.set_yticks(list(y) + [len(order)], order + [LOWER])
     else:
@@ -66,8 +68,7 @@ def model_comparison(subset: SubsetResult, path: str | Path, title: str = "all s
     """Fig. 4 style: a dot per participant per model, mean bars with bootstrap CIs, the ceiling band
     (lower to upper bound), and the significance matrix (row significantly above column)."""
     order = _order(subset)
-    fig, (ax, ax_sig) = plt.subplots(1, 2, figsize=(11, 0.45 * len(order) + 2.5),
-                                     gridspec_kw={"width_ratios": [2, 1]})
+    fig, (ax, ax_sig) = plt.subplots(1, 2, figsize=(11, 0.45 * len(order) + 2.5), gridspec_kw={"width_ratios": [2, 1]})
     _bars(ax, subset, order, dots=True)
     ax.set_title(title)
     tests = subset.bootstrap.pairwise if subset.bootstrap else None
@@ -94,7 +95,7 @@ def subset_comparison(prediction: dict[str, SubsetResult], path: str | Path, sub
     for ax, name in zip(axes.ravel(), subsets):
         _bars(ax, prediction[name], order, dots=False)
         ax.set_title(f"{name} ({prediction[name].n_stimuli} stimuli)", fontsize=9)
-    for ax in axes.ravel()[len(subsets):]:
+    for ax in axes.ravel()[len(subsets) :]:
         ax.axis("off")
     fig.tight_layout()
     return _save(fig, path)
@@ -107,8 +108,9 @@ def kappa_heatmap(kappa: list, names: list[str], path: str | Path, title: str) -
     finite = k[np.isfinite(k)]
     size = max(5.0, 0.18 * len(names) + 2)
     fig, ax = plt.subplots(figsize=(size + 1, size))
-    image = ax.imshow(k, cmap="viridis", vmin=finite.min() if finite.size else 0,
-                      vmax=finite.max() if finite.size else 1)
+    image = ax.imshow(
+        k, cmap="viridis", vmin=finite.min() if finite.size else 0, vmax=finite.max() if finite.size else 1
+    )
     ax.set_xticks(range(len(names)), names, rotation=90, fontsize=6)
     ax.set_yticks(range(len(names)), names, fontsize=6)
     fig.colorbar(image, ax=ax, label="kappa")
@@ -132,8 +134,14 @@ def cobs_vs_cexp(block: ConsistencyBlock, is_human: np.ndarray, path: str | Path
     edges = np.asarray(band.bin_edges)
     centres = (edges[:-1] + edges[1:]) / 2
     obs_band = np.asarray(band.c_obs, float)
-    ax.fill_between(centres, obs_band[:, 0], obs_band[:, 1], color="tab:orange", alpha=0.3,
-                    label=f"null band (independent, n={block.n_trials})")
+    ax.fill_between(
+        centres,
+        obs_band[:, 0],
+        obs_band[:, 1],
+        color="tab:orange",
+        alpha=0.3,
+        label=f"null band (independent, n={block.n_trials})",
+    )
     ax.scatter(c_exp[iu][pair_human], c_obs[iu][pair_human], s=8, label="human-human")
     ax.scatter(c_exp[iu][~pair_human], c_obs[iu][~pair_human], s=8, label="pairs with a model")
     ax.set_xlabel("c_exp")
@@ -150,8 +158,9 @@ def kappa_vs_accuracy(block: ConsistencyBlock, is_human: np.ndarray, path: str |
     k = np.asarray(block.whole.kappa, float)
     accuracy = np.asarray(block.whole.accuracy, float)
     humans = np.flatnonzero(is_human)
-    mean_k = np.array([np.nanmean([k[d, h] for h in humans if h != d]) if len(humans) > 1 else np.nan
-                       for d in range(len(k))])
+    mean_k = np.array(
+        [np.nanmean([k[d, h] for h in humans if h != d]) if len(humans) > 1 else np.nan for d in range(len(k))]
+    )
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     ax.scatter(accuracy[is_human], mean_k[is_human], s=12, label="participants")
     ax.scatter(accuracy[~is_human], mean_k[~is_human], s=20, marker="s", label="models")
@@ -165,8 +174,9 @@ def kappa_vs_accuracy(block: ConsistencyBlock, is_human: np.ndarray, path: str |
     return _save(fig, path)
 
 
-def power_plot(n_participants: list[int], power: list[float], se: list[float], target: float, path: str | Path,
-               title: str) -> Path:
+def power_plot(
+    n_participants: list[int], power: list[float], se: list[float], target: float, path: str | Path, title: str
+) -> Path:
     """Estimated power (with Monte Carlo SE) against the number of participants."""
     fig, ax = plt.subplots(figsize=(5.5, 4))
     ax.errorbar(n_participants, power, yerr=se, marker="o", capsize=3)
@@ -199,13 +209,25 @@ def draw_all(results: AnalysisResults, out: Path) -> dict[str, str]:
     for label, block in blocks:
         name = label.replace(" ", "_")
         is_human = np.asarray(block.is_human, dtype=bool)
-        add(f"kappa heatmap ({label})", kappa_heatmap(block.whole.kappa, block.names, out / f"fig_kappa_{name}.png",
-                                                      f"error consistency ({label})"))
+        add(
+            f"kappa heatmap ({label})",
+            kappa_heatmap(
+                block.whole.kappa, block.names, out / f"fig_kappa_{name}.png", f"error consistency ({label})"
+            ),
+        )
         add(f"c_obs vs c_exp ({label})", cobs_vs_cexp(block, is_human, out / f"fig_cobs_cexp_{name}.png", label))
-        add(f"kappa vs accuracy ({label})",
-            kappa_vs_accuracy(block, is_human, out / f"fig_kappa_accuracy_{name}.png", label))
+        add(
+            f"kappa vs accuracy ({label})",
+            kappa_vs_accuracy(block, is_human, out / f"fig_kappa_accuracy_{name}.png", label),
+        )
     if ec and ec.controversial:
-        add("categorical kappa (controversial)", kappa_heatmap(
-            ec.controversial.whole.kappa, ec.controversial.names, out / "fig_kappa_controversial.png",
-            "Cohen's kappa of decisions (controversial stimuli)"))
+        add(
+            "categorical kappa (controversial)",
+            kappa_heatmap(
+                ec.controversial.whole.kappa,
+                ec.controversial.names,
+                out / "fig_kappa_controversial.png",
+                "Cohen's kappa of decisions (controversial stimuli)",
+            ),
+        )
     return made

@@ -4,6 +4,7 @@ Stimuli come from a folder of PNGs or from synthesis manifests; targeted models 
 from the manifest or parsed from the file names by ``controversial.records.names`` (scheme ``project``
 or ``pnas2020``). Output rows are in the PNAS model format read by ``records.responses``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -51,8 +52,9 @@ def stimuli_from_folder(folder: str | Path, naming: Scheme = "project") -> list[
     for path, name in repeats:
         original = first.get(name.image)
         if original is None:
-            raise ValueError(f"{path}: a repeated presentation, but its first presentation "
-                             f"{name.image}.png is not in {folder}")
+            raise ValueError(
+                f"{path}: a repeated presentation, but its first presentation {name.image}.png is not in {folder}"
+            )
         if not np.array_equal(load_png(path), load_png(original.path)):
             raise ValueError(f"{path}: a repeated presentation whose pixels differ from {original.path}")
     if repeats:
@@ -66,8 +68,12 @@ def stimuli_from_manifest(path: str | Path, include_rejected: bool = False) -> l
     rows = [r for r in read_manifest(path) if r.image_file and (r.accepted or include_rejected)]
     if not rows:
         raise ValueError(f"{path}: no {'' if include_rejected else 'accepted '}images listed")
-    return [StimulusImage(Path(r.image_file).name, path.parent / r.image_file,
-                          (r.model_a, r.model_b, r.class_a_name, r.class_b_name)) for r in rows]
+    return [
+        StimulusImage(
+            Path(r.image_file).name, path.parent / r.image_file, (r.model_a, r.model_b, r.class_a_name, r.class_b_name)
+        )
+        for r in rows
+    ]
 
 
 def load_images(stimuli: Sequence[StimulusImage], invert: Inversion = "auto") -> tuple[np.ndarray, DisplayConvention]:
@@ -88,15 +94,20 @@ def probabilities(models: Sequence[CalibratedModel], images: np.ndarray, batch_s
     for model in models:
         per_model = []
         for start in range(0, len(images), batch_size):
-            batch = torch.from_numpy(np.ascontiguousarray(images[start:start + batch_size]))
+            batch = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size]))
             with scoring():
                 per_model.append(model.probabilities(batch).double().numpy())
         out.append(np.concatenate(per_model))
     return np.stack(out)
 
 
-def write_responses(path: str | Path, models: Sequence[CalibratedModel], stimuli: Sequence[StimulusImage],
-                    batch_size: int = 256, invert: Inversion = "auto") -> tuple[np.ndarray, DisplayConvention]:
+def write_responses(
+    path: str | Path,
+    models: Sequence[CalibratedModel],
+    stimuli: Sequence[StimulusImage],
+    batch_size: int = 256,
+    invert: Inversion = "auto",
+) -> tuple[np.ndarray, DisplayConvention]:
     """Evaluate every model on every stimulus and write the PNAS model-format CSV atomically."""
     names = [m.name for m in models]
     if len(set(names)) != len(names):
@@ -110,9 +121,19 @@ def write_responses(path: str | Path, models: Sequence[CalibratedModel], stimuli
     class_names = classes.pop()
     images, convention = load_images(stimuli, invert)
     p = probabilities(models, images, batch_size)
-    rows = [[name, s.image, class_names[k], *s.targets, float(p[m, n, k])]
-            for m, name in enumerate(names) for n, s in enumerate(stimuli) for k in range(len(class_names))]
+    rows = [
+        [name, s.image, class_names[k], *s.targets, float(p[m, n, k])]
+        for m, name in enumerate(names)
+        for n, s in enumerate(stimuli)
+        for k in range(len(class_names))
+    ]
     write_model_responses(path, rows)
-    log.info("wrote %d rows (%d models x %d images x %d classes) to %s", len(rows), len(names), len(stimuli),
-             len(class_names), path)
+    log.info(
+        "wrote %d rows (%d models x %d images x %d classes) to %s",
+        len(rows),
+        len(names),
+        len(stimuli),
+        len(class_names),
+        path,
+    )
     return p, convention

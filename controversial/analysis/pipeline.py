@@ -5,6 +5,7 @@ whole stimulus set and on subsets; ``analyze_ratings_consistency`` and ``analyze
 error consistency. Results are the frozen dataclasses of ``results.py``, so the report, the figures and
 downstream notebooks read one typed structure.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,12 +19,30 @@ from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import MEASURES, participant_model_correlations
 from controversial.analysis.decisions import TieRule, decide
 from controversial.analysis.error_consistency import (
-    CExpOne, DecisionData, bootstrap_kappa, categorical_kappa, consistency, group_mean_ci, null_band,
+    CExpOne,
+    DecisionData,
+    bootstrap_kappa,
+    categorical_kappa,
+    consistency,
+    group_mean_ci,
+    null_band,
 )
 from controversial.analysis.results import (
-    BootstrapResult, CategoricalConsistency, CeilingResult, ConsistencyAggregate, ConsistencyBlock, GroupMean,
-    KappaAggregate, KappaCI, MeasureResult, NullBand, PairwiseResult, PredictionResults, RatingsConsistency,
-    StudySummary, SubsetResult,
+    BootstrapResult,
+    CategoricalConsistency,
+    CeilingResult,
+    ConsistencyAggregate,
+    ConsistencyBlock,
+    GroupMean,
+    KappaAggregate,
+    KappaCI,
+    MeasureResult,
+    NullBand,
+    PairwiseResult,
+    PredictionResults,
+    RatingsConsistency,
+    StudySummary,
+    SubsetResult,
 )
 from controversial.analysis.study import NATURAL, Study
 
@@ -54,8 +73,9 @@ def _matrix(x: np.ndarray) -> list:
     return np.where(np.isfinite(x), x, np.nan).tolist()
 
 
-def evaluate_subset(parts: Sequence[tuple[Study, np.ndarray]], measures: tuple[str, ...], n_resamples: int,
-                    options: AnalysisOptions) -> SubsetResult:
+def evaluate_subset(
+    parts: Sequence[tuple[Study, np.ndarray]], measures: tuple[str, ...], n_resamples: int, options: AnalysisOptions
+) -> SubsetResult:
     """Correlations, ceilings and (if ``n_resamples``) bootstrap inference on one stimulus subset.
 
     ``parts`` are (study, stimulus mask) pairs of independent replications (different participants and
@@ -68,39 +88,75 @@ def evaluate_subset(parts: Sequence[tuple[Study, np.ndarray]], measures: tuple[s
     models = parts[0][0].models
     correlations, ceilings = {}, {}
     for measure in measures:
-        r = np.concatenate([participant_model_correlations(s.human, s.model, measure)  # type: ignore[arg-type]
-                            for s in subs])
+        r = np.concatenate(
+            [
+                participant_model_correlations(s.human, s.model, measure)  # type: ignore[arg-type]
+                for s in subs
+            ]
+        )
         per_part = [noise_ceiling(s.human, measure) for s in subs]  # type: ignore[arg-type]
         lower = np.concatenate([c.lower_per_participant for c in per_part])
         upper = np.concatenate([c.upper_per_participant for c in per_part])
         correlations[measure] = MeasureResult(
             mean=dict(zip(models, r.mean(axis=0).tolist())),
-            per_participant={m: r[:, i].tolist() for i, m in enumerate(models)})
+            per_participant={m: r[:, i].tolist() for i, m in enumerate(models)},
+        )
         ceilings[measure] = CeilingResult(
-            lower=float(lower.mean()), upper=float(upper.mean()), lower_per_participant=lower.tolist(),
-            upper_per_participant=upper.tolist())
+            lower=float(lower.mean()),
+            upper=float(upper.mean()),
+            lower_per_participant=lower.tolist(),
+            upper_per_participant=upper.tolist(),
+        )
     boot = None
     if n_resamples:
-        dists = [bootstrap(s.human, s.model, models, s.conditions, n_resamples, options.seed + i, options.chunk_size,
-                           include_copies=options.include_copies) for i, s in enumerate(subs)]
+        dists = [
+            bootstrap(
+                s.human,
+                s.model,
+                models,
+                s.conditions,
+                n_resamples,
+                options.seed + i,
+                options.chunk_size,
+                include_copies=options.include_copies,
+            )
+            for i, s in enumerate(subs)
+        ]
         weights = np.array([s.human.shape[0] for s in subs], dtype=np.float64) / sum(s.human.shape[0] for s in subs)
-        dist = Distributions(dists[0].names, sum(w * d.estimates for w, d in zip(weights, dists)),
-                             sum(w * d.samples for w, d in zip(weights, dists)), options.seed)
+        dist = Distributions(
+            dists[0].names,
+            sum(w * d.estimates for w, d in zip(weights, dists)),
+            sum(w * d.samples for w, d in zip(weights, dists)),
+            options.seed,
+        )
         ci = percentile_ci(dist.samples, options.ci_level)
         ranked = sorted(models, key=lambda m: -dist.estimates[dist.names.index(m)])
         tests = pairwise_tests(dist, include=ranked + [LOWER], alpha=options.alpha)
         boot = BootstrapResult(
-            measure="pearson", n_resamples=n_resamples, seed=options.seed, ci_level=options.ci_level,
+            measure="pearson",
+            n_resamples=n_resamples,
+            seed=options.seed,
+            ci_level=options.ci_level,
             lower_ceiling_includes_own_copies=options.include_copies,
-            strata=int(sum(len(set(s.conditions.tolist())) for s in subs)), replications=len(subs),
+            strata=int(sum(len(set(s.conditions.tolist())) for s in subs)),
+            replications=len(subs),
             estimate=dict(zip(dist.names, dist.estimates.tolist())),
             ci={name: ci[i].tolist() for i, name in enumerate(dist.names)},
             pairwise=PairwiseResult(
-                names=list(tests.names), alpha=tests.alpha, correction="holm-sidak",
-                p_two_tailed=_matrix(tests.p_two_tailed), p_corrected=_matrix(tests.p_corrected),
-                significance=tests.significance.tolist()))
-    return SubsetResult(n_stimuli=int(sum(mask.sum() for _, mask in parts)), measures=correlations,
-                        noise_ceiling=ceilings, bootstrap=boot)
+                names=list(tests.names),
+                alpha=tests.alpha,
+                correction="holm-sidak",
+                p_two_tailed=_matrix(tests.p_two_tailed),
+                p_corrected=_matrix(tests.p_corrected),
+                significance=tests.significance.tolist(),
+            ),
+        )
+    return SubsetResult(
+        n_stimuli=int(sum(mask.sum() for _, mask in parts)),
+        measures=correlations,
+        noise_ceiling=ceilings,
+        bootstrap=boot,
+    )
 
 
 def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> PredictionResults:
@@ -114,8 +170,13 @@ def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> P
     for name, mask in subsets[0].items():
         main = name in MAIN_SUBSETS
         measures = options.measures if main else ("pearson",)
-        resamples = (options.n_resamples if name == "all"
-                     else options.subset_resamples if main else options.other_subset_resamples)
+        resamples = (
+            options.n_resamples
+            if name == "all"
+            else options.subset_resamples
+            if main
+            else options.other_subset_resamples
+        )
         parts = [(s, subs[name]) for s, subs in zip(studies, subsets) if name in subs]
         if len(parts) < len(studies):
             log.info("subset %s is not in every replication; left out", name)
@@ -125,11 +186,14 @@ def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> P
     means = prediction["all"].measures["pearson"].mean
     conditions = np.concatenate([s.conditions for s in studies])
     summary = StudySummary(
-        participants=[p for s in studies for p in s.participants], models=list(studies[0].models),
-        n_stimuli=sum(len(s.stimuli) for s in studies), categories=list(studies[0].categories),
+        participants=[p for s in studies for p in s.participants],
+        models=list(studies[0].models),
+        n_stimuli=sum(len(s.stimuli) for s in studies),
+        categories=list(studies[0].categories),
         replications=len(studies),
         conditions={c: int(n) for c, n in zip(*np.unique(conditions, return_counts=True))},
-        exclusions=[e.__dict__ for s in studies for e in s.exclusions])
+        exclusions=[e.__dict__ for s in studies for e in s.exclusions],
+    )
     return PredictionResults(study=summary, ranking=sorted(means, key=means.get, reverse=True), prediction=prediction)
 
 
@@ -149,29 +213,52 @@ def _group_means(kappa: np.ndarray, is_human: np.ndarray, names: tuple[str, ...]
     return {k: GroupMean(*v) for k, v in out.items()}
 
 
-def _consistency_block(data: DecisionData, is_human: np.ndarray, options: AnalysisOptions,
-                       c_exp_one: str | None = None) -> ConsistencyBlock:
+def _consistency_block(
+    data: DecisionData, is_human: np.ndarray, options: AnalysisOptions, c_exp_one: str | None = None
+) -> ConsistencyBlock:
     aggregates = {}
     for aggregation in ("whole", "per_condition"):
         result = consistency(data, aggregation, options.c_exp_one)  # type: ignore[arg-type]
         ci = None
         if aggregation == "whole" and options.ec_resamples:
-            bounds = bootstrap_kappa(data, options.ec_resamples, options.seed, "whole", options.c_exp_one,
-                                     options.ci_level)
+            bounds = bootstrap_kappa(
+                data, options.ec_resamples, options.seed, "whole", options.c_exp_one, options.ci_level
+            )
             ci = KappaCI(low=_matrix(bounds[..., 0]), high=_matrix(bounds[..., 1]), n_resamples=options.ec_resamples)
         aggregates[aggregation] = ConsistencyAggregate(
-            accuracy=result.accuracy.tolist(), c_obs=_matrix(result.c_obs), c_exp=_matrix(result.c_exp),
-            kappa=_matrix(result.kappa), kappa_unbiased=_matrix(result.kappa_unbiased), n=_matrix(result.n),
-            group_means=_group_means(result.kappa, is_human, data.names, options.ci_level), kappa_bootstrap_ci=ci)
+            accuracy=result.accuracy.tolist(),
+            c_obs=_matrix(result.c_obs),
+            c_exp=_matrix(result.c_exp),
+            kappa=_matrix(result.kappa),
+            kappa_unbiased=_matrix(result.kappa_unbiased),
+            n=_matrix(result.n),
+            group_means=_group_means(result.kappa, is_human, data.names, options.ci_level),
+            kappa_bootstrap_ci=ci,
+        )
     n_trials = int(data.correct.shape[1])
-    band = null_band(n_trials, options.null_band_grid, options.null_band_repeats, level=options.ci_level,
-                     seed=options.seed, c_exp_one=options.c_exp_one)
+    band = null_band(
+        n_trials,
+        options.null_band_grid,
+        options.null_band_repeats,
+        level=options.ci_level,
+        seed=options.seed,
+        c_exp_one=options.c_exp_one,
+    )
     return ConsistencyBlock(
-        names=list(data.names), is_human=is_human.tolist(), n_trials=n_trials, whole=aggregates["whole"],
+        names=list(data.names),
+        is_human=is_human.tolist(),
+        n_trials=n_trials,
+        whole=aggregates["whole"],
         per_condition=aggregates["per_condition"],
-        null_band=NullBand(bin_edges=band.bin_edges.tolist(), c_obs=_matrix(band.c_obs), kappa=_matrix(band.kappa),
-                           grid_size=options.null_band_grid, repeats=options.null_band_repeats),
-        c_exp_one=c_exp_one)
+        null_band=NullBand(
+            bin_edges=band.bin_edges.tolist(),
+            c_obs=_matrix(band.c_obs),
+            kappa=_matrix(band.kappa),
+            grid_size=options.null_band_grid,
+            repeats=options.null_band_repeats,
+        ),
+        c_exp_one=c_exp_one,
+    )
 
 
 def analyze_ratings_consistency(study: Study, options: AnalysisOptions) -> RatingsConsistency:
@@ -182,16 +269,22 @@ def analyze_ratings_consistency(study: Study, options: AnalysisOptions) -> Ratin
     """
     names = tuple(study.participants) + tuple(study.models)
     is_human = np.array([True] * len(study.participants) + [False] * len(study.models))
-    decisions = np.concatenate([decide(study.human, options.tie_rule, options.seed),
-                                decide(study.model, options.tie_rule, options.seed + 1)])
+    decisions = np.concatenate(
+        [decide(study.human, options.tie_rule, options.seed), decide(study.model, options.tie_rule, options.seed + 1)]
+    )
     conditions = study.conditions
     natural_block = controversial_block = None
     natural = np.array([s.true_class is not None for s in study.stimuli])
     if natural.any():
         truth = np.array([study.categories.index(s.true_class) for s in study.stimuli if s.true_class is not None])
         correct = decisions[:, natural] == truth
-        data = DecisionData(names, tuple(s.image for s, n in zip(study.stimuli, natural) if n),
-                            conditions[natural], correct, np.ones(correct.shape, bool))
+        data = DecisionData(
+            names,
+            tuple(s.image for s, n in zip(study.stimuli, natural) if n),
+            conditions[natural],
+            correct,
+            np.ones(correct.shape, bool),
+        )
         natural_block = _consistency_block(data, is_human, options)
     controversial = conditions != NATURAL
     if controversial.any():
@@ -201,12 +294,19 @@ def analyze_ratings_consistency(study: Study, options: AnalysisOptions) -> Ratin
         with np.errstate(invalid="ignore"):
             per_mean = np.nanmean(np.stack(per), axis=0) if len(per) else pooled
         controversial_block = CategoricalConsistency(
-            names=list(names), n_trials=int(controversial.sum()), measure="Cohen's kappa over 10-way decisions",
+            names=list(names),
+            n_trials=int(controversial.sum()),
+            measure="Cohen's kappa over 10-way decisions",
             whole=KappaAggregate(_matrix(pooled), _group_means(pooled, is_human, names, options.ci_level)),
-            per_condition=KappaAggregate(_matrix(per_mean), _group_means(per_mean, is_human, names, options.ci_level)))
-    return RatingsConsistency(tie_rule=options.tie_rule, c_exp_one=options.c_exp_one,
-                              decision="arg-max over categories", natural=natural_block,
-                              controversial=controversial_block)
+            per_condition=KappaAggregate(_matrix(per_mean), _group_means(per_mean, is_human, names, options.ci_level)),
+        )
+    return RatingsConsistency(
+        tie_rule=options.tie_rule,
+        c_exp_one=options.c_exp_one,
+        decision="arg-max over categories",
+        natural=natural_block,
+        controversial=controversial_block,
+    )
 
 
 def analyze_choices(data: DecisionData, human_names: set[str], options: AnalysisOptions) -> ConsistencyBlock:

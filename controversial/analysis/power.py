@@ -6,6 +6,7 @@ the analysis (participants x stimuli, stratified; Holm-Sidak over all pairs of m
 lower ceiling, or one planned comparison), and count how often the expected best model is
 significantly above the expected runner-up.
 """
+
 from __future__ import annotations
 
 import logging
@@ -39,10 +40,19 @@ class PowerCurve:
 
 
 def power_curve(
-    probabilities: np.ndarray, names: Sequence[str], conditions: Sequence[str], truth: np.ndarray,
-    participant_counts: Sequence[int] = (5, 10, 15, 20, 30, 40, 60), noise: ParticipantNoise = ParticipantNoise(),
-    n_simulations: int = 50, n_resamples: int = 1000, alpha: float = 0.05, target_power: float = 0.8,
-    correction: Correction = "holm-sidak", reference_participants: int = 200, seed: int = 0,
+    probabilities: np.ndarray,
+    names: Sequence[str],
+    conditions: Sequence[str],
+    truth: np.ndarray,
+    participant_counts: Sequence[int] = (5, 10, 15, 20, 30, 40, 60),
+    noise: ParticipantNoise = ParticipantNoise(),
+    n_simulations: int = 50,
+    n_resamples: int = 1000,
+    alpha: float = 0.05,
+    target_power: float = 0.8,
+    correction: Correction = "holm-sidak",
+    reference_participants: int = 200,
+    seed: int = 0,
     progress: Callable[[int, float], None] | None = None,
 ) -> PowerCurve:
     """Power to separate the top two models, per number of participants.
@@ -85,5 +95,16 @@ def power_curve(
         if progress is not None:
             progress(n, power)
     required = next((n for n, p in zip(participant_counts, powers) if p >= target_power), None)
-    return PowerCurve((best, second), dict(zip(names, expected.tolist())), tuple(participant_counts), tuple(powers),
-                      tuple(errors), required, target_power, alpha, correction, n_simulations, n_resamples)
+    return PowerCurve(
+        (best, second),
+        dict(zip(names, expected.tolist())),
+        tuple(participant_counts),
+        tuple(powers),
+        tuple(errors),
+        required,
+        target_power,
+        alpha,
+        correction,
+        n_simulations,
+        n_resamples,
+    )

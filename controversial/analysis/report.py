@@ -3,6 +3,7 @@
 The markdown holds the tables a reader needs to answer "which model is best, and is it real?";
 the JSON holds every number (NaN written as null), both written atomically.
 """
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,14 @@ import numpy as np
 
 from controversial.analysis.bootstrap import LOWER, UPPER
 from controversial.analysis.results import (
-    AnalysisResults, BootstrapResult, CategoricalConsistency, ConsistencyBlock, GroupMean, RatingsConsistency,
-    SubsetResult, to_json,
+    AnalysisResults,
+    BootstrapResult,
+    CategoricalConsistency,
+    ConsistencyBlock,
+    GroupMean,
+    RatingsConsistency,
+    SubsetResult,
+    to_json,
 )
 from controversial.atomic import atomic_write_text
 
@@ -54,8 +61,10 @@ def ranking_table(subset: SubsetResult) -> list[str]:
             row.append("[{}, {}]".format(*(_f(v) for v in boot.ci[model])))
         row += [_f(measures[m].mean[model]) for m in others]
         rows.append(row)
-    for label, key, entity in (("noise ceiling, lower (leave one out)", "lower", LOWER),
-                               ("noise ceiling, upper (best possible)", "upper", UPPER)):
+    for label, key, entity in (
+        ("noise ceiling, lower (leave one out)", "lower", LOWER),
+        ("noise ceiling, upper (best possible)", "upper", UPPER),
+    ):
         row = ["", label, _f(getattr(ceiling["pearson"], key))]
         if boot:
             row.append("[{}, {}]".format(*(_f(v) for v in boot.ci[entity])))
@@ -79,7 +88,8 @@ def significance_table(boot: BootstrapResult) -> list[str]:
                 cells.append(f"{mark} ({_p(p[i][j], boot.n_resamples)})")
         rows.append([a] + cells)
     return _table(["row vs column"] + [f"c{j + 1}" for j in range(len(names))], rows) + [
-        "", "Columns c1.. follow the row order. Holm-Sidak corrected two-tailed bootstrap p-values in brackets; "
+        "",
+        "Columns c1.. follow the row order. Holm-Sidak corrected two-tailed bootstrap p-values in brackets; "
         f"**>** row significantly higher at alpha {tests.alpha}, **<** lower, n.s. not significant.",
     ]
 
@@ -89,8 +99,9 @@ def subset_table(prediction: dict[str, SubsetResult], ranking: list[str]) -> lis
     for name, subset in prediction.items():
         mean = subset.measures["pearson"].mean
         ceiling = subset.noise_ceiling["pearson"]
-        rows.append([name, str(subset.n_stimuli)] + [_f(mean[m]) for m in ranking]
-                    + [_f(ceiling.lower), _f(ceiling.upper)])
+        rows.append(
+            [name, str(subset.n_stimuli)] + [_f(mean[m]) for m in ranking] + [_f(ceiling.lower), _f(ceiling.upper)]
+        )
     return _table(["subset", "stimuli"] + ranking + ["lower ceiling", "upper ceiling"], rows)
 
 
@@ -103,11 +114,18 @@ def consistency_section(ec: RatingsConsistency | ConsistencyBlock, title: str) -
     lines = [f"## {title}", ""]
     parts: list[tuple[str, ConsistencyBlock | CategoricalConsistency]]
     if isinstance(ec, RatingsConsistency):
-        lines += [f"Decisions: {ec.decision}, ties broken by rule `{ec.tie_rule}`; "
-                  f"kappa at c_exp = 1: `{ec.c_exp_one}`.", ""]
-        parts = [(heading, block) for heading, block in (
-            ("Natural images: correct vs incorrect against the true class", ec.natural),
-            ("Controversial stimuli: Cohen's kappa over categorical decisions", ec.controversial)) if block]
+        lines += [
+            f"Decisions: {ec.decision}, ties broken by rule `{ec.tie_rule}`; kappa at c_exp = 1: `{ec.c_exp_one}`.",
+            "",
+        ]
+        parts = [
+            (heading, block)
+            for heading, block in (
+                ("Natural images: correct vs incorrect against the true class", ec.natural),
+                ("Controversial stimuli: Cohen's kappa over categorical decisions", ec.controversial),
+            )
+            if block
+        ]
     else:
         parts = [("Trial-level choices", ec)]
     for heading, block in parts:
@@ -140,18 +158,24 @@ def _prediction_sections(results: AnalysisResults) -> list[str]:
     exclusions = results.study.exclusions
     lines += ["## Exclusions", ""]
     if exclusions:
-        lines += _table(["what", "reason", "count", "detail"],
-                        [[e["what"], e["reason"], str(e["count"]), e["detail"] or ""] for e in exclusions])
+        lines += _table(
+            ["what", "reason", "count", "detail"],
+            [[e["what"], e["reason"], str(e["count"]), e["detail"] or ""] for e in exclusions],
+        )
     else:
         lines.append("None: every rating was analysed.")
     lines += ["", "## Which model predicts people best? (all stimuli)", ""] + ranking_table(prediction["all"]) + [""]
     boot = prediction["all"].bootstrap
     if boot:
         copies = "include" if boot.lower_ceiling_includes_own_copies else "exclude"
-        lines += [f"Bootstrap: {boot.n_resamples} resamples of participants and stimuli (stratified by condition, "
-                  f"{boot.strata} strata), seed {boot.seed}; percentile CIs. The lower ceiling's \"others\" {copies} "
-                  "copies of the predicted participant drawn into the same resample.", "",
-                  "## Is the difference real?", ""]
+        lines += [
+            f"Bootstrap: {boot.n_resamples} resamples of participants and stimuli (stratified by condition, "
+            f'{boot.strata} strata), seed {boot.seed}; percentile CIs. The lower ceiling\'s "others" {copies} '
+            "copies of the predicted participant drawn into the same resample.",
+            "",
+            "## Is the difference real?",
+            "",
+        ]
         lines += significance_table(boot) + [""]
     for name in ("natural", "controversial"):
         if name in prediction and prediction[name].bootstrap:

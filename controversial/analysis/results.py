@@ -4,6 +4,7 @@ A renamed field is then an error where it is read (and to a type checker), not a
 another file. ``to_json`` is the one place that turns them into the JSON-ready structure of ``results.json``:
 fields in declaration order, NaN as null, optional blocks left out when absent.
 """
+
 from __future__ import annotations
 
 import math
@@ -23,6 +24,7 @@ def _optional() -> Any:
 @dataclass(frozen=True)
 class MeasureResult:
     """One correlation measure on one subset: each model's mean over participants, and the per-participant values."""
+
     mean: dict[str, float]
     per_participant: dict[str, list[float]]
 
@@ -38,6 +40,7 @@ class CeilingResult:
 @dataclass(frozen=True)
 class PairwiseResult:
     """Holm-Sidak corrected pairwise bootstrap tests; ``significance[i][j]`` is 1 if row i is above column j."""
+
     names: list[str]
     alpha: float  # family-wise significance level
     correction: str
@@ -63,6 +66,7 @@ class BootstrapResult:
 @dataclass(frozen=True)
 class SubsetResult:
     """Correlations, noise ceilings and (where resampled) bootstrap inference on one stimulus subset."""
+
     n_stimuli: int
     measures: dict[str, MeasureResult]
     noise_ceiling: dict[str, CeilingResult]
@@ -83,6 +87,7 @@ class StudySummary:
 @dataclass(frozen=True)
 class PredictionResults:
     """Human-response prediction: the study, models ranked by mean Pearson r on all stimuli, every subset."""
+
     study: StudySummary
     ranking: list[str]
     prediction: dict[str, SubsetResult]
@@ -106,6 +111,7 @@ class KappaCI:
 @dataclass(frozen=True)
 class ConsistencyAggregate:
     """Error consistency of every pair of decision makers, aggregated over the whole set or per condition."""
+
     accuracy: list[float]
     c_obs: Matrix
     c_exp: Matrix
@@ -128,6 +134,7 @@ class NullBand:
 @dataclass(frozen=True)
 class ConsistencyBlock:
     """Correct/incorrect error consistency of humans and models on one set of trials."""
+
     names: list[str]
     is_human: list[bool]
     n_trials: int
@@ -147,6 +154,7 @@ class KappaAggregate:
 @dataclass(frozen=True)
 class CategoricalConsistency:
     """Cohen's kappa over categorical decisions on controversial stimuli (no true class to be wrong against)."""
+
     names: list[str]
     n_trials: int
     measure: str
@@ -157,6 +165,7 @@ class CategoricalConsistency:
 @dataclass(frozen=True)
 class RatingsConsistency:
     """Error consistency from arg-max decisions on graded ratings."""
+
     tie_rule: str
     c_exp_one: str
     decision: str
@@ -168,6 +177,7 @@ class RatingsConsistency:
 class Inputs:
     """What was analysed: the ratings and model responses (a path, a list of paths, or a replication -> path(s)
     mapping) with the replications read from them, or, for a run on trial-level choices alone, the choices."""
+
     human_ratings: str | list[str] | dict[str, Any] | None = _optional()
     model_responses: str | list[str] | dict[str, Any] | None = _optional()
     replications: list[str] | None = _optional()
@@ -183,6 +193,7 @@ class AnalysisResults:
     ``study``, ``ranking`` and ``prediction`` are None for a run on trial-level choices alone; ``choices`` is
     keyed by dataset (one folder of trial CSVs each).
     """
+
     study: StudySummary | None = _optional()
     ranking: list[str] | None = _optional()
     prediction: dict[str, SubsetResult] | None = _optional()
@@ -195,8 +206,11 @@ class AnalysisResults:
 def to_json(value: Any) -> Any:
     """JSON-ready values: dataclasses as objects in field order, NaN and infinities as None, numpy as Python."""
     if is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_json(getattr(value, f.name)) for f in fields(value)
-                if not (f.metadata.get("omit_if_none") and getattr(value, f.name) is None)}
+        return {
+            f.name: to_json(getattr(value, f.name))
+            for f in fields(value)
+            if not (f.metadata.get("omit_if_none") and getattr(value, f.name) is None)
+        }
     if isinstance(value, dict):
         return {str(k): to_json(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

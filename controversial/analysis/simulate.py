@@ -5,6 +5,7 @@ Used to validate the analysis (it must rank the generating model first), to plan
 participants rate each category with the true model's probability distorted in logit space by a
 per-participant gain and noise level, then quantised to the five-point scale.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,8 +45,13 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
 
 
 def simulate_models(
-    n_models: int = 9, dataset: str = "MNIST", stimuli_per_pair: int = 20, natural_per_class: int = 10,
-    model_noise: tuple[float, float] = (0.3, 1.0), seed: int = 0, prefix: str = "sim",
+    n_models: int = 9,
+    dataset: str = "MNIST",
+    stimuli_per_pair: int = 20,
+    natural_per_class: int = 10,
+    model_noise: tuple[float, float] = (0.3, 1.0),
+    seed: int = 0,
+    prefix: str = "sim",
 ) -> SimulatedModels:
     """Models that share a consensus percept plus model-specific deviations, and PNAS-like stimuli:
     ``stimuli_per_pair`` controversial images per model pair (each class targeted twice per side
@@ -103,8 +109,11 @@ def quantise(values: np.ndarray, scale: Sequence[float] = RATING_SCALE) -> np.nd
 
 
 def simulate_participants(
-    probabilities: np.ndarray, n_participants: int, noise: ParticipantNoise = ParticipantNoise(),
-    scale: Sequence[float] = RATING_SCALE, seed: int = 0,
+    probabilities: np.ndarray,
+    n_participants: int,
+    noise: ParticipantNoise = ParticipantNoise(),
+    scale: Sequence[float] = RATING_SCALE,
+    seed: int = 0,
 ) -> np.ndarray:
     """(N, K) true probabilities -> (S, N, K) quantised ratings of simulated participants."""
     rng = np.random.default_rng(seed)
@@ -145,9 +154,12 @@ def write_study(
                         trial,
                     ]
                 )
-    model_rows = [[name, s.image, category, *targets(s), float(models.probabilities[m, n, k])]
-                  for m, name in enumerate(models.names) for n, s in enumerate(models.stimuli)
-                  for k, category in enumerate(models.categories)]
+    model_rows = [
+        [name, s.image, category, *targets(s), float(models.probabilities[m, n, k])]
+        for m, name in enumerate(models.names)
+        for n, s in enumerate(models.stimuli)
+        for k, category in enumerate(models.categories)
+    ]
     human_path, model_path = directory / "human_ratings.csv", directory / "model_responses.csv"
     write_human_ratings(human_path, human_rows)
     write_model_responses(model_path, model_rows)

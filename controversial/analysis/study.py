@@ -4,6 +4,7 @@ A ``Study`` holds human ratings (participants x stimuli x categories), model pro
 (models x stimuli x categories) and per-stimulus metadata (condition, targets, true class). Every
 exclusion is recorded in ``Study.exclusions`` so that reports show it; nothing is dropped silently.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
@@ -58,8 +59,12 @@ class Study:
     def subset(self, mask: np.ndarray) -> "Study":
         """The same study restricted to the stimuli where ``mask`` is true."""
         mask = np.asarray(mask, dtype=bool)
-        return replace(self, stimuli=tuple(s for s, keep in zip(self.stimuli, mask) if keep),
-                       human=self.human[:, mask], model=self.model[:, mask])
+        return replace(
+            self,
+            stimuli=tuple(s for s, keep in zip(self.stimuli, mask) if keep),
+            human=self.human[:, mask],
+            model=self.model[:, mask],
+        )
 
     def subsets(self) -> dict[str, np.ndarray]:
         """Named stimulus subsets: all, natural, controversial, each targeted pair, each targeted model."""
@@ -118,8 +123,14 @@ def build_study(
         )
     if exclude_repetitions:  # an active policy is reported even when it dropped nothing
         rows = [r for r in rows if r.repetition == 0]
-        exclusions.append(Exclusion("rows", "repeated presentation (exclude_repetitions=true)", len(repeats),
-                                    f"{len({(r.subject, r.image) for r in repeats})} trials"))
+        exclusions.append(
+            Exclusion(
+                "rows",
+                "repeated presentation (exclude_repetitions=true)",
+                len(repeats),
+                f"{len({(r.subject, r.image) for r in repeats})} trials",
+            )
+        )
     listed = set(exclude_participants)
     known = {r.subject for r in rows}
     unknown = sorted(listed - known)
@@ -207,8 +218,9 @@ def build_study(
     return study
 
 
-def _exclude_inattentive(rows: list[Rating], attention: Mapping[str, tuple[int, int]] | None, threshold: float,
-                         human: RatingTable) -> tuple[list[Rating], Exclusion]:
+def _exclude_inattentive(
+    rows: list[Rating], attention: Mapping[str, tuple[int, int]] | None, threshold: float, human: RatingTable
+) -> tuple[list[Rating], Exclusion]:
     if attention is None:
         raise InputError("min_attention_passed is set but no attention-check file was given (attention_checks=PATH)")
     subjects = list(dict.fromkeys(r.subject for r in rows))
@@ -217,12 +229,15 @@ def _exclude_inattentive(rows: list[Rating], attention: Mapping[str, tuple[int, 
         raise InputError(f"attention checks: no record for participant(s) {', '.join(missing)} of {human.path}")
     failed = {s: attention[s] for s in subjects if attention[s][0] / attention[s][1] < threshold}
     detail = ", ".join(f"{s} ({ok}/{total})" for s, (ok, total) in failed.items())
-    return ([r for r in rows if r.subject not in failed],
-            Exclusion("participant", f"attention checks passed below {threshold:g}", len(failed), detail))
+    return (
+        [r for r in rows if r.subject not in failed],
+        Exclusion("participant", f"attention checks passed below {threshold:g}", len(failed), detail),
+    )
 
 
-def _exclude_flagged(rows: list[Rating], quality_flags: Mapping[str, Sequence[str]] | None, flags: Sequence[str],
-                     human: RatingTable) -> tuple[list[Rating], list[Exclusion]]:
+def _exclude_flagged(
+    rows: list[Rating], quality_flags: Mapping[str, Sequence[str]] | None, flags: Sequence[str], human: RatingTable
+) -> tuple[list[Rating], list[Exclusion]]:
     if quality_flags is None:
         raise InputError("exclude_flags is set but no quality file was given (quality_flags=<participants.csv>)")
     subjects = list(dict.fromkeys(r.subject for r in rows))
@@ -244,8 +259,10 @@ def _check_variable(values: np.ndarray, names: Sequence[str], what: str, path, r
     flat = values.reshape(values.shape[0], -1)
     constant = [n for n, row in zip(names, flat) if np.ptp(row) == 0]
     if constant:
-        raise InputError(f"{path}, column 'category_rating': {what}(s) {', '.join(constant)} gave the same value for "
-                         f"every (image, category), so correlations are undefined; {remedy}")
+        raise InputError(
+            f"{path}, column 'category_rating': {what}(s) {', '.join(constant)} gave the same value for "
+            f"every (image, category), so correlations are undefined; {remedy}"
+        )
 
 
 def _check_complete(ratings: np.ndarray, participants, stimuli, categories, rows, human: RatingTable) -> None:
@@ -255,9 +272,11 @@ def _check_complete(ratings: np.ndarray, participants, stimuli, categories, rows
             n = int(np.argmin(seen[s]))
             other = int(np.argmax(seen[:, n]))
             line = next(r.line for r in rows if r.subject == participants[other] and r.image == stimuli[n].image)
-            raise InputError(f"{human.path}, row {line}, column 'image': participants saw different stimulus sets: "
-                             f"{participants[other]!r} rated {stimuli[n].image!r} but {subject!r} did not "
-                             f"({int((~seen[s]).sum())} images missing for {subject!r})")
+            raise InputError(
+                f"{human.path}, row {line}, column 'image': participants saw different stimulus sets: "
+                f"{participants[other]!r} rated {stimuli[n].image!r} but {subject!r} did not "
+                f"({int((~seen[s]).sum())} images missing for {subject!r})"
+            )
     holes = np.argwhere(np.isnan(ratings))
     if len(holes):
         s, n, k = holes[0]
@@ -276,17 +295,25 @@ def _exclude_inaccurate(study: Study, threshold: float, tie_rule: TieRule, seed:
     accuracy = (decide(study.human[:, natural], tie_rule, seed) == truth).mean(axis=1)
     keep = accuracy >= threshold
     if keep.all():
-        return replace(study, exclusions=study.exclusions + (
-            Exclusion("participant", f"natural-image accuracy below {threshold:g}", 0),))
+        return replace(
+            study,
+            exclusions=study.exclusions + (Exclusion("participant", f"natural-image accuracy below {threshold:g}", 0),),
+        )
     if not keep.any():
         raise InputError(
             f"min_natural_accuracy={threshold:g} excludes every participant (best accuracy {accuracy.max():.3f})"
         )
     dropped = [f"{p} ({a:.3f})" for p, a, k in zip(study.participants, accuracy, keep) if not k]
     return replace(
-        study, participants=tuple(p for p, k in zip(study.participants, keep) if k), human=study.human[keep],
-        exclusions=study.exclusions + (Exclusion("participant", f"natural-image accuracy below {threshold:g}",
-                                                 int((~keep).sum()), ", ".join(dropped)),),
+        study,
+        participants=tuple(p for p, k in zip(study.participants, keep) if k),
+        human=study.human[keep],
+        exclusions=study.exclusions
+        + (
+            Exclusion(
+                "participant", f"natural-image accuracy below {threshold:g}", int((~keep).sum()), ", ".join(dropped)
+            ),
+        ),
     )
 
 
@@ -309,6 +336,8 @@ def stimulus_set(models: ModelTable) -> Study:
     missing = np.argwhere(np.isnan(probabilities))
     if len(missing):
         m, n, k = missing[0]
-        raise InputError(f"{models.path}, column 'image': model {names[m]!r} has no response for image "
-                         f"{ordered[n].image!r}, category {categories[k]!r}; every model needs every (image, category)")
+        raise InputError(
+            f"{models.path}, column 'image': model {names[m]!r} has no response for image "
+            f"{ordered[n].image!r}, category {categories[k]!r}; every model needs every (image, category)"
+        )
     return Study((), names, tuple(ordered), categories, np.zeros((0, len(ordered), len(categories))), probabilities)

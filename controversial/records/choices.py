@@ -10,6 +10,7 @@ subject s01), so trials of two observers are paired by the stimulus identity the
 (``get_short_imagename`` in ``modelvshuman/helper/plotting_helper.py``): the last ``_``-separated field,
 or the last two when the second-to-last starts with ``n0`` (an ImageNet file, ``n03376595_3070.png``).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -18,8 +19,16 @@ from pathlib import Path
 
 from controversial.records.csvfile import InputError, open_rows, optional_number, text, write_csv
 
-CHOICE_COLUMNS: tuple[str, ...] = ("subj", "session", "trial", "rt", "object_response", "category", "condition",
-                                   "imagename")
+CHOICE_COLUMNS: tuple[str, ...] = (
+    "subj",
+    "session",
+    "trial",
+    "rt",
+    "object_response",
+    "category",
+    "condition",
+    "imagename",
+)
 CHOICE_REQUIRED: tuple[str, ...] = tuple(c for c in CHOICE_COLUMNS if c != "rt")
 MISSED_RESPONSE = "na"
 
@@ -70,19 +79,25 @@ def read_trials(paths: Sequence[str | Path]) -> list[Trial]:
             condition = text(path, line, record, "condition", allow_empty=True)
             image = text(path, line, record, "imagename")
             trial = Trial(
-                subject=text(path, line, record, "subj"), session=text(path, line, record, "session"),
+                subject=text(path, line, record, "subj"),
+                session=text(path, line, record, "session"),
                 trial=_trial_number(path, line, record),
                 response=None if response.lower() == MISSED_RESPONSE else response,
                 category=text(path, line, record, "category"),
                 condition="" if condition.lower() == "nan" else condition,
-                image=image, stimulus=stimulus_identity(image), path=path, line=line,
+                image=image,
+                stimulus=stimulus_identity(image),
+                path=path,
+                line=line,
             )
             optional_number(path, line, record, "rt", minimum=0.0)
             key = (trial.subject, trial.stimulus)
             if key in seen:
                 first_path, first_line = seen[key]
-                raise InputError(f"{path}, row {line}, column 'imagename': subject {trial.subject!r} already answered "
-                                 f"stimulus {trial.stimulus!r} ({first_path}, row {first_line})")
+                raise InputError(
+                    f"{path}, row {line}, column 'imagename': subject {trial.subject!r} already answered "
+                    f"stimulus {trial.stimulus!r} ({first_path}, row {first_line})"
+                )
             seen[key] = (path, line)
             trials.append(trial)
             count += 1

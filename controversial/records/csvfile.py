@@ -3,6 +3,7 @@
 Errors name the file, the row (the physical line, header = 1) and the column, and say what is allowed,
 so a user can fix the file without reading code.
 """
+
 from __future__ import annotations
 
 import csv
@@ -43,8 +44,10 @@ def delimiter_note(header: Sequence[str]) -> str:
 
 
 def decoding_problem(path: Path, row: int, error: UnicodeDecodeError) -> str:
-    return (f"{path}, row {row}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); a binary file, or text in "
-            "another encoding such as Latin-1? Re-save it as UTF-8")
+    return (
+        f"{path}, row {row}: not UTF-8 text (byte 0x{error.object[error.start]:02x}); a binary file, or text in "
+        "another encoding such as Latin-1? Re-save it as UTF-8"
+    )
 
 
 def field_count_problem(path: Path, row: int, record: Mapping[str | None, object]) -> str | None:
@@ -56,9 +59,14 @@ def field_count_problem(path: Path, row: int, record: Mapping[str | None, object
     return None
 
 
-def open_rows(path: Path, required: Sequence[str], aliases: Mapping[str, str] | None = None,
-              case_insensitive: bool = False, error: type[Exception] = InputError,
-              kind: str = "") -> Iterator[tuple[int, dict[str, str]]]:
+def open_rows(
+    path: Path,
+    required: Sequence[str],
+    aliases: Mapping[str, str] | None = None,
+    case_insensitive: bool = False,
+    error: type[Exception] = InputError,
+    kind: str = "",
+) -> Iterator[tuple[int, dict[str, str]]]:
     """Check the header, then yield (line, record) pairs; header names are stripped, ``aliases`` renamed
     (e.g. ``subject code`` -> ``subject``) and, with ``case_insensitive``, lower-cased first.
 
@@ -84,8 +92,10 @@ def open_rows(path: Path, required: Sequence[str], aliases: Mapping[str, str] | 
     if missing:
         handle.close()
         what = f"{kind} " if kind else ""
-        raise error(f"{path}, row 1 (header): missing {what}column(s) {', '.join(missing)}; "
-                    f"required: {', '.join(required)}" + delimiter_note(header))
+        raise error(
+            f"{path}, row 1 (header): missing {what}column(s) {', '.join(missing)}; "
+            f"required: {', '.join(required)}" + delimiter_note(header)
+        )
     reader.fieldnames = header
 
     def rows() -> Iterator[tuple[int, dict[str, str]]]:
@@ -102,8 +112,9 @@ def open_rows(path: Path, required: Sequence[str], aliases: Mapping[str, str] | 
     return rows()
 
 
-def read_records(path: Path, required: Sequence[str], error: type[Exception] = InputError,
-                 kind: str = "") -> list[tuple[int, dict[str, str]]]:
+def read_records(
+    path: Path, required: Sequence[str], error: type[Exception] = InputError, kind: str = ""
+) -> list[tuple[int, dict[str, str]]]:
     """Every (line, record) of a CSV file the project wrote, after the header check."""
     return list(open_rows(Path(path), required, error=error, kind=kind))
 
@@ -143,8 +154,9 @@ def integer(path: Path, line: int, record: Mapping[str, str | None], column: str
     return int(value)
 
 
-def optional_number(path: Path, line: int, record: Mapping[str, str | None], column: str, minimum: float,
-                    whole: bool = False) -> float | None:
+def optional_number(
+    path: Path, line: int, record: Mapping[str, str | None], column: str, minimum: float, whole: bool = False
+) -> float | None:
     """A carried column (rt, trial): empty or NaN is allowed (None), anything else a number >= ``minimum``."""
     raw = text(path, line, record, column, allow_empty=True)
     if raw in MISSING_VALUES:

@@ -1,4 +1,5 @@
 """``fidelity.csv``: one row per PNAS controversial stimulus scored under this project's two corresponding models."""
+
 from __future__ import annotations
 
 from dataclasses import astuple, dataclass, fields

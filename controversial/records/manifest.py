@@ -4,6 +4,7 @@ A *cell* is an ordered class pair ``(class_a, class_b)``: one entry of a model p
 matrix. The column names are the contract between synthesis, sweeps, natural-stimulus ranking, the study
 export and the analysis, so change them only together with their readers.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,8 +55,13 @@ _TIMING_COLUMNS = ("wall_time_s",)
 _BOOL_COLUMNS = {"converged", "accepted"}
 _INT_COLUMNS = {"class_a", "class_b", "seed", "steps"}
 _FLOAT_COLUMNS = {
-    "hard_score", "smooth_score", "wall_time_s",
-    "p_model_a_class_a", "p_model_a_class_b", "p_model_b_class_a", "p_model_b_class_b",
+    "hard_score",
+    "smooth_score",
+    "wall_time_s",
+    "p_model_a_class_a",
+    "p_model_a_class_b",
+    "p_model_b_class_a",
+    "p_model_b_class_b",
 }
 
 

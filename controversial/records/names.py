@@ -12,6 +12,7 @@ Scheme ``pnas2020`` (the release, both experiments; see ``docs/analysis.md``):
 Model names may contain underscores, so classes must be categories of a known dataset and PNAS handles
 must be known handles; anything else is an error naming the file and the accepted patterns, never a guess.
 """
+
 from __future__ import annotations
 
 import re
@@ -28,15 +29,25 @@ REPEATED_SUFFIX = "_repeated"
 # The paper's model handles -> this project's model names, per dataset (data/pnas2020/README.md).
 PNAS_MODELS: dict[str, dict[str, str]] = {
     "mnist": {
-        "small_VGG": "vgg", "small_VGG_negative": "vgg_neg", "Wen_Global_PCN_E4": "pcn", "Sarasra_Capsule": "capsnet",
-        "madry_adv_trained": "madry_linf", "madry_l2": "madry_l2", "Sarasra_Normalized_Reconstruction": "capsnet_recon",
+        "small_VGG": "vgg",
+        "small_VGG_negative": "vgg_neg",
+        "Wen_Global_PCN_E4": "pcn",
+        "Sarasra_Capsule": "capsnet",
+        "madry_adv_trained": "madry_linf",
+        "madry_l2": "madry_l2",
+        "Sarasra_Normalized_Reconstruction": "capsnet_recon",
         "Saarasra_Normalized_Reconstruction": "capsnet_recon",  # the release's documentation spells it so
-        "Gaussian_KDE": "kde", "schott_VAE": "abs",
+        "Gaussian_KDE": "kde",
+        "schott_VAE": "abs",
     },
     "cifar10": {
-        "finetuned_vgg16_bn": "vgg16", "JEM-dscrmntv": "wrn", "Wen_PCN_A6": "pcn_cifar10",
-        "robustness_resnet50_linf_8": "robust_linf", "robustness_resnet50_l2_1.0": "robust_l2",
-        "Gaussian_KDE": "kde_cifar10", "JEM-20": "jem",
+        "finetuned_vgg16_bn": "vgg16",
+        "JEM-dscrmntv": "wrn",
+        "Wen_PCN_A6": "pcn_cifar10",
+        "robustness_resnet50_linf_8": "robust_linf",
+        "robustness_resnet50_l2_1.0": "robust_l2",
+        "Gaussian_KDE": "kde_cifar10",
+        "JEM-20": "jem",
     },
 }
 PNAS_DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR_10_test"}
@@ -112,8 +123,9 @@ def stimulus_filename(model_a: str, class_a: str, model_b: str, class_b: str, se
 
 def natural_controversial_filename(model_a: str, class_a: str, model_b: str, class_b: str, test_index: int) -> str:
     """File name of a test image ranked controversial for a cell (``rank_natural.py``)."""
-    return StimulusName("project", "", "natural_controversial", model_a, class_a, model_b, class_b,
-                        index=str(test_index)).filename
+    return StimulusName(
+        "project", "", "natural_controversial", model_a, class_a, model_b, class_b, index=str(test_index)
+    ).filename
 
 
 def natural_filename(dataset: str, index: int, true_class: str) -> str:
@@ -145,25 +157,36 @@ def _pnas_patterns() -> list[tuple[str, re.Pattern]]:
     for dataset, handles in PNAS_MODELS.items():
         h, c = _alternatives(list(handles)), _classes(dataset)
         joint = "_" if dataset == "mnist" else "_vs_"
-        out.append((dataset, re.compile(
-            rf"^(?P<model_a>{h})_(?P<class_a>{c}){joint}(?P<model_b>{h})_(?P<class_b>{c}){rep}$")))
+        out.append(
+            (dataset, re.compile(rf"^(?P<model_a>{h})_(?P<class_a>{c}){joint}(?P<model_b>{h})_(?P<class_b>{c}){rep}$"))
+        )
     mnist, cifar = (re.escape(PNAS_DATASET_LABELS[d]) for d in ("mnist", "cifar10"))
     out.append(("mnist", re.compile(rf"^{mnist}_(?P<index>\d+)_(?P<true_class>{_classes('mnist')}){rep}$")))
-    out.append(("cifar10", re.compile(
-        rf"^{cifar}_(?P<index>\d+)_(?P<test_index>\d+)_(?P<true_class>{_classes('cifar10')}){rep}$")))
+    out.append(
+        (
+            "cifar10",
+            re.compile(rf"^{cifar}_(?P<index>\d+)_(?P<test_index>\d+)_(?P<true_class>{_classes('cifar10')}){rep}$"),
+        )
+    )
     return out
 
 
 _PATTERNS = {"project": _project_patterns(), "pnas2020": _pnas_patterns()}
 
 ACCEPTED: dict[str, tuple[str, ...]] = {
-    "project": ("<model_a>_<class_a>_vs_<model_b>_<class_b>_seed<k>.png",
-                "<model_a>_<class_a>_vs_<model_b>_<class_b>_natural<test index>.png",
-                "MNIST_<index>_<class>.png", "CIFAR10_<index>_<class>.png"),
-    "pnas2020": ("<handle_1>_<digit_1>_<handle_2>_<digit_2>.png (Exp. 1)",
-                 "<handle_1>_<class_1>_vs_<handle_2>_<class_2>.png (Exp. 2)",
-                 "MNIST_<index>_<class>.png", "CIFAR_10_test_<index>_<CIFAR-10 test index>_<class>.png",
-                 "each optionally with _repeated before .png"),
+    "project": (
+        "<model_a>_<class_a>_vs_<model_b>_<class_b>_seed<k>.png",
+        "<model_a>_<class_a>_vs_<model_b>_<class_b>_natural<test index>.png",
+        "MNIST_<index>_<class>.png",
+        "CIFAR10_<index>_<class>.png",
+    ),
+    "pnas2020": (
+        "<handle_1>_<digit_1>_<handle_2>_<digit_2>.png (Exp. 1)",
+        "<handle_1>_<class_1>_vs_<handle_2>_<class_2>.png (Exp. 2)",
+        "MNIST_<index>_<class>.png",
+        "CIFAR_10_test_<index>_<CIFAR-10 test index>_<class>.png",
+        "each optionally with _repeated before .png",
+    ),
 }
 
 
@@ -188,16 +211,24 @@ def parse_name(filename: str, scheme: Scheme = "project", dataset: str | None = 
             if match:
                 return _record(scheme, data, match.groupdict(), "_vs_" in stem)
     hint = "" if scheme == "pnas2020" else " (images of the PNAS 2020 release: pass naming=pnas2020)"
-    raise StimulusNameError(f"{filename}: not a stimulus name of the {scheme!r} scheme{hint}; "
-                            f"accepted: {describe_scheme(scheme)}")
+    raise StimulusNameError(
+        f"{filename}: not a stimulus name of the {scheme!r} scheme{hint}; accepted: {describe_scheme(scheme)}"
+    )
 
 
 def _record(scheme: Scheme, dataset: str, groups: dict, separator: bool) -> StimulusName:
     repeated = bool(groups.get("repeated"))
     if groups.get("true_class") is not None:
         test_index = groups.get("test_index") or ""
-        return StimulusName(scheme, dataset, "natural", index=groups["index"], test_index=test_index,
-                            true_class=groups["true_class"], repeated=repeated)
+        return StimulusName(
+            scheme,
+            dataset,
+            "natural",
+            index=groups["index"],
+            test_index=test_index,
+            true_class=groups["true_class"],
+            repeated=repeated,
+        )
     fields = {k: groups[k] for k in ("model_a", "class_a", "model_b", "class_b")}
     if groups.get("seed") is not None:
         return StimulusName(scheme, dataset, "synthetic", **fields, seed=int(groups["seed"]))

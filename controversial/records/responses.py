@@ -4,6 +4,7 @@ Read as the release publishes them (``subject code`` with a space, file names wi
 replications ``Exp2a``/``Exp2b`` in the subject code) and as this project writes them. Readers
 validate row by row; errors name the file, the row and the column and say what is allowed.
 """
+
 from __future__ import annotations
 
 import re
@@ -18,8 +19,15 @@ RATING_SCALE: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 TARGET_COLUMNS: tuple[str, ...] = ("targeted_model_1", "targeted_model_2", "targeted_class_1", "targeted_class_2")
 HUMAN_COLUMNS: tuple[str, ...] = (
-    "subject", "image", "image_repetition", "response_category", *TARGET_COLUMNS,
-    "category_rating", "first_reaction_rt", "rt", "trial",
+    "subject",
+    "image",
+    "image_repetition",
+    "response_category",
+    *TARGET_COLUMNS,
+    "category_rating",
+    "first_reaction_rt",
+    "rt",
+    "trial",
 )
 # The analysis needs these; rt, first_reaction_rt and trial are carried but optional.
 HUMAN_REQUIRED: tuple[str, ...] = HUMAN_COLUMNS[:9]
@@ -88,12 +96,15 @@ def natural_true_class(image: str, categories: Sequence[str]) -> str | None:
         if record.kind != "natural":
             return None
         if record.true_class not in categories:
-            raise InputError(f"natural image {image!r}: class {record.true_class!r} is not a category "
-                             f"({', '.join(categories)})")
+            raise InputError(
+                f"natural image {image!r}: class {record.true_class!r} is not a category ({', '.join(categories)})"
+            )
         return record.true_class
     if name.startswith(_NATURAL_PREFIXES):
-        raise InputError(f"natural image {image!r}: no class can be read from the name; accepted: "
-                         "MNIST_<index>_<class>, CIFAR10_<index>_<class>, CIFAR_10_test_<index>_<test index>_<class>")
+        raise InputError(
+            f"natural image {image!r}: no class can be read from the name; accepted: "
+            "MNIST_<index>_<class>, CIFAR10_<index>_<class>, CIFAR_10_test_<index>_<test index>_<class>"
+        )
     return None
 
 
@@ -102,23 +113,27 @@ def _targets(path: Path, line: int, record: dict) -> tuple[str, str, str, str]:
     values = tuple("" if v.lower() == "nan" else v for v in values)
     if any(values) and not all(values):
         empty = [c for c, v in zip(TARGET_COLUMNS, values) if not v]
-        raise InputError(f"{path}, row {line}, column '{empty[0]}': empty, but other targeted_* columns are set; "
-                         "fill all four (controversial stimulus) or none (natural image)")
+        raise InputError(
+            f"{path}, row {line}, column '{empty[0]}': empty, but other targeted_* columns are set; "
+            "fill all four (controversial stimulus) or none (natural image)"
+        )
     return values  # type: ignore[return-value]
 
 
 def _check_duplicate(seen: dict, key: tuple, path: Path, line: int, what: str) -> None:
     if key in seen:
-        raise InputError(f"{path}, row {line}, column 'response_category': duplicate {what} {key!r} "
-                         f"(first on row {seen[key]})")
+        raise InputError(
+            f"{path}, row {line}, column 'response_category': duplicate {what} {key!r} (first on row {seen[key]})"
+        )
     seen[key] = line
 
 
 def _repetition(path: Path, line: int, record: dict) -> int:
     raw = text(path, line, record, "image_repetition")
     if raw not in REPETITION_VALUES:
-        raise InputError(f"{path}, row {line}, column 'image_repetition': {raw!r}; allowed: 0 (first presentation), "
-                         "1 (repeat)")
+        raise InputError(
+            f"{path}, row {line}, column 'image_repetition': {raw!r}; allowed: 0 (first presentation), 1 (repeat)"
+        )
     return REPETITION_VALUES[raw]
 
 
@@ -130,18 +145,27 @@ def read_human_ratings(path: str | Path, scale: Sequence[float] = RATING_SCALE) 
     for line, record in open_rows(path, HUMAN_REQUIRED, SUBJECT_ALIASES):
         rating = number(path, line, record, "category_rating")
         if not any(abs(rating - v) < 1e-9 for v in scale):
-            raise InputError(f"{path}, row {line}, column 'category_rating': {rating!r} is not on the rating scale "
-                             f"({allowed})")
+            raise InputError(
+                f"{path}, row {line}, column 'category_rating': {rating!r} is not on the rating scale ({allowed})"
+            )
         row = Rating(
-            subject=text(path, line, record, "subject"), image=text(path, line, record, "image"),
+            subject=text(path, line, record, "subject"),
+            image=text(path, line, record, "image"),
             repetition=_repetition(path, line, record),
             category=text(path, line, record, "response_category"),
-            targets=_targets(path, line, record), rating=rating, line=line,
+            targets=_targets(path, line, record),
+            rating=rating,
+            line=line,
         )
         for column in ("rt", "first_reaction_rt", "trial"):  # carried, optional; when present, non-negative
             optional_number(path, line, record, column, minimum=0.0, whole=column == "trial")
-        _check_duplicate(seen, (row.subject, row.image, row.repetition, row.category), path, line,
-                         "(subject, image, image_repetition, response_category)")
+        _check_duplicate(
+            seen,
+            (row.subject, row.image, row.repetition, row.category),
+            path,
+            line,
+            "(subject, image, image_repetition, response_category)",
+        )
         rows.append(row)
     if not rows:
         raise InputError(f"{path}: no data rows")
@@ -155,12 +179,16 @@ def read_model_responses(path: str | Path) -> ModelTable:
     for line, record in open_rows(path, MODEL_COLUMNS):
         probability = number(path, line, record, "category_rating")
         if not 0.0 <= probability <= 1.0:
-            raise InputError(f"{path}, row {line}, column 'category_rating': {probability!r} is not a probability "
-                             "in [0, 1]")
+            raise InputError(
+                f"{path}, row {line}, column 'category_rating': {probability!r} is not a probability in [0, 1]"
+            )
         row = ModelResponse(
-            model=text(path, line, record, "model"), image=text(path, line, record, "image"),
-            category=text(path, line, record, "response_category"), targets=_targets(path, line, record),
-            probability=probability, line=line,
+            model=text(path, line, record, "model"),
+            image=text(path, line, record, "image"),
+            category=text(path, line, record, "response_category"),
+            targets=_targets(path, line, record),
+            probability=probability,
+            line=line,
         )
         _check_duplicate(seen, (row.model, row.image, row.category), path, line, "(model, image, response_category)")
         rows.append(row)
@@ -194,8 +222,10 @@ def merge_model_tables(tables: Sequence[ModelTable]) -> ModelTable:
     for table in tables:
         for name in dict.fromkeys(r.model for r in table.rows):
             if name in owner:
-                raise InputError(f"{table.path}, column 'model': model {name!r} is also in {owner[name]}; "
-                                 "rename it in one of the files")
+                raise InputError(
+                    f"{table.path}, column 'model': model {name!r} is also in {owner[name]}; "
+                    "rename it in one of the files"
+                )
             owner[name] = table.path
     if len(tables) == 1:
         return tables[0]

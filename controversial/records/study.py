@@ -3,6 +3,7 @@
 The responses export is the PNAS long format (``responses.HUMAN_COLUMNS``); ``attention.csv`` holds
 one row per attention check, ``participants.csv`` one row per participant (payment and status).
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
@@ -48,11 +49,25 @@ ATTENTION_COLUMNS: tuple[str, ...] = ("subject", "position", "instructed_categor
 ATTENTION_REQUIRED: tuple[str, ...] = ("subject", "passed")  # what the analysis reads; the rest is for people
 # The study server's quality-control figures per participant (study.quality); ``flags`` is ";"-joined.
 QUALITY_COLUMNS: tuple[str, ...] = (
-    "median_rt_ms", "n_fast_trials", "longest_identical_run", "n_refused_answers", "n_browser_changes", "flags",
+    "median_rt_ms",
+    "n_fast_trials",
+    "longest_identical_run",
+    "n_refused_answers",
+    "n_browser_changes",
+    "flags",
 )
 PARTICIPANT_COLUMNS: tuple[str, ...] = (
-    "subject", "prolific_pid", "study_id", "session_id", "status", "n_answered", "n_trials",
-    "attention_passed", "attention_total", "created_utc", "completed_utc",
+    "subject",
+    "prolific_pid",
+    "study_id",
+    "session_id",
+    "status",
+    "n_answered",
+    "n_trials",
+    "attention_passed",
+    "attention_total",
+    "created_utc",
+    "completed_utc",
     *QUALITY_COLUMNS,
 )
 QUALITY_REQUIRED: tuple[str, ...] = ("subject", "flags")  # what the analysis reads of participants.csv
@@ -70,8 +85,9 @@ def trial_list_text(trials: Sequence[TrialSpec]) -> str:
 
 def read_key(path: Path, error: type[Exception] = InputError) -> dict[str, KeyEntry]:
     """``key.csv``: stimulus id -> its private record."""
-    return {r["stimulus_id"]: KeyEntry(**{c: r[c] for c in KEY_COLUMNS})
-            for _, r in read_records(path, KEY_COLUMNS, error)}
+    return {
+        r["stimulus_id"]: KeyEntry(**{c: r[c] for c in KEY_COLUMNS}) for _, r in read_records(path, KEY_COLUMNS, error)
+    }
 
 
 def read_trial_list(path: Path, error: type[Exception] = InputError) -> tuple[TrialSpec, ...]:
@@ -81,8 +97,9 @@ def read_trial_list(path: Path, error: type[Exception] = InputError) -> tuple[Tr
         try:
             trials.append(TrialSpec(r["stimulus_id"], r["kind"], int(r["image_repetition"])))
         except ValueError:
-            raise error(f"{path}, row {line}, column 'image_repetition': {r['image_repetition']!r} is not an "
-                        "integer") from None
+            raise error(
+                f"{path}, row {line}, column 'image_repetition': {r['image_repetition']!r} is not an integer"
+            ) from None
     return tuple(trials)
 
 
@@ -104,5 +121,7 @@ def read_quality_flags(path: str | Path) -> dict[str, tuple[str, ...]]:
     """Quality-control flags per participant, ``subject -> flags``, from the study server's
     ``participants.csv`` (``flags`` is a ``;``-separated list, empty when none was raised)."""
     path = Path(path)
-    return {text(path, line, record, "subject"): tuple(f for f in (record.get("flags") or "").split(";") if f)
-            for line, record in open_rows(path, QUALITY_REQUIRED, SUBJECT_ALIASES)}
+    return {
+        text(path, line, record, "subject"): tuple(f for f in (record.get("flags") or "").split(";") if f)
+        for line, record in open_rows(path, QUALITY_REQUIRED, SUBJECT_ALIASES)
+    }

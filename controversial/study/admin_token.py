@@ -4,6 +4,7 @@ A token on the command line is visible in ``ps`` and is written by Hydra into th
 ``.hydra/*.yaml``; so ``serve_study.py`` takes it only from ``STUDY_ADMIN_TOKEN`` or from a file
 (``admin_token_file``, which may be group/world-unreadable), and ``mode=token`` writes a new one.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,9 @@ def check_admin_token(token: str) -> str:
     if not set(token) <= _ALLOWED:
         raise AdminTokenError(f"admin token: use letters, digits and -_.~+/= only (it goes in an HTTP header); {HOW}")
     if len(set(token)) < MIN_DISTINCT:
-        raise AdminTokenError(f"admin token: only {len(set(token))} distinct characters, it does not look random; "
-                              f"{HOW}")
+        raise AdminTokenError(
+            f"admin token: only {len(set(token))} distinct characters, it does not look random; {HOW}"
+        )
     return token
 
 

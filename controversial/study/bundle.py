@@ -15,6 +15,7 @@ half a bundle, and an existing non-empty version is never replaced (rename refus
 Display images are written in a random order, padded to one length and given one modification
 time, so nothing about a file (size, time, inode order) says which condition it belongs to.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,10 @@ class StudySpec:
     title: str = "Rate what you see in images"
     display_size: int = 224
     rating_levels: tuple[int, ...] = RATING_LEVELS
-    attention_prompt: str = ("Attention check: to show that you are reading, please select 100% for "
-                             "\"{category}\" and 0% for every other category.")
+    attention_prompt: str = (
+        "Attention check: to show that you are reading, please select 100% for "
+        '"{category}" and 0% for every other category.'
+    )
     created_utc: str = ""
     provenance: dict = field(default_factory=dict)
     format: int = BUNDLE_FORMAT
@@ -106,8 +109,13 @@ def validate_name(name: str) -> str:
 
 
 def write_bundle(
-    studies_dir: str | Path, spec: StudySpec, trials: Sequence[TrialSpec], key: Sequence[KeyEntry],
-    images: Mapping[str, bytes], originals: Mapping[str, bytes], web_source: str | Path,
+    studies_dir: str | Path,
+    spec: StudySpec,
+    trials: Sequence[TrialSpec],
+    key: Sequence[KeyEntry],
+    images: Mapping[str, bytes],
+    originals: Mapping[str, bytes],
+    web_source: str | Path,
 ) -> Path:
     """Write a new version ``<studies_dir>/<name>/v<k>`` (k = latest + 1) and return its path.
 
@@ -166,8 +174,9 @@ def _write_display_images(folder: Path, images: Mapping[str, bytes]) -> None:
         os.utime(folder / f"{stimulus_id}.png", (stamp, stamp))
 
 
-def _check_consistent(spec: StudySpec, trials: Sequence[TrialSpec], key: Mapping[str, KeyEntry],
-                      images: set[str], where: Path) -> None:
+def _check_consistent(
+    spec: StudySpec, trials: Sequence[TrialSpec], key: Mapping[str, KeyEntry], images: set[str], where: Path
+) -> None:
     if len(spec.categories) != len(set(spec.categories)) or not spec.categories:
         raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(spec.categories)}")
     for entry in key.values():

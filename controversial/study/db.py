@@ -11,6 +11,7 @@ and never holds the write lock, so a long admin export does not stall participan
 Session secrets are stored as SHA-256 digests only: a copy of the database does not let anyone act
 as a participant.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,7 +19,16 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import (
-    DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint, create_engine, event, inspect,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    event,
+    inspect,
 )
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
@@ -109,8 +119,9 @@ def make_engine(url: str) -> Engine:
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         # Every transaction takes SQLite's write lock, so one pooled connection loses no concurrency, and
         # threads queue on the pool (woken at once) instead of in SQLite's sleeping busy handler.
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 15},
-                               pool_size=1, max_overflow=0, pool_timeout=60)
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": 15}, pool_size=1, max_overflow=0, pool_timeout=60
+        )
         _configure_sqlite(engine)
     else:
         engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
@@ -128,8 +139,10 @@ def _check_schema(engine: Engine) -> None:
         present = {column["name"] for column in inspector.get_columns(table.name)}
         missing = [column.name for column in table.columns if column.name not in present]
         if missing:
-            raise RuntimeError(f"database table {table.name!r} lacks column(s) {', '.join(missing)}: it was written "
-                               "by an older version; export its data (mode=export) and use a new database")
+            raise RuntimeError(
+                f"database table {table.name!r} lacks column(s) {', '.join(missing)}: it was written "
+                "by an older version; export its data (mode=export) and use a new database"
+            )
 
 
 def make_read_engine(url: str, engine: Engine) -> Engine:
@@ -138,8 +151,9 @@ def make_read_engine(url: str, engine: Engine) -> Engine:
     share ``engine``."""
     if make_url(url).get_backend_name() != "sqlite":
         return engine
-    reader = create_engine(url, connect_args={"check_same_thread": False, "timeout": 15},
-                           pool_size=2, max_overflow=2, pool_timeout=60)
+    reader = create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": 15}, pool_size=2, max_overflow=2, pool_timeout=60
+    )
 
     @event.listens_for(reader, "connect")
     def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]

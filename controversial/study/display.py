@@ -4,6 +4,7 @@ checks drawn as images, and every display PNG padded to one length.
 The paper showed MNIST as a dark digit on a light background and upsampled both datasets; the
 8-bit stimulus itself is never altered, only its display copy.
 """
+
 from __future__ import annotations
 
 import io

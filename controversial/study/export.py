@@ -8,6 +8,7 @@ pixels), so the API shows every trial the same way.
 The consent and instruction texts are frozen into the bundle; an export refuses the repository's
 placeholder texts unless it is declared a pilot (``pilot=true``, recorded in ``study.json``).
 """
+
 from __future__ import annotations
 
 import io
@@ -28,7 +29,12 @@ from controversial.records.study import KeyEntry, TrialSpec
 from controversial.study.bundle import BundleError, StudySpec, write_bundle
 from controversial.study.display import attention_png, display_png, png_to_uint8
 from controversial.study.selection import (
-    SelectionError, SweepStimulus, collect_sweep, select_controversial, select_natural, select_repeats,
+    SelectionError,
+    SweepStimulus,
+    collect_sweep,
+    select_controversial,
+    select_natural,
+    select_repeats,
 )
 
 log = logging.getLogger(__name__)
@@ -106,20 +112,27 @@ def _check_class_names(stimuli: Sequence[SweepStimulus], categories: Sequence[st
     for stim in stimuli:
         for index, name in ((stim.row.class_a, stim.row.class_a_name), (stim.row.class_b, stim.row.class_b_name)):
             if not 0 <= index < len(categories) or categories[index] != name:
-                raise SelectionError(f"{stim.image_path.name}: class {index} is named {name!r} in its manifest, "
-                                     f"but the dataset's categories are {list(categories)}")
+                raise SelectionError(
+                    f"{stim.image_path.name}: class {index} is named {name!r} in its manifest, "
+                    f"but the dataset's categories are {list(categories)}"
+                )
 
 
 def export_study(
-    sweep_dir: str | Path, studies_dir: str | Path, settings: ExportSettings, natural_loader: NaturalLoader,
+    sweep_dir: str | Path,
+    studies_dir: str | Path,
+    settings: ExportSettings,
+    natural_loader: NaturalLoader,
     web_source: str | Path,
 ) -> Path:
     """Build and write a new study bundle version from a synthesis sweep; returns its folder."""
     placeholders = placeholder_texts(web_source)
     if placeholders and not settings.pilot:
-        raise BundleError(f"placeholder text in {web_source}: {'; '.join(placeholders[:5])}. Put your approved "
-                             "consent text (ethics reference, contact, duration, pay) in human_study/src/text/, or "
-                             "export with pilot=true for a pilot that no real participant sees")
+        raise BundleError(
+            f"placeholder text in {web_source}: {'; '.join(placeholders[:5])}. Put your approved "
+            "consent text (ethics reference, contact, duration, pay) in human_study/src/text/, or "
+            "export with pilot=true for a pilot that no real participant sees"
+        )
     if placeholders:
         log.warning("pilot export with placeholder text (%s): do not publish it on Prolific", "; ".join(placeholders))
     rng = np.random.default_rng(settings.seed)
@@ -143,12 +156,21 @@ def export_study(
     for stim in chosen:
         stimulus_id = _new_id(taken)
         row = stim.row
-        key.append(KeyEntry(
-            stimulus_id=stimulus_id, kind="controversial", image=stim.image_path.name,
-            model_a=row.model_a, model_b=row.model_b, class_a=str(row.class_a), class_b=str(row.class_b),
-            class_a_name=row.class_a_name, class_b_name=row.class_b_name, hard_score=repr(row.hard_score),
-            origin=str(stim.image_path),
-        ))
+        key.append(
+            KeyEntry(
+                stimulus_id=stimulus_id,
+                kind="controversial",
+                image=stim.image_path.name,
+                model_a=row.model_a,
+                model_b=row.model_b,
+                class_a=str(row.class_a),
+                class_b=str(row.class_b),
+                class_a_name=row.class_a_name,
+                class_b_name=row.class_b_name,
+                hard_score=repr(row.hard_score),
+                origin=str(stim.image_path),
+            )
+        )
         originals[stim.image_path.name] = stim.image_path.read_bytes()
         images[stimulus_id] = render(png_to_uint8(originals[stim.image_path.name]))
 
@@ -161,8 +183,15 @@ def export_study(
             stimulus_id = _new_id(taken)
             true_class = categories[int(test_labels[index])]
             name = natural_filename(dataset, index, true_class)
-            key.append(KeyEntry(stimulus_id=stimulus_id, kind=kind, image=name, true_class=true_class,
-                                origin=f"{dataset} test #{index}"))
+            key.append(
+                KeyEntry(
+                    stimulus_id=stimulus_id,
+                    kind=kind,
+                    image=name,
+                    true_class=true_class,
+                    origin=f"{dataset} test #{index}",
+                )
+            )
             images[stimulus_id] = render(_hwc(test_images[index]))
             if kind == "natural":
                 originals[name] = _png(_hwc(test_images[index]))
@@ -173,19 +202,35 @@ def export_study(
     for cls in instructed:
         stimulus_id = _new_id(taken)
         key.append(KeyEntry(stimulus_id=stimulus_id, kind="attention", instructed_class=categories[int(cls)]))
-        images[stimulus_id] = attention_png(settings.attention_prompt.format(category=categories[int(cls)]),
-                                            settings.display_size, colour=info.image_shape[0] == 3)
+        images[stimulus_id] = attention_png(
+            settings.attention_prompt.format(category=categories[int(cls)]),
+            settings.display_size,
+            colour=info.image_shape[0] == 3,
+        )
 
     trials = [TrialSpec(sid, "stimulus", 0) for sid in rated]
     trials += [TrialSpec(sid, "stimulus", 1) for sid in repeats]
     trials += [TrialSpec(e.stimulus_id, "attention", 0) for e in key if e.kind == "attention"]
     trials += [TrialSpec(e.stimulus_id, "demo", 0) for e in key if e.kind == "demo"]
     spec = StudySpec(
-        name=settings.name, dataset=dataset, categories=tuple(categories), title=settings.title,
-        display_size=settings.display_size, attention_prompt=settings.attention_prompt, pilot=settings.pilot,
+        name=settings.name,
+        dataset=dataset,
+        categories=tuple(categories),
+        title=settings.title,
+        display_size=settings.display_size,
+        attention_prompt=settings.attention_prompt,
+        pilot=settings.pilot,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        provenance={"sweep_dir": str(Path(sweep_dir).resolve()), **settings.provenance,
-                    "counts": {"controversial": len(chosen), "natural": len(natural), "repeats": len(repeats),
-                               "attention": settings.n_attention, "demo": len(demos)}},
+        provenance={
+            "sweep_dir": str(Path(sweep_dir).resolve()),
+            **settings.provenance,
+            "counts": {
+                "controversial": len(chosen),
+                "natural": len(natural),
+                "repeats": len(repeats),
+                "attention": settings.n_attention,
+                "demo": len(demos),
+            },
+        },
     )
     return write_bundle(studies_dir, spec, trials, key, images, originals, web_source)

@@ -6,6 +6,7 @@ cannot let a few large bodies exhaust memory: a declared ``Content-Length`` over
 before anything is read, and a chunked body is counted while it arrives and refused the moment it
 passes the limit. The headers are set on every response, errors included.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,25 +23,41 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # The page loads only its own scripts, styles and images and talks only to its own origin. jsPsych's
 # instructions and preload plugins write a few cosmetic style="" attributes, which this policy blocks;
 # human_study/src/style.css restores them, so no 'unsafe-inline' is needed.
-CONTENT_SECURITY_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-                           "connect-src 'self'; font-src 'self' data:; base-uri 'none'; form-action 'none'; "
-                           "frame-ancestors 'none'")
-SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = tuple((k.encode(), v.encode()) for k, v in (
-    ("content-security-policy", CONTENT_SECURITY_POLICY),
-    ("x-frame-options", "DENY"),
-    ("x-content-type-options", "nosniff"),
-    ("referrer-policy", "no-referrer"),
-    ("cross-origin-opener-policy", "same-origin"),
-    ("cross-origin-resource-policy", "same-origin"),
-    ("permissions-policy", "camera=(), microphone=(), geolocation=(), payment=(), usb=()"),
-))
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; font-src 'self' data:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = tuple(
+    (k.encode(), v.encode())
+    for k, v in (
+        ("content-security-policy", CONTENT_SECURITY_POLICY),
+        ("x-frame-options", "DENY"),
+        ("x-content-type-options", "nosniff"),
+        ("referrer-policy", "no-referrer"),
+        ("cross-origin-opener-policy", "same-origin"),
+        ("cross-origin-resource-policy", "same-origin"),
+        ("permissions-policy", "camera=(), microphone=(), geolocation=(), payment=(), usb=()"),
+    )
+)
 
 
 async def _reply(send: Send, status: int, detail: str, extra: tuple[tuple[bytes, bytes], ...] = ()) -> None:
     body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-        (b"cache-control", b"no-store"), (b"connection", b"close"), *SECURITY_HEADERS, *extra]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"cache-control", b"no-store"),
+                (b"connection", b"close"),
+                *SECURITY_HEADERS,
+                *extra,
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": body})
 
 
@@ -113,8 +130,9 @@ class RateLimiter:
     are full again, are forgotten when the table grows past ``max_clients``.
     """
 
-    def __init__(self, per_minute: float, burst: int, max_clients: int = 100_000,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, per_minute: float, burst: int, max_clients: int = 100_000, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         if per_minute <= 0 or burst < 1:
             raise ValueError(f"rate limit: per_minute={per_minute} must be > 0 and burst={burst} at least 1")
         self.rate, self.burst, self.max_clients, self.clock = per_minute / 60.0, float(burst), max_clients, clock

@@ -5,6 +5,7 @@ least ``min_repeat_gap`` trials later when the sequence allows; attention checks
 (with jitter) so that they sample attention across the whole session. Demo trials are not part of
 the order: the browser shows them before the study.
 """
+
 from __future__ import annotations
 
 import random
@@ -33,8 +34,11 @@ def participant_order(trials: Sequence[TrialSpec], rng: random.Random, min_repea
     order = list(firsts)
     _move_repeated_forward(order, {t.stimulus_id for t in repeats}, min_repeat_gap, rng)
     for repeat in repeats:
-        first_at = next(i for i, t in enumerate(order) if t.stimulus_id == repeat.stimulus_id
-                        and t.image_repetition == repeat.image_repetition - 1)
+        first_at = next(
+            i
+            for i, t in enumerate(order)
+            if t.stimulus_id == repeat.stimulus_id and t.image_repetition == repeat.image_repetition - 1
+        )
         earliest = min(first_at + 1 + min_repeat_gap, len(order))
         order.insert(rng.randint(earliest, len(order)), repeat)
     spacing = len(order) / (len(checks) + 1)

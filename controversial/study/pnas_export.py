@@ -10,6 +10,7 @@ Tables are produced as row iterators that hold one participant's answers at a ti
 ``records.csvfile.csv_chunks`` turns them into text pieces, so an export of any size streams in bounded memory.
 Run all three inside one read transaction to get one consistent snapshot.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,10 +48,15 @@ def attention_passed(ratings: Sequence[int], categories: Sequence[str], instruct
 def _answers(session: Session, bundle: StudyBundle) -> Iterator[tuple[Participant, list[Response]]]:
     """Every participant of this study version with their answers in position order, one at a time."""
     participants = session.scalars(
-        select(Participant).where(Participant.study == bundle.label).order_by(Participant.id)).all()
+        select(Participant).where(Participant.study == bundle.label).order_by(Participant.id)
+    ).all()
     responses = session.scalars(
-        select(Response).join(Participant).where(Participant.study == bundle.label)
-        .order_by(Response.participant_id, Response.position).execution_options(yield_per=_BATCH))
+        select(Response)
+        .join(Participant)
+        .where(Participant.study == bundle.label)
+        .order_by(Response.participant_id, Response.position)
+        .execution_options(yield_per=_BATCH)
+    )
     grouped = groupby(responses, key=lambda r: r.participant_id)
     pending = next(grouped, None)
     for participant in participants:
@@ -77,11 +83,23 @@ def response_rows(session: Session, bundle: StudyBundle, include_incomplete: boo
             if response.kind == "attention":
                 continue
             entry = bundle.key[response.stimulus_id]
-            targets = ([entry.model_a, entry.model_b, entry.class_a_name, entry.class_b_name]
-                       if entry.kind == "controversial" else ["", "", "", ""])
+            targets = (
+                [entry.model_a, entry.model_b, entry.class_a_name, entry.class_b_name]
+                if entry.kind == "controversial"
+                else ["", "", "", ""]
+            )
             for category, value in zip(categories, json.loads(response.ratings_json), strict=True):
-                yield [code, entry.image, response.image_repetition, category, *targets, _rating(value),
-                       _ms(response.first_reaction_rt_ms), _ms(response.rt_ms), stimulus_trial[response.position]]
+                yield [
+                    code,
+                    entry.image,
+                    response.image_repetition,
+                    category,
+                    *targets,
+                    _rating(value),
+                    _ms(response.first_reaction_rt_ms),
+                    _ms(response.rt_ms),
+                    stimulus_trial[response.position],
+                ]
 
 
 def attention_rows(session: Session, bundle: StudyBundle) -> Iterator[list]:
@@ -92,16 +110,24 @@ def attention_rows(session: Session, bundle: StudyBundle) -> Iterator[list]:
                 ratings = json.loads(response.ratings_json)
                 instructed = bundle.key[response.stimulus_id].instructed_class
                 ok = attention_passed(ratings, bundle.spec.categories, instructed)
-                yield [subject_code(participant), response.position, instructed, str(ok).lower(),
-                       " ".join(map(str, ratings))]
+                yield [
+                    subject_code(participant),
+                    response.position,
+                    instructed,
+                    str(ok).lower(),
+                    " ".join(map(str, ratings)),
+                ]
 
 
 def _records(bundle: StudyBundle, answered: Sequence[Response]) -> list[TrialRecord]:
     records = []
     for response in answered:
         ratings = tuple(json.loads(response.ratings_json))
-        passed = (attention_passed(ratings, bundle.spec.categories, bundle.key[response.stimulus_id].instructed_class)
-                  if response.kind == "attention" else None)
+        passed = (
+            attention_passed(ratings, bundle.spec.categories, bundle.key[response.stimulus_id].instructed_class)
+            if response.kind == "attention"
+            else None
+        )
         records.append(TrialRecord(ratings, response.rt_ms, response.interval_ms, passed))
     return records
 
@@ -116,13 +142,23 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
         complete = participant.completed_at is not None
         q = assess(_records(bundle, answered), quality, participant.n_refused, participant.n_browser_changes)
         yield [
-            subject_code(participant), participant.prolific_pid, participant.prolific_study_id,
+            subject_code(participant),
+            participant.prolific_pid,
+            participant.prolific_study_id,
             participant.prolific_session_id,
             "completed" if complete else ("in_progress" if participant.consented_at else "not_consented"),
-            len(answered), participant.n_trials, q.attention_passed, q.attention_total,
-            _utc(participant.created_at), _utc(participant.completed_at),
-            "" if q.median_rt_ms is None else _ms(q.median_rt_ms), q.n_fast, q.longest_identical_run,
-            participant.n_refused, participant.n_browser_changes, ";".join(q.flags),
+            len(answered),
+            participant.n_trials,
+            q.attention_passed,
+            q.attention_total,
+            _utc(participant.created_at),
+            _utc(participant.completed_at),
+            "" if q.median_rt_ms is None else _ms(q.median_rt_ms),
+            q.n_fast,
+            q.longest_identical_run,
+            participant.n_refused,
+            participant.n_browser_changes,
+            ";".join(q.flags),
         ]
 
 

@@ -7,6 +7,7 @@ reaction times but not the server's clock, so a trial counts as fast when either
 Nothing here drops data: flags go to ``participants.csv`` and ``analyze.py exclude_flags=[...]``
 turns them into exclusions that the report lists.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -61,7 +62,8 @@ class Quality:
 def is_fast(trial: TrialRecord, settings: QualitySettings) -> bool:
     """Below the floor by the browser's clock or by the server's."""
     return trial.rt_ms < settings.min_trial_rt_ms or (
-        trial.interval_ms is not None and trial.interval_ms < settings.min_trial_rt_ms)
+        trial.interval_ms is not None and trial.interval_ms < settings.min_trial_rt_ms
+    )
 
 
 def longest_identical_run(ratings: Sequence[Sequence[int]]) -> int:
@@ -74,8 +76,9 @@ def longest_identical_run(ratings: Sequence[Sequence[int]]) -> int:
     return longest
 
 
-def assess(trials: Sequence[TrialRecord], settings: QualitySettings, n_refused: int = 0,
-           n_browser_changes: int = 0) -> Quality:
+def assess(
+    trials: Sequence[TrialRecord], settings: QualitySettings, n_refused: int = 0, n_browser_changes: int = 0
+) -> Quality:
     """Figures and flags for one participant's trials in presentation order."""
     rated = [t for t in trials if t.attention_passed is None]
     checks = [t for t in trials if t.attention_passed is not None]
@@ -90,7 +93,10 @@ def assess(trials: Sequence[TrialRecord], settings: QualitySettings, n_refused: 
         "browser_changed": n_browser_changes > 0,
     }
     return Quality(
-        median_rt_ms=statistics.median(t.rt_ms for t in trials) if trials else None, n_fast=n_fast,
-        longest_identical_run=run, attention_passed=passed, attention_total=len(checks),
+        median_rt_ms=statistics.median(t.rt_ms for t in trials) if trials else None,
+        n_fast=n_fast,
+        longest_identical_run=run,
+        attention_passed=passed,
+        attention_total=len(checks),
         flags=tuple(f for f in FLAGS if raised[f]),
     )

@@ -5,6 +5,7 @@ consent, ``"3"`` is not a position). Checks that need the study or the deploymen
 allowed rating values, the participant's stored order, Prolific's id format outside test mode)
 live in ``server.py``; everything here is study-independent.
 """
+
 from __future__ import annotations
 
 import re

@@ -6,6 +6,7 @@ what they ask: pass ``instructed`` (stimulus id -> category, from the bundle's p
 an attentive person; without it the script answers them like any image, as a bot would. ``call``
 lets a caller add retries or timing around every request without re-implementing the protocol.
 """
+
 from __future__ import annotations
 
 import random
@@ -38,8 +39,13 @@ def instructions(bundle: StudyBundle) -> dict[str, str]:
     return {e.stimulus_id: e.instructed_class for e in bundle.key.values() if e.kind == "attention"}
 
 
-def scripted_ratings(stimulus_id: str, categories: Sequence[str], levels: Sequence[int], rng: random.Random,
-                     instructed: Mapping[str, str]) -> dict[str, int]:
+def scripted_ratings(
+    stimulus_id: str,
+    categories: Sequence[str],
+    levels: Sequence[int],
+    rng: random.Random,
+    instructed: Mapping[str, str],
+) -> dict[str, int]:
     """Random ratings, except that an attention check in ``instructed`` is answered as it asks."""
     if stimulus_id in instructed:
         return {c: (100 if c == instructed[stimulus_id] else 0) for c in categories}
@@ -52,27 +58,43 @@ def _checked(reply: httpx.Response, *ok: int) -> dict:
     return reply.json()
 
 
-def take_study(client: httpx.Client, prolific_pid: str, rng: random.Random, call: Call | None = None,
-               instructed: Mapping[str, str] | None = None, session_id: str | None = None) -> TakeResult:
+def take_study(
+    client: httpx.Client,
+    prolific_pid: str,
+    rng: random.Random,
+    call: Call | None = None,
+    instructed: Mapping[str, str] | None = None,
+    session_id: str | None = None,
+) -> TakeResult:
     """Run one participant from arrival to completion; a PID seen before resumes under the same SESSION_ID."""
     request: Call = call or (lambda method, url, body: client.request(method, url, json=body))
     study = _checked(request("GET", "/api/study", None), 200)
-    arrival = {"prolific_pid": prolific_pid, "study_id": prolific_pid[::-1],
-               "session_id": session_id or prolific_pid[1:] + prolific_pid[:1]}
+    arrival = {
+        "prolific_pid": prolific_pid,
+        "study_id": prolific_pid[::-1],
+        "session_id": session_id or prolific_pid[1:] + prolific_pid[:1],
+    }
     state = _checked(request("POST", "/api/session", arrival), 200)
     if state["status"] == "completed":
         return TakeResult(None, {}, state["redirect_url"])
     token = state["token"]
     if not state["consented"]:
-        _checked(request("POST", f"/api/sessions/{token}/consent", {"consent": True, "browser": {"scripted": True}}),
-                 200)
+        _checked(
+            request("POST", f"/api/sessions/{token}/consent", {"consent": True, "browser": {"scripted": True}}), 200
+        )
     answers: dict[int, list[int]] = {}
     for trial in state["trials"]:
-        ratings = scripted_ratings(trial["stimulus_id"], study["categories"], study["rating_levels"], rng,
-                                   instructed or {})
+        ratings = scripted_ratings(
+            trial["stimulus_id"], study["categories"], study["rating_levels"], rng, instructed or {}
+        )
         rt = rng.uniform(1600, 6000)
-        body = {"position": trial["position"], "stimulus_id": trial["stimulus_id"], "ratings": ratings,
-                "rt_ms": round(rt, 1), "first_reaction_rt_ms": round(rng.uniform(200, rt), 1)}
+        body = {
+            "position": trial["position"],
+            "stimulus_id": trial["stimulus_id"],
+            "ratings": ratings,
+            "rt_ms": round(rt, 1),
+            "first_reaction_rt_ms": round(rng.uniform(200, rt), 1),
+        }
         _checked(request("POST", f"/api/sessions/{token}/responses", body), 200, 201)
         answers[trial["position"]] = [ratings[c] for c in study["categories"]]
     done = _checked(request("POST", f"/api/sessions/{token}/complete", None), 200)

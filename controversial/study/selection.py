@@ -5,6 +5,7 @@ exactly N/10 times and model B's target exactly N/10 times. Among the accepted s
 the largest total controversiality under those marginal counts is an integer linear programme,
 solved here with scipy's MILP solver (HiGHS).
 """
+
 from __future__ import annotations
 
 import logging
@@ -100,7 +101,10 @@ def _class_names(stimuli: Iterable[SweepStimulus]) -> dict[int, str]:
 
 
 def _solve_pair(
-    pair: tuple[str, str], cells: dict[tuple[int, int], SweepStimulus], per_class: int, n_classes: int,
+    pair: tuple[str, str],
+    cells: dict[tuple[int, int], SweepStimulus],
+    per_class: int,
+    n_classes: int,
     class_name: dict[int, str],
 ) -> list[SweepStimulus]:
     """Maximise summed hard controversiality with each class exactly ``per_class`` times per role."""
@@ -133,25 +137,36 @@ def _solve_pair(
         raise SelectionError(
             f"pair {first} vs {second}: no balanced selection of {per_class * n_classes} stimuli exists "
             f"({result.message}); the scarcest classes are "
-            + ", ".join(f"'{class_name.get(c, c)}' ({counts_first[c]} as {first}'s target, "
-                        f"{counts_second[c]} as {second}'s)" for c in scarce)
+            + ", ".join(
+                f"'{class_name.get(c, c)}' ({counts_first[c]} as {first}'s target, {counts_second[c]} as {second}'s)"
+                for c in scarce
+            )
         )
     chosen = [cells[k] for k, x in zip(keys, result.x, strict=True) if x > 0.5]
-    log.info("pair %s vs %s: %d stimuli, total controversiality %.3f (of %d candidate cells)",
-             first, second, len(chosen), sum(s.row.hard_score for s in chosen), len(keys))
+    log.info(
+        "pair %s vs %s: %d stimuli, total controversiality %.3f (of %d candidate cells)",
+        first,
+        second,
+        len(chosen),
+        sum(s.row.hard_score for s in chosen),
+        len(keys),
+    )
     return chosen
 
 
 def select_controversial(
-    stimuli: Sequence[SweepStimulus], per_pair: int = 20, n_classes: int = 10,
+    stimuli: Sequence[SweepStimulus],
+    per_pair: int = 20,
+    n_classes: int = 10,
     sources: Sequence[str] = ("synthetic",),
 ) -> list[SweepStimulus]:
     """Balanced, maximally controversial ``per_pair`` stimuli for every model pair in the sweep."""
     if per_pair <= 0 or per_pair % n_classes:
         raise SelectionError(f"per_pair={per_pair}: must be a positive multiple of {n_classes} (one share per class)")
     if per_pair > n_classes * (n_classes - 1):
-        raise SelectionError(f"per_pair={per_pair}: at most {n_classes * (n_classes - 1)}, one stimulus per ordered "
-                             "class pair")
+        raise SelectionError(
+            f"per_pair={per_pair}: at most {n_classes * (n_classes - 1)}, one stimulus per ordered class pair"
+        )
     eligible = _eligible(stimuli, sources)
     if not eligible:
         raise SelectionError(f"no accepted stimuli with source in {list(sources)} in the sweep")
@@ -168,8 +183,9 @@ def select_controversial(
     return chosen
 
 
-def select_natural(labels: np.ndarray, per_class: int, n_classes: int, rng: np.random.Generator,
-                   exclude: Iterable[int] = ()) -> list[int]:
+def select_natural(
+    labels: np.ndarray, per_class: int, n_classes: int, rng: np.random.Generator, exclude: Iterable[int] = ()
+) -> list[int]:
     """``per_class`` random test-set indices per class (sorted), skipping ``exclude``."""
     labels = np.asarray(labels)
     excluded = set(int(i) for i in exclude)

@@ -13,6 +13,7 @@ resume policy built on Prolific's ids, to another browser arriving with the same
 same Prolific submission), which revokes the first browser's token. A PROLIFIC_PID alone never
 opens someone's session. API and threat model: ``docs/human_study.md``.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -38,7 +39,14 @@ from controversial.records.csvfile import csv_chunks
 from controversial.study.admin_token import check_admin_token
 from controversial.study.bundle import WEB_DIR, load_bundle
 from controversial.study.db import (
-    Participant, Response, default_database_url, make_engine, make_read_engine, session_factory, token_digest, utcnow,
+    Participant,
+    Response,
+    default_database_url,
+    make_engine,
+    make_read_engine,
+    session_factory,
+    token_digest,
+    utcnow,
 )
 from controversial.study.guards import BodyLimit, RateLimiter, SecurityHeaders
 from controversial.study.order import participant_order
@@ -118,11 +126,13 @@ def create_app(settings: ServerSettings) -> FastAPI:
     allowed_text = ", ".join(str(v) for v in bundle.spec.rating_levels)
     has_vendor = (settings.vendor_dir / "jspsych" / "dist").is_dir()
     if not has_vendor:
-        log.warning("jsPsych not found under %s: run `npm ci` in human_study/ before serving participants",
-                    settings.vendor_dir)
+        log.warning(
+            "jsPsych not found under %s: run `npm ci` in human_study/ before serving participants", settings.vendor_dir
+        )
     if bundle.spec.pilot:
-        log.warning("%s is a PILOT bundle (placeholder consent or instruction text): not for real participants",
-                    bundle.label)
+        log.warning(
+            "%s is a PILOT bundle (placeholder consent or instruction text): not for real participants", bundle.label
+        )
     if settings.allow_test_ids:
         log.warning("allow_test_ids is on: any made-up PROLIFIC_PID is accepted (pilots and tests only)")
 
@@ -140,15 +150,22 @@ def create_app(settings: ServerSettings) -> FastAPI:
     @app.exception_handler(Exception)
     async def _crash(request: Request, error: Exception) -> JSONResponse:
         log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse({"detail": "internal server error; your earlier answers are saved, please retry"},
-                            status_code=500, headers=_NO_STORE)
+        return JSONResponse(
+            {"detail": "internal server error; your earlier answers are saved, please retry"},
+            status_code=500,
+            headers=_NO_STORE,
+        )
 
     def participant_for(session: Session, token: str) -> Participant:
-        participant = session.scalar(select(Participant).where(Participant.token_hash == token_digest(token),
-                                                               Participant.study == bundle.label))
+        participant = session.scalar(
+            select(Participant).where(Participant.token_hash == token_digest(token), Participant.study == bundle.label)
+        )
         if participant is None:
-            raise ApiError(404, "unknown session: it may have been continued in another browser; "
-                                "reload the study from the Prolific link")
+            raise ApiError(
+                404,
+                "unknown session: it may have been continued in another browser; "
+                "reload the study from the Prolific link",
+            )
         return participant
 
     def public_trial(position: int, stimulus_id: str) -> dict[str, Any]:
@@ -157,20 +174,35 @@ def create_app(settings: ServerSettings) -> FastAPI:
 
     def state(session: Session, participant: Participant, token: str | None) -> dict[str, Any]:
         if participant.completed_at is not None:
-            return {"status": "completed", "redirect_url": settings.completion_url,
-                    "message": "You have already completed this study. Thank you!"}
+            return {
+                "status": "completed",
+                "redirect_url": settings.completion_url,
+                "message": "You have already completed this study. Thank you!",
+            }
         order = json.loads(participant.order_json)
         done = set(session.scalars(select(Response.position).where(Response.participant_id == participant.id)))
         remaining = [public_trial(i, sid) for i, (sid, _, _) in enumerate(order, start=1) if i not in done]
-        return {"status": "in_progress", "token": token, "consented": participant.consented_at is not None,
-                "n_total": len(order), "n_done": len(done), "trials": remaining}
+        return {
+            "status": "in_progress",
+            "token": token,
+            "consented": participant.consented_at is not None,
+            "n_total": len(order),
+            "n_done": len(done),
+            "trials": remaining,
+        }
 
     def check_ids(body: SessionRequest) -> None:
         if settings.allow_test_ids:
             return
-        wrong = [f"{name}: {value!r} is not a Prolific id (24 lower-case hex digits)"
-                 for name, value in (("prolific_pid", body.prolific_pid), ("study_id", body.study_id),
-                                     ("session_id", body.session_id)) if not PROLIFIC_ID.match(value)]
+        wrong = [
+            f"{name}: {value!r} is not a Prolific id (24 lower-case hex digits)"
+            for name, value in (
+                ("prolific_pid", body.prolific_pid),
+                ("study_id", body.study_id),
+                ("session_id", body.session_id),
+            )
+            if not PROLIFIC_ID.match(value)
+        ]
         if wrong:
             raise ApiError(422, "; ".join(wrong) + "; please open the study from its link on Prolific")
 
@@ -182,16 +214,26 @@ def create_app(settings: ServerSettings) -> FastAPI:
         except Exception:  # any driver error means the same thing to a load balancer
             log.exception("health check: database unreachable")
             return JSONResponse({"status": "error", "database": "unreachable"}, status_code=503, headers=_NO_STORE)
-        return JSONResponse({"status": "ok", "study": bundle.label, "database": "ok", "web_assets": has_vendor},
-                            headers=_NO_STORE)
+        return JSONResponse(
+            {"status": "ok", "study": bundle.label, "database": "ok", "web_assets": has_vendor}, headers=_NO_STORE
+        )
 
     @app.get("/api/study")
     def study() -> JSONResponse:
-        demos = [{"stimulus_id": t.stimulus_id, "image_url": f"images/{t.stimulus_id}.png"}
-                 for t in bundle.trials if t.kind == "demo"]
-        return JSONResponse({"title": bundle.spec.title, "categories": list(categories),
-                             "rating_levels": list(bundle.spec.rating_levels), "demo_trials": demos},
-                            headers=_NO_STORE)
+        demos = [
+            {"stimulus_id": t.stimulus_id, "image_url": f"images/{t.stimulus_id}.png"}
+            for t in bundle.trials
+            if t.kind == "demo"
+        ]
+        return JSONResponse(
+            {
+                "title": bundle.spec.title,
+                "categories": list(categories),
+                "rating_levels": list(bundle.spec.rating_levels),
+                "demo_trials": demos,
+            },
+            headers=_NO_STORE,
+        )
 
     @app.post("/api/session")
     def start_session(body: SessionRequest, request: Request, session: DB) -> JSONResponse:
@@ -199,17 +241,24 @@ def create_app(settings: ServerSettings) -> FastAPI:
         check_ids(body)
         wait = limiter.retry_after(_client(request))
         if wait:
-            raise ApiError(429, "too many study starts from your network; please try again in a minute",
-                           headers={"Retry-After": str(math.ceil(wait)), **_NO_STORE})
-        query = select(Participant).where(Participant.study == bundle.label,
-                                          Participant.prolific_pid == body.prolific_pid)
+            raise ApiError(
+                429,
+                "too many study starts from your network; please try again in a minute",
+                headers={"Retry-After": str(math.ceil(wait)), **_NO_STORE},
+            )
+        query = select(Participant).where(
+            Participant.study == bundle.label, Participant.prolific_pid == body.prolific_pid
+        )
         participant = session.scalar(query)
         if participant is None:
             token = secrets.token_urlsafe(32)
             order = participant_order(bundle.trials, random.Random(secrets.randbits(64)), settings.min_repeat_gap)
             participant = Participant(
-                study=bundle.label, prolific_pid=body.prolific_pid, prolific_study_id=body.study_id,
-                prolific_session_id=body.session_id, token_hash=token_digest(token),
+                study=bundle.label,
+                prolific_pid=body.prolific_pid,
+                prolific_study_id=body.study_id,
+                prolific_session_id=body.session_id,
+                token_hash=token_digest(token),
                 order_json=json.dumps([[t.stimulus_id, t.kind, t.image_repetition] for t in order]),
                 n_trials=len(order),
             )
@@ -236,13 +285,19 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 participant.token_hash = token_digest(token)
                 participant.n_browser_changes += 1
                 session.commit()
-                log.warning("participant %s continued in another browser; the earlier browser's token is revoked",
-                            participant.id)
+                log.warning(
+                    "participant %s continued in another browser; the earlier browser's token is revoked",
+                    participant.id,
+                )
             return JSONResponse(state(session, participant, token), headers=_NO_STORE)
-        log.warning("refused a session start for participant %s: no browser secret and another SESSION_ID",
-                    participant.id)
-        raise ApiError(409, "this Prolific ID has already started this study in another browser; please continue "
-                            "there, or contact the researcher through Prolific")
+        log.warning(
+            "refused a session start for participant %s: no browser secret and another SESSION_ID", participant.id
+        )
+        raise ApiError(
+            409,
+            "this Prolific ID has already started this study in another browser; please continue "
+            "there, or contact the researcher through Prolific",
+        )
 
     @app.post("/api/sessions/{token}/consent")
     def consent(token: str, body: ConsentRequest, session: DB) -> JSONResponse:
@@ -262,20 +317,25 @@ def create_app(settings: ServerSettings) -> FastAPI:
             raise ApiError(422, f"ratings: unknown category {unknown[0]!r}; categories are {', '.join(categories)}")
         missing = [c for c in categories if c not in ratings]
         if missing:
-            raise ApiError(422, f"ratings: no rating for category {missing[0]!r}; all {len(categories)} "
-                                f"categories need one of {allowed_text}")
+            raise ApiError(
+                422,
+                f"ratings: no rating for category {missing[0]!r}; all {len(categories)} "
+                f"categories need one of {allowed_text}",
+            )
         for category in categories:
             if ratings[category] not in allowed_ratings:
-                raise ApiError(422, f"ratings.{category}: {ratings[category]!r} is not allowed; "
-                                    f"allowed values: {allowed_text}")
+                raise ApiError(
+                    422, f"ratings.{category}: {ratings[category]!r} is not allowed; allowed values: {allowed_text}"
+                )
         return [ratings[c] for c in categories]
 
     def refuse_change(session: Session, participant: Participant, position: int) -> ApiError:
         participant.n_refused += 1
         session.commit()
         log.warning("participant %s: a different answer for position %d was refused", participant.id, position)
-        return ApiError(409, f"position {position} was already answered with different ratings; "
-                             "answers cannot be changed")
+        return ApiError(
+            409, f"position {position} was already answered with different ratings; answers cannot be changed"
+        )
 
     @app.post("/api/sessions/{token}/responses")
     def submit(token: str, body: ResponseRequest, session: DB) -> JSONResponse:
@@ -292,20 +352,29 @@ def create_app(settings: ServerSettings) -> FastAPI:
             raise ApiError(422, f"stimulus_id: unknown stimulus {body.stimulus_id!r}")
         stimulus_id, kind, repetition = order[body.position - 1]
         if body.stimulus_id != stimulus_id:
-            raise ApiError(422, f"stimulus_id: {body.stimulus_id!r} is not the stimulus at position {body.position} "
-                                "of this session")
+            raise ApiError(
+                422,
+                f"stimulus_id: {body.stimulus_id!r} is not the stimulus at position {body.position} of this session",
+            )
         if body.first_reaction_rt_ms > body.rt_ms:
             raise ApiError(422, "first_reaction_rt_ms: must not exceed rt_ms")
         values = check_ratings(body.ratings)
         encoded = json.dumps(values)
         now = time.time()
         last = participant.last_activity_s
-        session.add(Response(
-            participant_id=participant.id, position=body.position, stimulus_id=stimulus_id, kind=kind,
-            image_repetition=repetition, ratings_json=encoded, rt_ms=float(body.rt_ms),
-            first_reaction_rt_ms=float(body.first_reaction_rt_ms),
-            interval_ms=None if last is None else round((now - last) * 1000.0, 1),
-        ))
+        session.add(
+            Response(
+                participant_id=participant.id,
+                position=body.position,
+                stimulus_id=stimulus_id,
+                kind=kind,
+                image_repetition=repetition,
+                ratings_json=encoded,
+                rt_ms=float(body.rt_ms),
+                first_reaction_rt_ms=float(body.first_reaction_rt_ms),
+                interval_ms=None if last is None else round((now - last) * 1000.0, 1),
+            )
+        )
         participant.last_activity_s = now
         participant.n_answered += 1
         try:  # the common case costs one insert, one update and the commit; duplicates are rare
@@ -313,28 +382,34 @@ def create_app(settings: ServerSettings) -> FastAPI:
             status_code, status = 201, "stored"
         except IntegrityError:  # answered before (a retry, or a concurrent duplicate): compare with what is stored
             session.rollback()
-            existing = session.scalar(select(Response.ratings_json).where(Response.participant_id == participant.id,
-                                                                          Response.position == body.position))
+            existing = session.scalar(
+                select(Response.ratings_json).where(
+                    Response.participant_id == participant.id, Response.position == body.position
+                )
+            )
             if existing is None:
                 raise
             if existing != encoded:
                 raise refuse_change(session, participant, body.position) from None
             status_code, status = 200, "duplicate"
-        return JSONResponse({"status": status, "n_done": participant.n_answered, "n_total": len(order)},
-                            status_code=status_code, headers=_NO_STORE)
+        return JSONResponse(
+            {"status": status, "n_done": participant.n_answered, "n_total": len(order)},
+            status_code=status_code,
+            headers=_NO_STORE,
+        )
 
     @app.post("/api/sessions/{token}/complete")
     def complete(token: str, session: DB) -> JSONResponse:
         """Mark the session complete only when every trial is stored; then hand out the Prolific URL."""
         participant = participant_for(session, token)
         if participant.completed_at is None:
-            done = set(session.scalars(select(Response.position)
-                                       .where(Response.participant_id == participant.id)))
+            done = set(session.scalars(select(Response.position).where(Response.participant_id == participant.id)))
             missing = [i for i in range(1, participant.n_trials + 1) if i not in done]
             if missing:
                 shown = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
-                raise ApiError(409, f"{len(missing)} trial(s) not stored yet (positions {shown}); "
-                                    "answer them before completing")
+                raise ApiError(
+                    409, f"{len(missing)} trial(s) not stored yet (positions {shown}); answer them before completing"
+                )
             participant.completed_at = utcnow()
             session.commit()
             log.info("participant %s completed", participant.id)
@@ -345,8 +420,11 @@ def create_app(settings: ServerSettings) -> FastAPI:
             raise ApiError(403, "admin endpoints are disabled: start the server with an admin token")
         scheme, _, supplied = (authorization or "").partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.encode(), settings.admin_token.encode()):
-            raise HTTPException(401, "admin token missing or wrong: send 'Authorization: Bearer <token>'",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                401,
+                "admin token missing or wrong: send 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
 
     @app.get("/admin/{name}", dependencies=[Depends(require_admin)])
     def admin_table(name: str, include_incomplete: Annotated[bool, Query()] = False) -> StreamingResponse:
@@ -359,16 +437,22 @@ def create_app(settings: ServerSettings) -> FastAPI:
             with read_sessions() as session, session.begin():
                 yield from csv_chunks(columns, rows(session, bundle, include_incomplete, settings.quality))
 
-        return StreamingResponse(chunks(), media_type="text/csv", headers={
-            **_NO_STORE, "Content-Disposition": f'attachment; filename="{name}"'})
+        return StreamingResponse(
+            chunks(),
+            media_type="text/csv",
+            headers={**_NO_STORE, "Content-Disposition": f'attachment; filename="{name}"'},
+        )
 
     @app.get("/images/{stimulus_id}.png")
     def image(stimulus_id: str) -> HttpResponse:
         """Image bytes with no validators: ETag and Last-Modified would expose file metadata."""
         if stimulus_id not in bundle.key or not bundle.image_path(stimulus_id).is_file():
             raise ApiError(404, "no such image")
-        return HttpResponse(bundle.image_path(stimulus_id).read_bytes(), media_type="image/png",
-                            headers={"Cache-Control": "private, max-age=86400"})
+        return HttpResponse(
+            bundle.image_path(stimulus_id).read_bytes(),
+            media_type="image/png",
+            headers={"Cache-Control": "private, max-age=86400"},
+        )
 
     @app.get("/")
     def index() -> FileResponse:

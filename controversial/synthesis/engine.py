@@ -11,6 +11,7 @@ reaches a level comfortably above the acceptance threshold: the paper's converge
 fires within 1000 Adam steps, and this cuts synthesis time several-fold on a CPU. Set it to None
 for the published procedure.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -70,8 +71,9 @@ def _model_logits(models: Sequence[SynthesisModel], images: torch.Tensor) -> lis
 
 
 @scoring()
-def score_images(models: Sequence[SynthesisModel], images: torch.Tensor, targets: torch.Tensor,
-                 sharpness: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def score_images(
+    models: Sequence[SynthesisModel], images: torch.Tensor, targets: torch.Tensor, sharpness: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Hard score, smooth score and the (N, m, m) target probabilities of fixed images."""
     for model in models:
         model.reset_state()
@@ -176,8 +178,9 @@ def synthesize_batch(
     )
 
 
-def _compact(params: torch.Tensor, optimizer: torch.optim.Optimizer, make_optimizer: OptimizerFactory,
-             keep: torch.Tensor) -> tuple[torch.Tensor, torch.optim.Optimizer]:
+def _compact(
+    params: torch.Tensor, optimizer: torch.optim.Optimizer, make_optimizer: OptimizerFactory, keep: torch.Tensor
+) -> tuple[torch.Tensor, torch.optim.Optimizer]:
     """The rows ``keep`` of the parameters, with a fresh optimiser carrying those rows of its state.
 
     State with one entry per row (Adam's moments, Adafactor's row and column factors) is sliced;

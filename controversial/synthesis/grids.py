@@ -1,4 +1,5 @@
 """Figures of stimuli: the 10x10 matrix of a model pair in the style of the paper's Fig. 3."""
+
 from __future__ import annotations
 
 import io

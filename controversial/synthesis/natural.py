@@ -4,6 +4,7 @@ The paper contrasts synthetic stimuli with natural ones; a study can mix both wh
 manifest format. Every image is scored for every ordered class pair (a, b) with the same hard
 controversiality as synthesis (Eq. 2), and the top images per cell are exported.
 """
+
 from __future__ import annotations
 
 import logging
@@ -18,15 +19,20 @@ from controversial.zoo.protocol import SynthesisModel, scoring
 log = logging.getLogger(__name__)
 
 
-def calibrated_logits(model: SynthesisModel, images: torch.Tensor, batch_size: int, device: torch.device,
-                      on_batch: Callable[[int], None] | None = None) -> torch.Tensor:
+def calibrated_logits(
+    model: SynthesisModel,
+    images: torch.Tensor,
+    batch_size: int,
+    device: torch.device,
+    on_batch: Callable[[int], None] | None = None,
+) -> torch.Tensor:
     """(N, K) calibrated logits of uint8 or [0, 1] images, on the CPU.
 
     Under ``scoring()``: some models take gradients inside their forward pass (see ``zoo/protocol.py``).
     """
     out = []
     for start in range(0, len(images), batch_size):
-        batch = images[start:start + batch_size].to(device)
+        batch = images[start : start + batch_size].to(device)
         batch = batch.float() / 255 if batch.dtype == torch.uint8 else batch.float()
         model.reset_state()
         with scoring():
@@ -40,10 +46,14 @@ def hard_score_table(logits_a: torch.Tensor, logits_b: torch.Tensor, cells: list
     """(N, cells) hard score of every image for every ordered class pair, without materialising N x cells targets."""
     index_a = torch.tensor([a for a, _ in cells])
     index_b = torch.tensor([b for _, b in cells])
-    terms = torch.stack([
-        torch.sigmoid(logits_a[:, index_a]), torch.sigmoid(-logits_a[:, index_b]),
-        torch.sigmoid(logits_b[:, index_b]), torch.sigmoid(-logits_b[:, index_a]),
-    ])
+    terms = torch.stack(
+        [
+            torch.sigmoid(logits_a[:, index_a]),
+            torch.sigmoid(-logits_a[:, index_b]),
+            torch.sigmoid(logits_b[:, index_b]),
+            torch.sigmoid(-logits_b[:, index_a]),
+        ]
+    )
     return terms.amin(0)
 
 
@@ -61,8 +71,9 @@ class NaturalPick:
     p_b: tuple[float, float]  # model B's p(class a), p(class b)
 
 
-def top_natural(logits_a: torch.Tensor, logits_b: torch.Tensor, cells: list[tuple[int, int]], top_k: int,
-                sharpness: float) -> list[NaturalPick]:
+def top_natural(
+    logits_a: torch.Tensor, logits_b: torch.Tensor, cells: list[tuple[int, int]], top_k: int, sharpness: float
+) -> list[NaturalPick]:
     """The ``top_k`` highest-scoring images of every cell; ties go to the lower test index."""
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")

@@ -4,6 +4,7 @@ For models ``M_1..M_m`` with target classes ``t_1..t_m``, model ``M_i`` should d
 and none of the others'. The *terms* are the calibrated logits ``l_i(t_i)`` and ``-l_i(t_j)`` for
 j != i; with two models they are ``[lA(a), -lA(b), lB(b), -lB(a)]`` (Eq. 2 of Golan et al. 2020).
 """
+
 from __future__ import annotations
 
 import torch

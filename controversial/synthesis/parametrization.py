@@ -5,6 +5,7 @@ a decorrelated spectrum where every frequency is scaled by ``1/f^decay`` so that
 takes similar-sized steps on coarse and fine structure (the feature-visualisation trick). Optional
 random jitter shifts the image by a few pixels at every step, a cheap robustness prior.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -72,5 +73,3 @@ def level_change(previous: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
 def quantize(images: torch.Tensor) -> torch.Tensor:
     """The 8-bit image people will see: round(255 x) / 255."""
     return torch.round(images.clamp(0, 1) * 255.0) / 255.0
-
-

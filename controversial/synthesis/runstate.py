@@ -7,6 +7,7 @@ Only one worker writes a run dir at a time: an ``flock`` on ``<dir>/.lock``, whi
 releases even when the worker is killed with SIGKILL. The pair is the unit of work (all its cells
 are one batch), so locking the pair's dir is what keeps parallel workers from duplicating cells.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -130,8 +131,15 @@ def pending_work(rows: list[ManifestRow], cells: list[Cell], seeds: list[int]) -
     return [(cell, seed) for cell in cells if cell not in accepted for seed in seeds if (*cell, seed) not in done]
 
 
-def attempts_batch(rows: list[ManifestRow], cells: list[Cell], base_seed: int, attempt: int, seeds_per_cell: int,
-                   max_attempts: int, capacity: int) -> tuple[list[tuple[Cell, int]], int]:
+def attempts_batch(
+    rows: list[ManifestRow],
+    cells: list[Cell],
+    base_seed: int,
+    attempt: int,
+    seeds_per_cell: int,
+    max_attempts: int,
+    capacity: int,
+) -> tuple[list[tuple[Cell, int]], int]:
     """The (cell, seed) jobs of ``attempt`` plus, while they fit in ``capacity`` images, those of the
     following attempts for the same cells; returns the jobs and the last attempt included.
 

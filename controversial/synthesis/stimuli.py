@@ -2,6 +2,7 @@
 
 File names and manifests are records (``controversial.records``); this module owns the pixels.
 """
+
 from __future__ import annotations
 
 import io
@@ -81,8 +82,10 @@ def display_convention(images: Sequence[np.ndarray], invert: Inversion = "auto")
     if not grey:
         return DisplayConvention(False, 0, 0, 0, "colour images: used as stored")
     decided = light > dark
-    note = (f"{light} of {len(frames)} greyscale images have a light background (dark-on-light, as displayed), "
-            f"{dark} a dark one; " + ("inverting all (1 - x)" if decided else "using them as stored"))
+    note = (
+        f"{light} of {len(frames)} greyscale images have a light background (dark-on-light, as displayed), "
+        f"{dark} a dark one; " + ("inverting all (1 - x)" if decided else "using them as stored")
+    )
     if (light and dark) or ambiguous:
         note += f" ({ambiguous} have neither); ambiguous: pass invert=true or invert=false to decide"
         log.warning(note)

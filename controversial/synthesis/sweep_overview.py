@@ -6,6 +6,7 @@ keeps every row and rewrites ``image_file`` relative to the overview folder, so 
 like any other manifest. A sweep of unordered pairs fills both triangles of the matrices: pair
 (a, b) with classes (i, j) is the same stimulus as pair (b, a) with classes (j, i).
 """
+
 from __future__ import annotations
 
 import logging
@@ -50,8 +51,14 @@ def pair_manifests(sweep_dir: Path, exclude: Path | None = None) -> list[Path]:
     )
     if not found:
         replications = sorted({p.parent.parent.name for p in sweep_dir.glob(f"*/*/{MANIFEST_NAME}")})
-        hint = (f" It holds the replications {', '.join(replications)}: summarise one at a time, "
-                f"e.g. sweep_dir={sweep_dir / replications[0]}") if replications else ""
+        hint = (
+            (
+                f" It holds the replications {', '.join(replications)}: summarise one at a time, "
+                f"e.g. sweep_dir={sweep_dir / replications[0]}"
+            )
+            if replications
+            else ""
+        )
         raise FileNotFoundError(
             f"no {sweep_dir}/<pair>/{MANIFEST_NAME}: is {sweep_dir} a synthesize.py sweep dir "
             f"(-m ... sweep_dir=...)?{hint}"
@@ -153,8 +160,9 @@ def _best_by_cell(rows: Sequence[ManifestRow]) -> dict[Pair, dict[tuple[int, int
     return {pair: best_rows(pair_rows) for pair, pair_rows in by_pair.items()}
 
 
-def plot_class_pair_matrix(rows: Sequence[ManifestRow], models: Sequence[str], class_a: int, class_b: int,
-                           out_dir: Path, path: Path) -> None:
+def plot_class_pair_matrix(
+    rows: Sequence[ManifestRow], models: Sequence[str], class_a: int, class_b: int, out_dir: Path, path: Path
+) -> None:
     """Fig. 2: rows are the model that should see ``class_a``, columns the one that should see ``class_b``."""
     best = _best_by_cell(rows)
     names = {r.class_a: r.class_a_name for r in rows} | {r.class_b: r.class_b_name for r in rows}
@@ -176,8 +184,13 @@ def plot_class_pair_matrix(rows: Sequence[ManifestRow], models: Sequence[str], c
             if i == 0:
                 axis.set_title(b, fontsize=9)
     label_a, label_b = names.get(class_a, str(class_a)), names.get(class_b, str(class_b))
-    figure.suptitle(f"'{label_a}' vs '{label_b}' for every model pair\nrows: the model that should see '{label_a}'; "
-                    f"columns: the one that should see '{label_b}'", fontsize=10, y=1.0, va="bottom")
+    figure.suptitle(
+        f"'{label_a}' vs '{label_b}' for every model pair\nrows: the model that should see '{label_a}'; "
+        f"columns: the one that should see '{label_b}'",
+        fontsize=10,
+        y=1.0,
+        va="bottom",
+    )
     save_figure(figure, path)
 
 
@@ -188,7 +201,13 @@ def plot_pair_grids(rows: Sequence[ManifestRow], out_dir: Path) -> list[Path]:
     names = tuple(class_names[k] for k in sorted(class_names))
     for (a, b), cells in _best_by_cell(rows).items():
         path = out_dir / f"fig3_{a}_vs_{b}.png"
-        plot_stimulus_grid({k: load_png(image_path(out_dir, r)) for k, r in cells.items()},
-                           {k: r.accepted for k, r in cells.items()}, names, a, b, path)
+        plot_stimulus_grid(
+            {k: load_png(image_path(out_dir, r)) for k, r in cells.items()},
+            {k: r.accepted for k, r in cells.items()},
+            names,
+            a,
+            b,
+            path,
+        )
         written.append(path)
     return written

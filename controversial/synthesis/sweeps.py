@@ -6,6 +6,7 @@ orders of every pair. An experiment instead lists its models once and sweeps
 ``pair`` option is a global package whose defaults override the ``model_a``/``model_b`` choices, so
 ``model_a.checkpoint=...`` overrides and the run dir name ``<a>_vs_<b>`` still work.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -40,7 +41,11 @@ def register_pair_options(model_datasets: Mapping[str, str]) -> None:
     for a, b in itertools.permutations(model_datasets, 2):
         if model_datasets[a] != model_datasets[b]:
             continue
-        store.store(group="pair", name=pair_option(a, b), package="_global_",
-                    node={"defaults": [{"override /model_a": a}, {"override /model_b": b}]})
+        store.store(
+            group="pair",
+            name=pair_option(a, b),
+            package="_global_",
+            node={"defaults": [{"override /model_a": a}, {"override /model_b": b}]},
+        )
     if not OmegaConf.has_resolver("unordered_pairs"):
         OmegaConf.register_new_resolver("unordered_pairs", _sweep_value)

@@ -4,6 +4,7 @@ Reads human ratings and model responses (or, with no ``human_ratings``, generate
 and says so), runs correlations, noise ceilings, the participant x stimulus bootstrap, error
 consistency, and writes ``report.md``, ``results.json`` and figures into the Hydra run dir.
 """
+
 from __future__ import annotations
 
 import glob
@@ -18,14 +19,22 @@ from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.records.choices import read_trials
 from controversial.records.csvfile import InputError
 from controversial.records.responses import (
-    ModelTable, merge_model_tables, read_human_ratings, read_model_responses, split_replications,
+    ModelTable,
+    merge_model_tables,
+    read_human_ratings,
+    read_model_responses,
+    split_replications,
 )
 from controversial.records.study import read_attention, read_quality_flags
 from controversial.analysis.pipeline import AnalysisOptions, analyze_choices, analyze_ratings_consistency, analyze_study
 from controversial.analysis.report import write_report, write_results
 from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
 from controversial.analysis.simulate import (
-    ParticipantNoise, simulate_models, simulate_participants, true_probabilities, write_study,
+    ParticipantNoise,
+    simulate_models,
+    simulate_participants,
+    true_probabilities,
+    write_study,
 )
 from controversial.analysis.study import Study, build_study
 from controversial.settings import AnalyzeSettings, Invocation, parse_mixture
@@ -38,21 +47,29 @@ def options_from(cfg: AnalyzeSettings) -> AnalysisOptions:
     """The typed analysis options from the config."""
     ec = cfg.error_consistency
     return AnalysisOptions(
-        n_resamples=int(cfg.bootstrap.n_resamples), subset_resamples=int(cfg.bootstrap.subset_resamples),
+        n_resamples=int(cfg.bootstrap.n_resamples),
+        subset_resamples=int(cfg.bootstrap.subset_resamples),
         other_subset_resamples=int(cfg.bootstrap.other_subset_resamples),
-        seed=int(cfg.seed), chunk_size=int(cfg.bootstrap.chunk_size), include_copies=bool(cfg.bootstrap.include_copies),
+        seed=int(cfg.seed),
+        chunk_size=int(cfg.bootstrap.chunk_size),
+        include_copies=bool(cfg.bootstrap.include_copies),
         ci_level=float(cfg.bootstrap.ci_level),
-        alpha=float(cfg.bootstrap.alpha), measures=tuple(cfg.measures), tie_rule=cfg.tie_rule,
-        c_exp_one=str(cfg.c_exp_one), ec_resamples=int(ec.n_resamples) if ec.enabled else 0,
-        null_band_grid=int(ec.null_band_grid), null_band_repeats=int(ec.null_band_repeats),
+        alpha=float(cfg.bootstrap.alpha),
+        measures=tuple(cfg.measures),
+        tie_rule=cfg.tie_rule,
+        c_exp_one=str(cfg.c_exp_one),
+        ec_resamples=int(ec.n_resamples) if ec.enabled else 0,
+        null_band_grid=int(ec.null_band_grid),
+        null_band_repeats=int(ec.null_band_repeats),
     )
 
 
 def simulate_inputs(cfg: AnalyzeSettings, out: Path) -> tuple[Path, Path, list[str]]:
     """Write a simulated study into ``out/simulated`` and describe it for the report."""
     sim = cfg.simulate
-    models = simulate_models(int(sim.n_models), str(sim.dataset), int(sim.stimuli_per_pair), int(sim.natural_per_class),
-                             seed=int(cfg.seed))
+    models = simulate_models(
+        int(sim.n_models), str(sim.dataset), int(sim.stimuli_per_pair), int(sim.natural_per_class), seed=int(cfg.seed)
+    )
     weights = parse_mixture(str(sim.true_model))
     truth = true_probabilities(models, models.names, weights)
     noise = ParticipantNoise(sd=tuple(sim.noise_sd), gain=tuple(sim.gain))
@@ -87,8 +104,10 @@ def choice_datasets(spec: str) -> dict[str, list[Path]]:
     else:
         files = sorted(Path(f) for f in glob.glob(str(path)) if f.endswith(".csv"))
     if not files:
-        raise FileNotFoundError(f"choices={spec!r}: no CSV files found (a folder of trial CSVs, a folder of "
-                                "dataset folders, or a glob such as 'raw-data/*/*.csv')")
+        raise FileNotFoundError(
+            f"choices={spec!r}: no CSV files found (a folder of trial CSVs, a folder of "
+            "dataset folders, or a glob such as 'raw-data/*/*.csv')"
+        )
     datasets: dict[str, list[Path]] = {}
     for file in files:
         datasets.setdefault(file.parent.name, []).append(file)
@@ -102,8 +121,9 @@ def analyze_choice_files(cfg: AnalyzeSettings, options: AnalysisOptions) -> dict
     for dataset, files in choice_datasets(str(cfg.choices)).items():
         data = decisions_from_trials(read_trials(files))
         humans = {n for n in data.names if re.search(cfg.choices_humans, n)}
-        log.info("choices %s: %d observers (%d human) x %d stimuli", dataset, len(data.names), len(humans),
-                 len(data.images))
+        log.info(
+            "choices %s: %d observers (%d human) x %d stimuli", dataset, len(data.names), len(humans), len(data.images)
+        )
         out[dataset] = replace(analyze_choices(data, humans, options), files=[str(f) for f in files])
     return out
 
@@ -118,8 +138,9 @@ def _model_table(spec: str | list) -> ModelTable:
     return merge_model_tables([read_model_responses(str(p)) for p in paths])
 
 
-def build_studies(cfg: AnalyzeSettings, human_spec: str | list | dict,
-                  model_spec: str | list | dict) -> dict[str, Study]:
+def build_studies(
+    cfg: AnalyzeSettings, human_spec: str | list | dict, model_spec: str | list | dict
+) -> dict[str, Study]:
     """One aligned study per replication of the human ratings (the release's ``Exp2a``/``Exp2b``).
 
     ``human_ratings``: a file or a list of files. ``model_responses``: a file or a list (merged, e.g. the
@@ -132,8 +153,9 @@ def build_studies(cfg: AnalyzeSettings, human_spec: str | list | dict,
     if isinstance(model_spec, dict):
         missing = sorted(set(tables) - set(model_spec))
         if missing:
-            raise ValueError(f"model_responses has no entry for replication(s) {', '.join(missing)}; "
-                             f"given: {', '.join(model_spec)}")
+            raise ValueError(
+                f"model_responses has no entry for replication(s) {', '.join(missing)}; given: {', '.join(model_spec)}"
+            )
         models = {name: _model_table(model_spec[name]) for name in tables}
     else:
         shared = _model_table(model_spec)
@@ -142,19 +164,28 @@ def build_studies(cfg: AnalyzeSettings, human_spec: str | list | dict,
     known = {r.subject for t in tables.values() for r in t.rows}
     unknown = sorted(set(listed) - known)
     if unknown:
-        raise InputError(f"exclude_participants: unknown participant(s) {', '.join(unknown)} in "
-                         f"{', '.join(map(str, paths))}")
+        raise InputError(
+            f"exclude_participants: unknown participant(s) {', '.join(unknown)} in {', '.join(map(str, paths))}"
+        )
     attention = None if cfg.attention_checks is None else read_attention(cfg.attention_checks)
     quality_flags = None if cfg.quality_flags is None else read_quality_flags(cfg.quality_flags)
     exclude_flags = _known_flags(list(cfg.exclude_flags))
-    return {name: build_study(
-        table, models[name], exclude_repetitions=bool(cfg.exclude_repetitions),
-        exclude_participants=[p for p in listed if p in {r.subject for r in table.rows}],
-        min_natural_accuracy=None if cfg.min_natural_accuracy is None else float(cfg.min_natural_accuracy),
-        tie_rule=cfg.tie_rule, seed=int(cfg.seed), attention=attention,
-        min_attention_passed=None if cfg.min_attention_passed is None else float(cfg.min_attention_passed),
-        quality_flags=quality_flags, exclude_flags=exclude_flags,
-    ) for name, table in tables.items()}
+    return {
+        name: build_study(
+            table,
+            models[name],
+            exclude_repetitions=bool(cfg.exclude_repetitions),
+            exclude_participants=[p for p in listed if p in {r.subject for r in table.rows}],
+            min_natural_accuracy=None if cfg.min_natural_accuracy is None else float(cfg.min_natural_accuracy),
+            tie_rule=cfg.tie_rule,
+            seed=int(cfg.seed),
+            attention=attention,
+            min_attention_passed=None if cfg.min_attention_passed is None else float(cfg.min_attention_passed),
+            quality_flags=quality_flags,
+            exclude_flags=exclude_flags,
+        )
+        for name, table in tables.items()
+    }
 
 
 def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
@@ -176,12 +207,20 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
     header += [f"- human ratings: `{human_spec}`", f"- model responses: `{model_spec}`", f"- command: `{command}`"]
     studies = build_studies(cfg, human_spec, model_spec)
     for name, study in studies.items():
-        log.info("study%s: %d participants x %d stimuli x %d categories, %d models", f" {name}" if name else "",
-                 len(study.participants), len(study.stimuli), len(study.categories), len(study.models))
+        log.info(
+            "study%s: %d participants x %d stimuli x %d categories, %d models",
+            f" {name}" if name else "",
+            len(study.participants),
+            len(study.stimuli),
+            len(study.categories),
+            len(study.models),
+        )
     prediction = analyze_study(list(studies.values()), options)
     if len(studies) > 1:
-        header.append(f"- replications pooled: {', '.join(studies)} (each participant scored on their own "
-                      "replication's stimuli; bootstrap within replication, stimuli stratified by condition)")
+        header.append(
+            f"- replications pooled: {', '.join(studies)} (each participant scored on their own "
+            "replication's stimuli; bootstrap within replication, stimuli stratified by condition)"
+        )
     ratings_consistency = None
     if cfg.error_consistency.enabled and len(studies) == 1:
         ratings_consistency = analyze_ratings_consistency(next(iter(studies.values())), options)
@@ -189,10 +228,19 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
         log.warning("error consistency from ratings is computed for one replication at a time; run each on its own")
     choices = analyze_choice_files(cfg, options) if cfg.choices is not None else None
     results = AnalysisResults(
-        study=prediction.study, ranking=prediction.ranking, prediction=prediction.prediction,
-        inputs=Inputs(human_ratings=human_spec, model_responses=model_spec, replications=list(studies),
-                      simulated=cfg.human_ratings is None, config=cfg.model_dump()),
-        error_consistency=ratings_consistency, choices=choices)
+        study=prediction.study,
+        ranking=prediction.ranking,
+        prediction=prediction.prediction,
+        inputs=Inputs(
+            human_ratings=human_spec,
+            model_responses=model_spec,
+            replications=list(studies),
+            simulated=cfg.human_ratings is None,
+            config=cfg.model_dump(),
+        ),
+        error_consistency=ratings_consistency,
+        choices=choices,
+    )
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)
     write_report(out / "report.md", results, results.figures, header)
@@ -200,12 +248,14 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
     return results
 
 
-def _run_choices_only(cfg: AnalyzeSettings, options: AnalysisOptions, out: Path, start: float,
-                      command: str) -> AnalysisResults:
+def _run_choices_only(
+    cfg: AnalyzeSettings, options: AnalysisOptions, out: Path, start: float, command: str
+) -> AnalysisResults:
     """Error consistency alone, from trial-level choices: no ratings, no simulated study."""
     results = AnalysisResults(
         inputs=Inputs(choices=str(cfg.choices), simulated=False, config=cfg.model_dump()),
-        choices=analyze_choice_files(cfg, options))
+        choices=analyze_choice_files(cfg, options),
+    )
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)
     header = [f"- trial-level choices: `{cfg.choices}`", f"- command: `{command}`"]
@@ -216,8 +266,10 @@ def _run_choices_only(cfg: AnalyzeSettings, options: AnalysisOptions, out: Path,
     for dataset, block in (results.choices or {}).items():
         whole = block.whole.group_means.get("human-human")
         per = block.per_condition.group_means.get("human-human")
-        print(f"{dataset:<14} {len(block.names):>9} {block.n_trials:>6}  {whole.mean if whole else nan:>26.3f}  "
-              f"{per.mean if per else nan:>15.3f}")
+        print(
+            f"{dataset:<14} {len(block.names):>9} {block.n_trials:>6}  {whole.mean if whole else nan:>26.3f}  "
+            f"{per.mean if per else nan:>15.3f}"
+        )
     print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  ({elapsed:.1f} s)")
     return results
 

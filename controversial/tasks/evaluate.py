@@ -1,4 +1,5 @@
 """``python evaluate.py``: model responses (PNAS model format) for a folder of stimuli or synthesis manifests."""
+
 from __future__ import annotations
 
 import logging

@@ -1,4 +1,5 @@
 """``python export_study.py sweep_dir=<dir> name=<study>``: sweep -> new study bundle version."""
+
 from __future__ import annotations
 
 import logging
@@ -17,8 +18,9 @@ log = logging.getLogger(__name__)
 
 def _git_commit() -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                              cwd=Path(__file__).parent).stdout.strip()
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -26,12 +28,26 @@ def _git_commit() -> str:
 def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
     """Select, render and write the bundle under ``cfg.studies_dir``; log where it went and how to serve it."""
     settings = ExportSettings(
-        name=cfg.name, per_pair=cfg.per_pair, natural_per_class=cfg.natural_per_class, n_repeats=cfg.n_repeats,
-        n_attention=cfg.n_attention, n_demo=cfg.n_demo, display_size=cfg.display.size,
-        resample=cfg.display.resample, invert_mnist=cfg.display.invert_mnist, seed=cfg.seed,
-        sources=tuple(cfg.sources), title=cfg.title, attention_prompt=cfg.attention_prompt, pilot=cfg.pilot,
-        provenance={"command": invocation.command, "code_version": __version__,
-                    "git_commit": _git_commit(), "config": cfg.model_dump()},
+        name=cfg.name,
+        per_pair=cfg.per_pair,
+        natural_per_class=cfg.natural_per_class,
+        n_repeats=cfg.n_repeats,
+        n_attention=cfg.n_attention,
+        n_demo=cfg.n_demo,
+        display_size=cfg.display.size,
+        resample=cfg.display.resample,
+        invert_mnist=cfg.display.invert_mnist,
+        seed=cfg.seed,
+        sources=tuple(cfg.sources),
+        title=cfg.title,
+        attention_prompt=cfg.attention_prompt,
+        pilot=cfg.pilot,
+        provenance={
+            "command": invocation.command,
+            "code_version": __version__,
+            "git_commit": _git_commit(),
+            "config": cfg.model_dump(),
+        },
     )
 
     def natural_loader(dataset: str) -> tuple[np.ndarray, np.ndarray]:
@@ -42,8 +58,16 @@ def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
     path = export_study(cfg.sweep_dir, cfg.studies_dir, settings, natural_loader, web_source)
     bundle = load_bundle(path)
     counts = bundle.spec.provenance["counts"]
-    log.info("study bundle %s: %d controversial + %d natural + %d repeats + %d attention checks = %d trials "
-             "per participant (+%d practice)", path, counts["controversial"], counts["natural"], counts["repeats"],
-             counts["attention"], sum(t.kind != "demo" for t in bundle.trials), counts["demo"])
+    log.info(
+        "study bundle %s: %d controversial + %d natural + %d repeats + %d attention checks = %d trials "
+        "per participant (+%d practice)",
+        path,
+        counts["controversial"],
+        counts["natural"],
+        counts["repeats"],
+        counts["attention"],
+        sum(t.kind != "demo" for t in bundle.trials),
+        counts["demo"],
+    )
     log.info("serve it with: python serve_study.py study_dir=%s completion_code=<CODE from Prolific>", path)
     return path

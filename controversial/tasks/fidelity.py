@@ -4,6 +4,7 @@ Reads a folder of the release's stimuli (``naming=pnas2020``), evaluates each of
 for one of the paper's (``records.names.PNAS_MODELS``), and writes ``report.md`` and ``fidelity.csv``.
 Models not trained yet are listed and left out, with the stimuli that need them.
 """
+
 from __future__ import annotations
 
 import logging
@@ -33,18 +34,23 @@ def run(cfg: FidelitySettings, invocation: Invocation) -> Path:
         raise UserError(str(error)) from None
     datasets = {s.name.dataset for s in stimuli if s.name is not None}
     if len(datasets) != 1:
-        raise UserError(f"{folder}: images of {len(datasets)} datasets ({', '.join(sorted(datasets))}); "
-                        "score one experiment at a time")
+        raise UserError(
+            f"{folder}: images of {len(datasets)} datasets ({', '.join(sorted(datasets))}); "
+            "score one experiment at a time"
+        )
     dataset = datasets.pop()
     wanted = list(dict.fromkeys(cfg.models or PNAS_MODELS[dataset].values()))
     models_dir = cfg.models_dir
-    trained = {name for name, paths in list_checkpoints(models_dir).items()
-               if any(p.parent.name == dataset for p in paths)}
+    trained = {
+        name for name, paths in list_checkpoints(models_dir).items() if any(p.parent.name == dataset for p in paths)
+    }
     available = [m for m in wanted if m in trained]
     absent = [m for m in wanted if m not in trained]
     if absent:
-        message = (f"not trained yet for {dataset}: {', '.join(absent)} (no models/{dataset}/<name>.pt); "
-                   "scoring the others; stimuli that target a missing model get no hard score")
+        message = (
+            f"not trained yet for {dataset}: {', '.join(absent)} (no models/{dataset}/<name>.pt); "
+            "scoring the others; stimuli that target a missing model get no hard score"
+        )
         log.warning(message)
         print(message)
     if not available:

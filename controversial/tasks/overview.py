@@ -1,4 +1,5 @@
 """``python overview.py sweep_dir=multirun/exp1_mnist``: one manifest and the summary figures of a sweep."""
+
 from __future__ import annotations
 
 import logging
@@ -46,16 +47,20 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
     n_classes = len({r.class_a for r in rows})
     for class_a, class_b in cfg.fig2_class_pairs:
         if not (0 <= class_a < n_classes and 0 <= class_b < n_classes and class_a != class_b):
-            raise UserError(f"fig2_class_pairs: [{class_a}, {class_b}] is not a pair of two different classes "
-                            f"in 0..{n_classes - 1}")
+            raise UserError(
+                f"fig2_class_pairs: [{class_a}, {class_b}] is not a pair of two different classes in 0..{n_classes - 1}"
+            )
     with Progress(len(cfg.fig2_class_pairs), "fig. 2", cfg.progress) as bar:
         for class_a, class_b in cfg.fig2_class_pairs:
-            overview.plot_class_pair_matrix(rows, models, class_a, class_b, out_dir,
-                                            out_dir / f"fig2_{class_a}_{class_b}.png")
+            overview.plot_class_pair_matrix(
+                rows, models, class_a, class_b, out_dir, out_dir / f"fig2_{class_a}_{class_b}.png"
+            )
             bar.update()
     overview.plot_pair_grids(rows, out_dir)
     accepted = sum(s.n_accepted for s in summaries.values())
     cells = sum(s.n_cells for s in summaries.values())
-    print(f"{len(summaries)} model pairs, {accepted}/{cells} cells accepted ({100 * accepted / max(cells, 1):.1f}%), "
-          f"{len(rows)} rows -> {out_dir}")
+    print(
+        f"{len(summaries)} model pairs, {accepted}/{cells} cells accepted ({100 * accepted / max(cells, 1):.1f}%), "
+        f"{len(rows)} rows -> {out_dir}"
+    )
     print(table, end="")

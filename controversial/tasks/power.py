@@ -1,4 +1,5 @@
 """``python power.py``: participants needed to separate the top two models at alpha (Monte Carlo)."""
+
 from __future__ import annotations
 
 import json
@@ -44,9 +45,22 @@ def run(cfg: PowerSettings, invocation: Invocation) -> dict:
     def progress(n: int, power: float) -> None:
         print(f"  {n:>4} participants: power {power:.2f}", flush=True)
 
-    curve = power_curve(probabilities, names, [s.condition for s in stimuli], truth, tuple(cfg.participant_counts),
-                        noise, int(cfg.n_simulations), int(cfg.n_resamples), float(cfg.alpha), float(cfg.target_power),
-                        str(cfg.correction), int(cfg.reference_participants), int(cfg.seed), progress)
+    curve = power_curve(
+        probabilities,
+        names,
+        [s.condition for s in stimuli],
+        truth,
+        tuple(cfg.participant_counts),
+        noise,
+        int(cfg.n_simulations),
+        int(cfg.n_resamples),
+        float(cfg.alpha),
+        float(cfg.target_power),
+        str(cfg.correction),
+        int(cfg.reference_participants),
+        int(cfg.seed),
+        progress,
+    )
     result = {
         "source": source,
         "true_model": weights,
@@ -78,12 +92,17 @@ def run(cfg: PowerSettings, invocation: Invocation) -> dict:
     lines += [
         f"| {n} | {p:.2f} | {e:.2f} |" for n, p, e in zip(curve.n_participants, curve.power, curve.monte_carlo_se)
     ]
-    verdict = (f"**{curve.required} participants** reach power {curve.target_power:g}." if curve.required is not None
-               else f"No tested count reached power {curve.target_power:g}; try larger participant_counts.")
+    verdict = (
+        f"**{curve.required} participants** reach power {curve.target_power:g}."
+        if curve.required is not None
+        else f"No tested count reached power {curve.target_power:g}; try larger participant_counts."
+    )
     lines += ["", verdict, "", "![power](power.png)", ""]
     atomic_write_text(out / "power.md", "\n".join(lines))
-    print(f"top two (expected mean r): {curve.top_two[0]} {curve.expected_r[curve.top_two[0]]:.3f}, "
-          f"{curve.top_two[1]} {curve.expected_r[curve.top_two[1]]:.3f}")
+    print(
+        f"top two (expected mean r): {curve.top_two[0]} {curve.expected_r[curve.top_two[0]]:.3f}, "
+        f"{curve.top_two[1]} {curve.expected_r[curve.top_two[1]]:.3f}"
+    )
     print(verdict.replace("**", ""))
     print(f"report: {out / 'power.md'}")
     return result

@@ -4,6 +4,7 @@ Writes the PNGs and a ``manifest.csv`` in the synthesis format (``source=natural
 ``init=natural:<test index>``, ``seed`` = rank within the cell), so a study can mix them with
 synthetic stimuli.
 """
+
 from __future__ import annotations
 
 import logging
@@ -46,15 +47,32 @@ def run(cfg: RankNaturalSettings, invocation: Invocation) -> list[ManifestRow]:
         filename = natural_controversial_filename(name_a, class_a, name_b, class_b, pick.index)
         save_png(out_dir / filename, (images[pick.index].float() / 255).numpy())
         accepted = pick.hard >= cfg.threshold
-        rows.append(ManifestRow(
-            dataset=info.name, model_a=name_a, model_b=name_b, class_a=pick.class_a, class_b=pick.class_b,
-            class_a_name=class_a, class_b_name=class_b, seed=pick.rank, source="natural", init=f"natural:{pick.index}",
-            steps=0, converged=False, hard_score=pick.hard, smooth_score=pick.smooth,
-            p_model_a_class_a=pick.p_a[0], p_model_a_class_b=pick.p_a[1],
-            p_model_b_class_a=pick.p_b[0], p_model_b_class_b=pick.p_b[1],
-            accepted=accepted, status="accepted" if accepted else "below_threshold",
-            image_file=filename, wall_time_s=round(per_image, 6),
-        ))
+        rows.append(
+            ManifestRow(
+                dataset=info.name,
+                model_a=name_a,
+                model_b=name_b,
+                class_a=pick.class_a,
+                class_b=pick.class_b,
+                class_a_name=class_a,
+                class_b_name=class_b,
+                seed=pick.rank,
+                source="natural",
+                init=f"natural:{pick.index}",
+                steps=0,
+                converged=False,
+                hard_score=pick.hard,
+                smooth_score=pick.smooth,
+                p_model_a_class_a=pick.p_a[0],
+                p_model_a_class_b=pick.p_a[1],
+                p_model_b_class_a=pick.p_b[0],
+                p_model_b_class_b=pick.p_b[1],
+                accepted=accepted,
+                status="accepted" if accepted else "below_threshold",
+                image_file=filename,
+                wall_time_s=round(per_image, 6),
+            )
+        )
     write_manifest(out_dir / MANIFEST_NAME, rows)
     best = [max(r.hard_score for r in rows if (r.class_a, r.class_b) == c) for c in cells]
     n_reaching = sum(score >= cfg.threshold for score in best)

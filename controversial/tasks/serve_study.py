@@ -1,5 +1,6 @@
 """``python serve_study.py study_dir=<bundle> completion_code=<CODE>``, ``mode=export`` for CSV files, or
 ``mode=token admin_token_file=<path>`` to make an admin token."""
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,13 @@ from controversial.study.server import DEFAULT_VENDOR_DIR, ServerSettings, creat
 log = logging.getLogger(__name__)
 
 
-def export_csvs(study_dir: str | Path, database_url: str | None, out_dir: str | Path,
-                include_incomplete: bool = False, quality: QualitySettings = QualitySettings()) -> dict[str, Path]:
+def export_csvs(
+    study_dir: str | Path,
+    database_url: str | None,
+    out_dir: str | Path,
+    include_incomplete: bool = False,
+    quality: QualitySettings = QualitySettings(),
+) -> dict[str, Path]:
     """Write responses.csv (PNAS format), attention.csv and participants.csv from one database snapshot.
 
     Reads through the read-only engine, so exporting next to a running server does not block it.
@@ -48,8 +54,12 @@ def export_csvs(study_dir: str | Path, database_url: str | None, out_dir: str | 
 def quality_settings(cfg: ServeStudySettings) -> QualitySettings:
     """The quality-control thresholds from the settings."""
     q = cfg.quality
-    return QualitySettings(min_trial_rt_ms=q.min_trial_rt_ms, max_fast_fraction=q.max_fast_fraction,
-                           max_identical_run=q.max_identical_run, min_attention_passed=q.min_attention_passed)
+    return QualitySettings(
+        min_trial_rt_ms=q.min_trial_rt_ms,
+        max_fast_fraction=q.max_fast_fraction,
+        max_identical_run=q.max_identical_run,
+        min_attention_passed=q.min_attention_passed,
+    )
 
 
 def run(cfg: ServeStudySettings, invocation: Invocation) -> None:
@@ -64,25 +74,50 @@ def run(cfg: ServeStudySettings, invocation: Invocation) -> None:
     if cfg.study_dir is None:
         raise UserError("study_dir is required: a bundle written by export_study.py")
     if cfg.mode == "export":
-        export_csvs(cfg.study_dir, cfg.database_url, cfg.export.out_dir or invocation.out_dir,
-                    cfg.export.include_incomplete, quality_settings(cfg))
+        export_csvs(
+            cfg.study_dir,
+            cfg.database_url,
+            cfg.export.out_dir or invocation.out_dir,
+            cfg.export.include_incomplete,
+            quality_settings(cfg),
+        )
         return
     if not cfg.completion_code:
-        raise UserError("completion_code is not set: pass completion_code=<CODE> (from the study's page on "
-                        "Prolific) or set PROLIFIC_COMPLETION_CODE")
+        raise UserError(
+            "completion_code is not set: pass completion_code=<CODE> (from the study's page on "
+            "Prolific) or set PROLIFIC_COMPLETION_CODE"
+        )
     vendor_dir = Path(cfg.vendor_dir).resolve() if cfg.vendor_dir else DEFAULT_VENDOR_DIR
     if not (vendor_dir / "jspsych" / "dist").is_dir():
         raise UserError(f"jsPsych not found under {vendor_dir}: run `npm ci` in human_study/ first")
     admin_token = read_admin_token(cfg.admin_token_file)
     settings = ServerSettings(
-        bundle_dir=Path(cfg.study_dir), completion_code=str(cfg.completion_code), database_url=cfg.database_url,
-        admin_token=admin_token, completion_url_template=cfg.completion_url_template, vendor_dir=vendor_dir,
-        allow_test_ids=bool(cfg.allow_test_ids), max_body_bytes=int(cfg.max_body_bytes),
-        sessions_per_minute=float(cfg.rate_limit.sessions_per_minute), session_burst=int(cfg.rate_limit.burst),
+        bundle_dir=Path(cfg.study_dir),
+        completion_code=str(cfg.completion_code),
+        database_url=cfg.database_url,
+        admin_token=admin_token,
+        completion_url_template=cfg.completion_url_template,
+        vendor_dir=vendor_dir,
+        allow_test_ids=bool(cfg.allow_test_ids),
+        max_body_bytes=int(cfg.max_body_bytes),
+        sessions_per_minute=float(cfg.rate_limit.sessions_per_minute),
+        session_burst=int(cfg.rate_limit.burst),
         quality=quality_settings(cfg),
     )
     app = create_app(settings)
-    log.info("serving %s on http://%s:%d/ (admin export %s)", app.state.bundle.label, cfg.host, cfg.port,
-             "enabled" if admin_token else "disabled")
-    uvicorn.run(app, host=cfg.host, port=cfg.port, proxy_headers=True,
-                forwarded_allow_ips=cfg.forwarded_allow_ips, access_log=cfg.access_log, log_config=None)
+    log.info(
+        "serving %s on http://%s:%d/ (admin export %s)",
+        app.state.bundle.label,
+        cfg.host,
+        cfg.port,
+        "enabled" if admin_token else "disabled",
+    )
+    uvicorn.run(
+        app,
+        host=cfg.host,
+        port=cfg.port,
+        proxy_headers=True,
+        forwarded_allow_ips=cfg.forwarded_allow_ips,
+        access_log=cfg.access_log,
+        log_config=None,
+    )

@@ -8,6 +8,7 @@ PNGs are written before the manifest rows that reference them, and the manifest 
 atomically after every attempt, so a killed run leaves a valid one. Re-running into the same
 folder (a sweep, or ``output_dir=``) resumes: see :mod:`controversial.synthesis.runstate`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -46,10 +47,13 @@ def _sha256(path: Path) -> str:
 def result_settings(cfg: SynthesizeSettings) -> dict:
     """What determines a run dir's results; a resumed run must match it (max_attempts may grow)."""
     return {
-        "model_a": cfg.model_a.name, "model_b": cfg.model_b.name,
+        "model_a": cfg.model_a.name,
+        "model_b": cfg.model_b.name,
         "checkpoint_a_sha256": _sha256(Path(cfg.model_a.checkpoint)),
         "checkpoint_b_sha256": _sha256(Path(cfg.model_b.checkpoint)),
-        "seed": cfg.seed, "seeds_per_cell": cfg.seeds_per_cell, "init": cfg.init,
+        "seed": cfg.seed,
+        "seeds_per_cell": cfg.seeds_per_cell,
+        "init": cfg.init,
         "synthesis": cfg.synthesis.model_dump(),
         "optimizer": cfg.optimizer.model_dump(by_alias=True),
     }
@@ -58,13 +62,15 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
 @dataclass
 class Element:
     """One element of a synthesis batch: a cell and the seed of this attempt at it."""
+
     class_a: int
     class_b: int
     seed: int
 
 
-def _initial_images(elements: list[Element], shape: tuple[int, int, int], init: str, dataset: str,
-                    data_cfg: DataSettings) -> tuple[torch.Tensor, list[str]]:
+def _initial_images(
+    elements: list[Element], shape: tuple[int, int, int], init: str, dataset: str, data_cfg: DataSettings
+) -> tuple[torch.Tensor, list[str]]:
     if init == "noise":
         return noise_images([(c.class_a, c.class_b) for c in elements], [c.seed for c in elements], shape), [
             "noise"
@@ -93,8 +99,15 @@ def _callbacks(bar: Progress, tracker: Tracker, attempt: int, step_offset: int):
         bar.set_postfix(active=n_active)
 
     def on_scores(step: int, hard: torch.Tensor) -> None:
-        tracker.log({"attempt": attempt, "active": len(hard), "hard/median": float(hard.median()),
-                     "hard/max": float(hard.max())}, step=step_offset + step)
+        tracker.log(
+            {
+                "attempt": attempt,
+                "active": len(hard),
+                "hard/median": float(hard.median()),
+                "hard/max": float(hard.max()),
+            },
+            step=step_offset + step,
+        )
 
     return on_step, (on_scores if tracker.enabled else None)
 
@@ -108,25 +121,41 @@ def run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
         runstate.remove_stale_temp_files(out_dir)
         runstate.check_run_settings(out_dir, result_settings(cfg))
         rows = runstate.load_finished_rows(out_dir, cfg.model_a.name, cfg.model_b.name)
-        tracker = start_tracking(cfg.wandb.mode, cfg.wandb.project, out_dir,
-                                 run_name=f"{cfg.model_a.name}_vs_{cfg.model_b.name}",
-                                 group=cfg.wandb.group, config=cfg.model_dump(by_alias=True))
+        tracker = start_tracking(
+            cfg.wandb.mode,
+            cfg.wandb.project,
+            out_dir,
+            run_name=f"{cfg.model_a.name}_vs_{cfg.model_b.name}",
+            group=cfg.wandb.group,
+            config=cfg.model_dump(by_alias=True),
+        )
         try:
             return _synthesize_pair(cfg, models, device, out_dir, rows, tracker)
         finally:
             tracker.finish()
 
 
-def _synthesize_pair(cfg: SynthesizeSettings, models: list[CalibratedModel], device: torch.device, out_dir: Path,
-                     rows: list[ManifestRow], tracker: Tracker) -> list[ManifestRow]:
+def _synthesize_pair(
+    cfg: SynthesizeSettings,
+    models: list[CalibratedModel],
+    device: torch.device,
+    out_dir: Path,
+    rows: list[ManifestRow],
+    tracker: Tracker,
+) -> list[ManifestRow]:
     info = dataset_info(cfg.model_a.dataset)
     settings = SynthesisSettings(**cfg.synthesis.model_dump(), optimizer=cfg.optimizer.factory())
     name_a, name_b = cfg.model_a.name, cfg.model_b.name
     pairs = ordered_class_pairs(len(info.class_names))
     start = time.perf_counter()
     if rows:
-        log.info("resuming %s: %d earlier row(s), %d/%d cells already accepted",
-                 out_dir, len(rows), len({r.cell for r in rows if r.accepted}), len(pairs))
+        log.info(
+            "resuming %s: %d earlier row(s), %d/%d cells already accepted",
+            out_dir,
+            len(rows),
+            len({r.cell for r in rows if r.accepted}),
+            len(pairs),
+        )
     log.info("synthesizing %s vs %s: %d cells x %d seeds on %s", name_a, name_b, len(pairs), cfg.seeds_per_cell, device)
 
     global_step = n_new_rows = 0
@@ -142,12 +171,14 @@ def _synthesize_pair(cfg: SynthesizeSettings, models: list[CalibratedModel], dev
         elements = [Element(a, b, seed) for (a, b), seed in work]
         initial, inits = _initial_images(elements, info.image_shape, cfg.init, info.name, cfg.data)
         targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
-        bar = Progress(settings.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)",
-                       cfg.progress)
+        bar = Progress(
+            settings.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress
+        )
 
         on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
-        result = synthesize_batch(models, targets, initial.to(device), settings, seed=base, on_step=on_step,
-                                  on_scores=on_scores)
+        result = synthesize_batch(
+            models, targets, initial.to(device), settings, seed=base, on_step=on_step, on_scores=on_scores
+        )
         bar.close()
         global_step += settings.max_steps
         per_image_time = result.total_seconds / len(elements)
@@ -163,19 +194,32 @@ def _synthesize_pair(cfg: SynthesizeSettings, models: list[CalibratedModel], dev
                 )
                 save_png(out_dir / filename, result.images[i].cpu().numpy())
             probabilities = result.probabilities[i].cpu()
-            new_rows.append(ManifestRow(
-                dataset=info.name, model_a=name_a, model_b=name_b,
-                class_a=element.class_a, class_b=element.class_b,
-                class_a_name=info.class_names[element.class_a], class_b_name=info.class_names[element.class_b],
-                seed=element.seed, source="synthetic", init=init,
-                steps=int(result.steps[i]), converged=bool(result.converged[i]),
-                hard_score=hard, smooth_score=float(result.smooth[i]),
-                p_model_a_class_a=float(probabilities[0, 0]), p_model_a_class_b=float(probabilities[0, 1]),
-                p_model_b_class_a=float(probabilities[1, 0]), p_model_b_class_b=float(probabilities[1, 1]),
-                accepted=accepted,
-                status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
-                image_file=filename, wall_time_s=round(per_image_time, 4),
-            ))
+            new_rows.append(
+                ManifestRow(
+                    dataset=info.name,
+                    model_a=name_a,
+                    model_b=name_b,
+                    class_a=element.class_a,
+                    class_b=element.class_b,
+                    class_a_name=info.class_names[element.class_a],
+                    class_b_name=info.class_names[element.class_b],
+                    seed=element.seed,
+                    source="synthetic",
+                    init=init,
+                    steps=int(result.steps[i]),
+                    converged=bool(result.converged[i]),
+                    hard_score=hard,
+                    smooth_score=float(result.smooth[i]),
+                    p_model_a_class_a=float(probabilities[0, 0]),
+                    p_model_a_class_b=float(probabilities[0, 1]),
+                    p_model_b_class_a=float(probabilities[1, 0]),
+                    p_model_b_class_b=float(probabilities[1, 1]),
+                    accepted=accepted,
+                    status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
+                    image_file=filename,
+                    wall_time_s=round(per_image_time, 4),
+                )
+            )
         rows = rows + new_rows
         n_new_rows += len(new_rows)
         write_manifest(out_dir / MANIFEST_NAME, rows)

@@ -1,4 +1,5 @@
 """``python train.py model=<name>``: train, evaluate, calibrate, save, and refresh the model card."""
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,9 @@ from controversial.zoo.training import (
 log = logging.getLogger(__name__)
 
 
-def _resume_file(cfg: TrainCommandSettings, settings: TrainSettings, arch_kwargs: dict,
-                 n_train_images: int) -> ResumeFile | None:
+def _resume_file(
+    cfg: TrainCommandSettings, settings: TrainSettings, arch_kwargs: dict, n_train_images: int
+) -> ResumeFile | None:
     """The per-epoch state file of a resumable method; with resume=false an old one is removed first.
 
     Its identity includes the training-set size: another data root would change the schedule's length.
@@ -35,10 +37,17 @@ def _resume_file(cfg: TrainCommandSettings, settings: TrainSettings, arch_kwargs
     if not training_method(settings.method).resumable:
         return None
     model_cfg = cfg.model
-    resume = ResumeFile(Path(cfg.resume_file), {
-        "name": model_cfg.name, "dataset": model_cfg.dataset, "arch": model_cfg.arch, "arch_kwargs": arch_kwargs,
-        "train": model_cfg.train.model_dump(), "n_train_images": n_train_images,
-    })
+    resume = ResumeFile(
+        Path(cfg.resume_file),
+        {
+            "name": model_cfg.name,
+            "dataset": model_cfg.dataset,
+            "arch": model_cfg.arch,
+            "arch_kwargs": arch_kwargs,
+            "train": model_cfg.train.model_dump(),
+            "n_train_images": n_train_images,
+        },
+    )
     if resume.path.is_file():
         if cfg.resume:
             log.info("resuming from %s", resume.path)
@@ -102,8 +111,13 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
     spec = arch_spec(model_cfg.arch)
     training_data = {"train_images": train_x, "train_labels": train_y} if spec.training_data else {}
     net = spec.builder(**arch_kwargs, **training_data)
-    log.info("training %s (%s, %s parameters) with %s", model_cfg.name, model_cfg.arch,
-             f"{sum(p.numel() for p in net.parameters()):,}", settings.method)
+    log.info(
+        "training %s (%s, %s parameters) with %s",
+        model_cfg.name,
+        model_cfg.arch,
+        f"{sum(p.numel() for p in net.parameters()):,}",
+        settings.method,
+    )
 
     resume = _resume_file(cfg, settings, arch_kwargs, len(train_x))
     start = time.perf_counter()
@@ -122,12 +136,21 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
     net.to("cpu")  # evaluation, calibration and the checkpoint are the same whatever the training device
     evaluation = evaluate_and_calibrate(net, test_x, test_y, model_cfg.calibration)
     n_parameters = sum(p.numel() for p in net.parameters())
-    metrics = {**evaluation.metrics, **robustness,
-               "parameters": n_parameters, "train_time_s": round(train_time, 1),
-               "trained_on": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"}
-    log.info("test accuracy %.2f%%, calibration slope %.4g intercept %.4g, NLL %.4f -> %.4f",
-             100 * metrics["test_accuracy"], evaluation.calibration.slope, evaluation.calibration.intercept,
-             metrics["test_nll_uncalibrated"], metrics["test_nll_calibrated"])
+    metrics = {
+        **evaluation.metrics,
+        **robustness,
+        "parameters": n_parameters,
+        "train_time_s": round(train_time, 1),
+        "trained_on": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+    }
+    log.info(
+        "test accuracy %.2f%%, calibration slope %.4g intercept %.4g, NLL %.4f -> %.4f",
+        100 * metrics["test_accuracy"],
+        evaluation.calibration.slope,
+        evaluation.calibration.intercept,
+        metrics["test_nll_uncalibrated"],
+        metrics["test_nll_calibrated"],
+    )
 
     out = Path(cfg.models_dir)
     path = out / model_cfg.dataset / f"{model_cfg.name}.pt"
@@ -140,8 +163,11 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
         metrics=metrics,
         train_config={**model_cfg.train.model_dump(), "extra": {**settings.extra, **outcome.record}},
         command=invocation.command,
-        card={"paper_name": model_cfg.paper_name, "description": model_cfg.description,
-              "differences": model_cfg.differences},
+        card={
+            "paper_name": model_cfg.paper_name,
+            "description": model_cfg.description,
+            "differences": model_cfg.differences,
+        },
     )
     save_checkpoint(path, net, info, float16=cfg.float16)
     log.info("wrote %s (%.2f MB)", path, path.stat().st_size / 1e6)

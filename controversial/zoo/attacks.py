@@ -4,6 +4,7 @@ Images stay in [0, 1]; the perturbation starts at a random point of the ball and
 ascends the cross-entropy (sign of the gradient for l-inf, the normalised gradient for l2), then
 projects back onto the ball and the image range.
 """
+
 from __future__ import annotations
 
 import torch
@@ -73,8 +74,15 @@ def pgd(
 
 
 def pgd_accuracy(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, norm: str, eps: float, steps: int, step_size: float,
-    batch_size: int = 250, seed: int = 0,
+    net: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    norm: str,
+    eps: float,
+    steps: int,
+    step_size: float,
+    batch_size: int = 250,
+    seed: int = 0,
 ) -> float:
     """Accuracy under PGD (random start, fixed seed) on the given images, batched on the network's device."""
     generator = torch.Generator().manual_seed(seed)

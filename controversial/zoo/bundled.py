@@ -1,4 +1,5 @@
 """Find and load the bundled, trained models by name."""
+
 from __future__ import annotations
 
 from pathlib import Path

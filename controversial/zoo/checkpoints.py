@@ -1,5 +1,6 @@
 """Self-describing checkpoints: loading needs nothing but the file (and the data root, for an architecture
 registered with ``training_data``, such as the KDE)."""
+
 from __future__ import annotations
 
 import io
@@ -43,7 +44,10 @@ def code_version() -> str:
     """Package version plus the git commit when run from a checkout."""
     try:
         commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5,
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
             cwd=Path(__file__).resolve().parent,
         ).stdout.strip()
     except (OSError, subprocess.SubprocessError):

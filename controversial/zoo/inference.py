@@ -8,6 +8,7 @@ channels-last activations on a CPU (oneDNN's native layout); capsule networks, w
 reshapes the activations, run slower, so each architecture opts in. Measured effects:
 docs/benchmarks.md.
 """
+
 from __future__ import annotations
 
 import torch
@@ -31,8 +32,12 @@ def fold_batch_norms(module: nn.Module) -> int:
             continue
         for index in range(len(child) - 1):
             conv, norm = child[index], child[index + 1]
-            if isinstance(conv, CONVOLUTIONS) and isinstance(norm, BATCH_NORMS) \
-                    and norm.track_running_stats and norm.num_features == conv.out_channels:
+            if (
+                isinstance(conv, CONVOLUTIONS)
+                and isinstance(norm, BATCH_NORMS)
+                and norm.track_running_stats
+                and norm.num_features == conv.out_channels
+            ):
                 child[index] = fuse_conv_bn_eval(conv, norm)
                 child[index + 1] = nn.Identity()
                 folded += 1

@@ -1,4 +1,5 @@
 """Regenerate ``models/README.md`` from the metadata inside every bundled checkpoint."""
+
 from __future__ import annotations
 
 from pathlib import Path

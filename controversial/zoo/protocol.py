@@ -10,6 +10,7 @@ Some models also take gradients inside their forward pass (ABS fits latents, JEM
 scores without an outer gradient are computed under ``scoring()`` (``torch.no_grad``), never
 ``torch.inference_mode``, which would forbid the inner autograd; such models call ``require_autograd``.
 """
+
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable

@@ -3,6 +3,7 @@
 Every model is read out as ten independent detectors, ``p(class) = sigmoid(s * logit + t)``, so a
 model can see several classes or none. ``s > 0`` and a shared ``t`` keep every arg-max unchanged.
 """
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """Architecture registry: a dict plus a decorator, so checkpoints can name the code that builds them."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -6,6 +6,7 @@ global generator (dropout), the epoch count, the training seconds so far and met
 JEM's replay buffer - to one file, atomically. A re-run with the same settings loads it and continues
 after the last finished epoch, ending with exactly the weights an uninterrupted run would have.
 """
+
 from __future__ import annotations
 
 import io

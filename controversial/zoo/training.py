@@ -4,6 +4,7 @@ Each method is declared once, in ``TRAINING_METHODS`` (or, for a family that liv
 ``register_training_method``), together with what is special about it: whether it can resume, and
 the typed schema of its ``train.extra`` settings, so that a typo in a model YAML is an error.
 """
+
 from __future__ import annotations
 
 import logging
@@ -172,7 +173,11 @@ def _describe_loss(means: dict[str, float]) -> str:
 
 
 def train_supervised(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    net: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    settings: TrainSettings,
+    progress: Progress,
     resume: ResumeFile | None = None,
 ) -> None:
     """Cross-entropy training with Adam and a one-cycle learning-rate schedule."""
@@ -217,7 +222,11 @@ class NegativesExtra:
 
 
 def train_supervised_negatives(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    net: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    settings: TrainSettings,
+    progress: Progress,
     resume: ResumeFile | None = None,
 ) -> None:
     """Per-class sigmoid (binary cross-entropy) training with extra non-digit images whose ten targets are all zero.
@@ -283,8 +292,9 @@ class KDEBandwidthExtra:
     n_heldout: int = 2000
 
 
-def select_kde_bandwidth(net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings,
-                         progress: Progress) -> TrainOutcome:
+def select_kde_bandwidth(
+    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress
+) -> TrainOutcome:
     """Pick sigma from a grid by held-out likelihood (a per-class split of the training set)."""
     extra: KDEBandwidthExtra = options(settings)
     grid, n_held = [float(s) for s in extra.sigma_grid], extra.n_heldout
@@ -298,8 +308,10 @@ def select_kde_bandwidth(net: nn.Module, images: torch.Tensor, labels: torch.Ten
     best = max(scores, key=scores.get)
     progress(f"chosen sigma {best}")
     net.sigma = best
-    return TrainOutcome(arch_kwargs={"sigma": best},
-                        record={"heldout_loglik": {str(k): v for k, v in scores.items()}, "chosen_sigma": best})
+    return TrainOutcome(
+        arch_kwargs={"sigma": best},
+        record={"heldout_loglik": {str(k): v for k, v in scores.items()}, "chosen_sigma": best},
+    )
 
 
 def capsule_margin_loss(
@@ -318,7 +330,11 @@ class CapsuleExtra:
 
 
 def train_capsule(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    net: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    settings: TrainSettings,
+    progress: Progress,
     resume: ResumeFile | None = None,
 ) -> None:
     """Margin loss on capsule lengths plus ``extra.reconstruction_weight`` x the decoder's summed squared error.
@@ -381,7 +397,11 @@ class AdversarialExtra:
 
 
 def train_adversarial(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    net: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    settings: TrainSettings,
+    progress: Progress,
     resume: ResumeFile | None = None,
 ) -> None:
     """Madry-style adversarial training: cross-entropy on PGD examples only (random start).
@@ -410,8 +430,10 @@ def train_adversarial(
         return loss, {"loss": loss.item(), "accuracy": float((logits.argmax(1) == y).float().mean()), "eps": current}
 
     def describe(means: dict[str, float]) -> str:
-        return (f"mean eps {means['eps']:.3f}, adversarial loss {means['loss']:.4f}, "
-                f"adversarial train accuracy {100 * means['accuracy']:.1f}%")
+        return (
+            f"mean eps {means['eps']:.3f}, adversarial loss {means['loss']:.4f}, "
+            f"adversarial train accuracy {100 * means['accuracy']:.1f}%"
+        )
 
     _minibatch_training(net, len(images), settings, progress, batch_loss, describe, resume)
 
@@ -451,7 +473,11 @@ class JEMExtra:
 
 
 def train_jem(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress,
+    net: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    settings: TrainSettings,
+    progress: Progress,
     resume: ResumeFile | None = None,
 ) -> None:
     """JEM (Grathwohl et al. 2020): cross-entropy on the classifier plus the energy's contrastive term.
@@ -480,6 +506,7 @@ def train_jem(
             f"train.extra.buffer_size ({buffer_size}) must be at least train.batch_size ({settings.batch_size})"
         )
     if buffer_init == "uniform":
+
         def fresh_starts(count: int, generator: torch.Generator) -> torch.Tensor:
             return torch.rand((count, *images.shape[1:]), generator=generator)
     elif buffer_init == "class_gaussian":
@@ -521,7 +548,8 @@ def train_jem(
         if not torch.isfinite(loss):
             raise FloatingPointError(
                 f"JEM training diverged in epoch {epoch + 1}, step {step + 1} (non-finite loss); the resume file "
-                "holds the last finished epoch: resume from it with a lower lr or fewer sgld_steps")
+                "holds the last finished epoch: resume from it with a lower lr or fewer sgld_steps"
+            )
         return loss, {**figures, "energy_gap": energy_gap.item()}
 
     def describe(means: dict[str, float]) -> str:

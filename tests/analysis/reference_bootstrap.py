@@ -3,6 +3,7 @@
 Kept deliberately naive; the vectorised ``controversial.analysis.bootstrap`` must match it to 1e-9
 (tests) and is timed against it (``benchmarks/bootstrap.py``).
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """``analyze.py`` composed in-process: a small simulated study end to end, and explicit data paths."""
+
 from __future__ import annotations
 
 import json
@@ -50,10 +51,20 @@ def test_explicit_inputs_and_choices(tmp_path):
     model = first.inputs.model_responses
     choices = tmp_path / "choices"
     for subject, answers in (("subject-01", "aab"), ("subject-02", "abb"), ("resnet", "aaa")):
-        write_trials(choices / f"{subject}_session_1.csv",
-                     [[subject, 1, t, 500, r, "a", "c1" if t < 2 else "c2", f"img{t}"] for t, r in enumerate(answers)])
-    results = run_analyze(tmp_path / "b", SMALL + [f"human_ratings={human}", f"model_responses={model}",
-                                                   f"choices={choices}", "exclude_participants=[sim_participant_01]"])
+        write_trials(
+            choices / f"{subject}_session_1.csv",
+            [[subject, 1, t, 500, r, "a", "c1" if t < 2 else "c2", f"img{t}"] for t, r in enumerate(answers)],
+        )
+    results = run_analyze(
+        tmp_path / "b",
+        SMALL
+        + [
+            f"human_ratings={human}",
+            f"model_responses={model}",
+            f"choices={choices}",
+            "exclude_participants=[sim_participant_01]",
+        ],
+    )
     assert results.inputs.simulated is False
     assert [e["detail"] for e in results.study.exclusions if e["what"] == "participant"] == ["sim_participant_01"]
     assert results.choices["choices"].names == ["resnet", "subject-01", "subject-02"]
@@ -90,8 +101,20 @@ def test_other_subsets_are_bootstrapped_when_asked(tmp_path):
 @pytest.mark.slow
 def test_entry_point_runs_from_the_command_line(tmp_path):
     root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "analyze.py", *SMALL, "figures=false", "error_consistency.enabled=false",
-                           f"hydra.run.dir={tmp_path}"], cwd=root, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "analyze.py",
+            *SMALL,
+            "figures=false",
+            "error_consistency.enabled=false",
+            f"hydra.run.dir={tmp_path}",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "SIMULATED STUDY" in done.stdout and "   1  sim2" in done.stdout
     assert (tmp_path / "report.md").is_file() and (tmp_path / "results.json").is_file()
@@ -101,10 +124,22 @@ def test_choices_alone_run_error_consistency_without_ratings(tmp_path, capsys):
     choices = tmp_path / "choices" / "toy"
     answers = {"subject-01": "aabab", "subject-02": "abbab", "subject-03": "aab_b", "resnet": "aaaab", "vit": "aaabb"}
     for subject, given in answers.items():
-        write_trials(choices / f"toy_{subject}_session_1.csv",
-                     [[subject, 1, t, 0.5, "na" if r == "_" else r, "a" if t % 2 else "b",
-                       "" if subject in ("resnet", "vit") else f"c{t % 2}", f"{t:04d}_toy_{subject}_img{t}.png"]
-                      for t, r in enumerate(given)])
+        write_trials(
+            choices / f"toy_{subject}_session_1.csv",
+            [
+                [
+                    subject,
+                    1,
+                    t,
+                    0.5,
+                    "na" if r == "_" else r,
+                    "a" if t % 2 else "b",
+                    "" if subject in ("resnet", "vit") else f"c{t % 2}",
+                    f"{t:04d}_toy_{subject}_img{t}.png",
+                ]
+                for t, r in enumerate(given)
+            ],
+        )
     results = run_analyze(tmp_path / "run", SMALL + [f"choices={tmp_path / 'choices'}"])
     assert results.prediction is None and results.inputs.simulated is False
     block = results.choices["toy"]

@@ -1,11 +1,21 @@
 """The vectorised bootstrap against a plain, loop-by-loop reference on the same resamples."""
+
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from controversial.analysis.bootstrap import (
-    BLOCK, LOWER, UPPER, Distributions, bootstrap, counts, iter_blocks, pairwise_tests, percentile_ci, strata,
+    BLOCK,
+    LOWER,
+    UPPER,
+    Distributions,
+    bootstrap,
+    counts,
+    iter_blocks,
+    pairwise_tests,
+    percentile_ci,
+    strata,
 )
 from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import participant_model_correlations
@@ -26,8 +36,16 @@ def small_study(seed: int = 1, S: int = 4, M: int = 3, K: int = 5):
 def test_fast_bootstrap_matches_reference_including_duplicates(include_copies):
     human, model, conditions = small_study()
     n = 60
-    fast = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=n, seed=7, chunk_size=BLOCK,
-                     include_copies=include_copies)
+    fast = bootstrap(
+        human,
+        model,
+        ["m0", "m1", "m2"],
+        conditions,
+        n_resamples=n,
+        seed=7,
+        chunk_size=BLOCK,
+        include_copies=include_copies,
+    )
     reference = reference_bootstrap(human, model, conditions, n, seed=7, include_copies=include_copies)
     assert fast.samples.shape == reference.shape == (n, 5)
     np.testing.assert_allclose(fast.samples, reference, rtol=0, atol=1e-9)
@@ -53,7 +71,7 @@ def test_resamples_stay_within_strata_and_depend_only_on_seed():
     for block in iter_blocks(2 * BLOCK + 5, 11, human.shape[0], conditions):
         start = 0
         for g in groups:
-            assert np.isin(block.stimuli[:, start:start + len(g)], g).all()
+            assert np.isin(block.stimuli[:, start : start + len(g)], g).all()
             start += len(g)
     a = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=2500, seed=5, chunk_size=1000)
     b = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=2500, seed=5, chunk_size=3000)

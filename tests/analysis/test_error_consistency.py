@@ -1,4 +1,5 @@
 """Error consistency against hand-computed examples and brute force over small binary vectors."""
+
 from __future__ import annotations
 
 import itertools
@@ -139,10 +140,16 @@ def test_categorical_kappa_hand_example():
 
 
 def test_trials_reader_counts_missed_responses_as_incorrect(tmp_path):
-    rows_a = [["s1", 1, 1, 500, "dog", "dog", "c1", "img1"], ["s1", 1, 2, 400, "na", "cat", "c1", "img2"],
-              ["s1", 1, 3, 300, "cat", "car", "c2", "img3"]]
-    rows_b = [["s2", 1, 1, 500, "dog", "dog", "c1", "img1"], ["s2", 1, 2, 400, "cat", "cat", "c1", "img2"],
-              ["s2", 1, 3, 300, "cat", "car", "c2", "img3"]]
+    rows_a = [
+        ["s1", 1, 1, 500, "dog", "dog", "c1", "img1"],
+        ["s1", 1, 2, 400, "na", "cat", "c1", "img2"],
+        ["s1", 1, 3, 300, "cat", "car", "c2", "img3"],
+    ]
+    rows_b = [
+        ["s2", 1, 1, 500, "dog", "dog", "c1", "img1"],
+        ["s2", 1, 2, 400, "cat", "cat", "c1", "img2"],
+        ["s2", 1, 3, 300, "cat", "car", "c2", "img3"],
+    ]
     write_trials(tmp_path / "s1.csv", rows_a)
     write_trials(tmp_path / "s2.csv", rows_b)
     trials = read_trials([tmp_path / "s1.csv", tmp_path / "s2.csv"])
@@ -155,6 +162,9 @@ def test_trials_reader_counts_missed_responses_as_incorrect(tmp_path):
 def test_trials_disagreeing_on_an_image_category_are_an_error(tmp_path):
     write_trials(tmp_path / "s1.csv", [["s1", 1, 1, 500, "dog", "dog", "c1", "img1"]])
     write_trials(tmp_path / "s2.csv", [["s2", 1, 1, 500, "dog", "cat", "c1", "img1"]])
-    with pytest.raises(InputError, match=r"s2\.csv, row 2, column 'category': stimulus 'img1' has category 'cat', "
-                                         r"but .*s1\.csv, row 2 says 'dog'"):
+    with pytest.raises(
+        InputError,
+        match=r"s2\.csv, row 2, column 'category': stimulus 'img1' has category 'cat', "
+        r"but .*s1\.csv, row 2 says 'dog'",
+    ):
         ec.decisions_from_trials(read_trials([tmp_path / "s1.csv", tmp_path / "s2.csv"]))

@@ -1,4 +1,5 @@
 """evaluate.py with tiny registered models: folders and manifests -> PNAS model-format responses."""
+
 from __future__ import annotations
 
 import os
@@ -20,14 +21,18 @@ from controversial.zoo.bundled import load_model
 from testkit import run_task
 
 
-
 @pytest.fixture()
 def setup(tmp_path):
     checkpoints = {}
     for seed, name in ((1, "tiny_a"), (2, "tiny_b")):
         kwargs = {"image_shape": [1, 28, 28], "hidden": 8, "seed": seed}
-        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset="mnist",
-                              calibration=Calibration(0.5, -1.0, "identity"))
+        info = CheckpointInfo(
+            name=name,
+            arch="tiny_mlp",
+            arch_kwargs=kwargs,
+            dataset="mnist",
+            calibration=Calibration(0.5, -1.0, "identity"),
+        )
         checkpoints[name] = tmp_path / f"{name}.pt"
         save_checkpoint(checkpoints[name], create_arch("tiny_mlp", **kwargs), info)
     folder = tmp_path / "stimuli"
@@ -36,9 +41,32 @@ def setup(tmp_path):
     for seed, (a, b) in enumerate([(3, 7), (1, 0)]):
         name = stimulus_filename("tiny_a", str(a), "tiny_b", str(b), seed)
         save_png(folder / name, rng.random((1, 28, 28)))
-        rows.append(ManifestRow("mnist", "tiny_a", "tiny_b", a, b, str(a), str(b), seed, "synthetic", "noise", 10, True,
-                                0.9, 1.0, 0.9, 0.1, 0.1, 0.9, seed == 0, "accepted" if seed == 0 else "below_threshold",
-                                name, 0.1))
+        rows.append(
+            ManifestRow(
+                "mnist",
+                "tiny_a",
+                "tiny_b",
+                a,
+                b,
+                str(a),
+                str(b),
+                seed,
+                "synthetic",
+                "noise",
+                10,
+                True,
+                0.9,
+                1.0,
+                0.9,
+                0.1,
+                0.1,
+                0.9,
+                seed == 0,
+                "accepted" if seed == 0 else "below_threshold",
+                name,
+                0.1,
+            )
+        )
     save_png(folder / "MNIST_4_9.png", rng.random((1, 28, 28)))
     write_manifest(folder / "manifest.csv", rows)
     return tmp_path, checkpoints, folder
@@ -113,8 +141,12 @@ def test_pnas_names_in_evaluate(setup):
     folder = tmp_path / "pnas"
     digit = np.ones((1, 28, 28))
     digit[0, 8:20, 12:16] = 0.0  # stored as displayed: dark digit on white
-    for name in ("Gaussian_KDE_0_Sarasra_Capsule_1.png", "MNIST_000_8.png", "schott_VAE_3_small_VGG_5.png",
-                 "schott_VAE_3_small_VGG_5_repeated.png"):
+    for name in (
+        "Gaussian_KDE_0_Sarasra_Capsule_1.png",
+        "MNIST_000_8.png",
+        "schott_VAE_3_small_VGG_5.png",
+        "schott_VAE_3_small_VGG_5_repeated.png",
+    ):
         save_png(folder / name, digit)
     stimuli = stimuli_from_folder(folder, "pnas2020")
     assert [s.image for s in stimuli] == ["Gaussian_KDE_0_Sarasra_Capsule_1", "MNIST_000_8", "schott_VAE_3_small_VGG_5"]

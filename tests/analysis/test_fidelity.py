@@ -1,4 +1,5 @@
 """fidelity.py: our models scored on the paper's stimuli, with missing models named, never a crash."""
+
 from __future__ import annotations
 
 
@@ -13,8 +14,12 @@ from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
 from testkit import run_task
 
-NAMES = ("Gaussian_KDE_0_Wen_Global_PCN_E4_8.png", "Gaussian_KDE_3_schott_VAE_5.png", "MNIST_000_8.png",
-         "MNIST_001_3.png")
+NAMES = (
+    "Gaussian_KDE_0_Wen_Global_PCN_E4_8.png",
+    "Gaussian_KDE_3_schott_VAE_5.png",
+    "MNIST_000_8.png",
+    "MNIST_001_3.png",
+)
 
 
 @pytest.fixture()
@@ -45,8 +50,13 @@ def test_task_names_the_models_not_trained_yet(tmp_path, folder, capsys):
     models = tmp_path / "models"
     for seed, name in ((1, "kde"), (2, "pcn")):
         kwargs = {"image_shape": [1, 28, 28], "hidden": 8, "seed": seed}
-        info = CheckpointInfo(name=name, arch="tiny_mlp", arch_kwargs=kwargs, dataset="mnist",
-                              calibration=Calibration(0.5, -1.0, "identity"))
+        info = CheckpointInfo(
+            name=name,
+            arch="tiny_mlp",
+            arch_kwargs=kwargs,
+            dataset="mnist",
+            calibration=Calibration(0.5, -1.0, "identity"),
+        )
         save_checkpoint(models / "mnist" / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
     out = tmp_path / "run"
     out.mkdir()

@@ -1,4 +1,5 @@
 """Every malformed input gets an error naming the file, row and column; policies are reported."""
+
 from __future__ import annotations
 
 import csv
@@ -9,7 +10,12 @@ import pytest
 from controversial.records.choices import read_trials, write_trials
 from controversial.records.csvfile import InputError, csv_chunks, csv_text
 from controversial.records.responses import (
-    HUMAN_COLUMNS, MODEL_COLUMNS, natural_true_class, read_human_ratings, read_model_responses, write_human_ratings,
+    HUMAN_COLUMNS,
+    MODEL_COLUMNS,
+    natural_true_class,
+    read_human_ratings,
+    read_model_responses,
+    write_human_ratings,
     write_model_responses,
 )
 from controversial.records.study import PARTICIPANT_COLUMNS, QUALITY_COLUMNS, read_attention, read_quality_flags
@@ -34,8 +40,12 @@ def human_rows(subjects=("s1", "s2"), images=tuple(IMAGES)):
 
 
 def model_rows(models=("A", "B", "C"), images=tuple(IMAGES)):
-    return [[m, image, category, *IMAGES[image], round(0.1 + 0.2 * ((i + j + k) % 4), 2)]
-            for i, m in enumerate(models) for j, image in enumerate(images) for k, category in enumerate(CATEGORIES)]
+    return [
+        [m, image, category, *IMAGES[image], round(0.1 + 0.2 * ((i + j + k) % 4), 2)]
+        for i, m in enumerate(models)
+        for j, image in enumerate(images)
+        for k, category in enumerate(CATEGORIES)
+    ]
 
 
 def write_csv(path, header, rows):
@@ -92,12 +102,15 @@ def test_unknown_rating(tmp_path):
         read_human_ratings(path)
 
 
-@pytest.mark.parametrize("column, value, message", [
-    (8, "nan", r"row 3, column 'category_rating': NaN is not allowed"),
-    (8, "", r"row 3, column 'category_rating': empty value"),
-    (0, "", r"row 3, column 'subject': empty value"),
-    (3, "NaN", r"row 3, column 'response_category': NaN is not allowed"),
-])
+@pytest.mark.parametrize(
+    "column, value, message",
+    [
+        (8, "nan", r"row 3, column 'category_rating': NaN is not allowed"),
+        (8, "", r"row 3, column 'category_rating': empty value"),
+        (0, "", r"row 3, column 'subject': empty value"),
+        (3, "NaN", r"row 3, column 'response_category': NaN is not allowed"),
+    ],
+)
 def test_nans_and_empty_values(tmp_path, column, value, message):
     rows = human_rows()
     rows[1][column] = value
@@ -146,8 +159,11 @@ def test_duplicate_rows(tmp_path):
 def test_participants_with_different_stimulus_sets(tmp_path, files):
     rows = [r for r in human_rows() if not (r[0] == "s2" and r[1] == "A_7_vs_C_3_seed0.png")]
     path = write_csv(tmp_path / "h.csv", HUMAN_COLUMNS, rows)
-    with pytest.raises(InputError, match=r"h\.csv, row \d+, column 'image': participants saw different stimulus sets: "
-                                         r"'s1' rated 'A_7_vs_C_3_seed0\.png' but 's2' did not"):
+    with pytest.raises(
+        InputError,
+        match=r"h\.csv, row \d+, column 'image': participants saw different stimulus sets: "
+        r"'s1' rated 'A_7_vs_C_3_seed0\.png' but 's2' did not",
+    ):
         build_study(read_human_ratings(path), read_model_responses(files[1]))
 
 
@@ -252,8 +268,11 @@ def test_trials_format_errors(tmp_path):
     with pytest.raises(InputError, match=r"bad\.csv, row 1 \(header\): missing column\(s\) imagename"):
         read_trials([tmp_path / "bad.csv"])
     write_trials(tmp_path / "dup.csv", [["s", 1, 1, 1, "a", "a", "c", "img"], ["s", 1, 2, 1, "na", "a", "c", "img"]])
-    with pytest.raises(InputError, match=r"dup\.csv, row 3, column 'imagename': subject 's' already answered "
-                                         r"stimulus 'img' \(.*dup\.csv, row 2\)"):
+    with pytest.raises(
+        InputError,
+        match=r"dup\.csv, row 3, column 'imagename': subject 's' already answered "
+        r"stimulus 'img' \(.*dup\.csv, row 2\)",
+    ):
         read_trials([tmp_path / "dup.csv"])
     write_trials(tmp_path / "trial.csv", [["s", 1, "x", 1, "a", "a", "c", "img"]])
     with pytest.raises(InputError, match=r"trial\.csv, row 2, column 'trial': 'x' is not an integer"):
@@ -266,9 +285,16 @@ def test_round_trip_preserves_values(files):
 
 
 def test_attention_check_file_policy(tmp_path, files):
-    path = write_csv(tmp_path / "attention.csv", ["subject", "position", "instructed_category", "passed", "ratings"],
-                     [["s1", 4, "3", "true", "0 100 0"], ["s1", 9, "7", "true", "0 0 100"],
-                      ["s2", 4, "3", "true", "0 100 0"], ["s2", 9, "7", "false", "0 0 0"]])
+    path = write_csv(
+        tmp_path / "attention.csv",
+        ["subject", "position", "instructed_category", "passed", "ratings"],
+        [
+            ["s1", 4, "3", "true", "0 100 0"],
+            ["s1", 9, "7", "true", "0 0 100"],
+            ["s2", 4, "3", "true", "0 100 0"],
+            ["s2", 9, "7", "false", "0 0 0"],
+        ],
+    )
     attention = read_attention(path)
     assert attention == {"s1": (2, 2), "s2": (1, 2)}
     human, model = read_human_ratings(files[0]), read_model_responses(files[1])
@@ -303,7 +329,7 @@ def test_csv_chunks_stream_the_same_text_as_csv_text():
 
 
 def test_quality_flags_read_from_participants_csv(tmp_path):
-    assert PARTICIPANT_COLUMNS[-len(QUALITY_COLUMNS):] == QUALITY_COLUMNS
+    assert PARTICIPANT_COLUMNS[-len(QUALITY_COLUMNS) :] == QUALITY_COLUMNS
     path = tmp_path / "participants.csv"
     rows = [["P0001", "too_fast;straight_lining"], ["P0002", ""]]
     path.write_text(csv_text(("subject", "flags"), rows))

@@ -1,4 +1,5 @@
 """Correlation measures, noise ceilings and arg-max decisions against direct computations."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -19,11 +20,14 @@ def data():
     return human, model
 
 
-@pytest.mark.parametrize("measure, reference", [
-    ("pearson", lambda x, y: stats.pearsonr(x, y).statistic),
-    ("spearman", lambda x, y: stats.spearmanr(x, y).statistic),
-    ("kendall", lambda x, y: stats.kendalltau(x, y, variant="b").statistic),
-])
+@pytest.mark.parametrize(
+    "measure, reference",
+    [
+        ("pearson", lambda x, y: stats.pearsonr(x, y).statistic),
+        ("spearman", lambda x, y: stats.spearmanr(x, y).statistic),
+        ("kendall", lambda x, y: stats.kendalltau(x, y, variant="b").statistic),
+    ],
+)
 def test_measures_match_scipy(data, measure, reference):
     human, model = data
     r = participant_model_correlations(human, model, measure)

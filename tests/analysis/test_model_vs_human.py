@@ -1,6 +1,7 @@
 """The model-vs-human raw data as published: every format variant on synthetic files, and the real
 sample (data-marked) against the benchmark's own formula (bethgelab/model-vs-human,
 ``modelvshuman/plotting/analyses.py`` ``ErrorConsistency`` and ``helper/plotting_helper.py``)."""
+
 from __future__ import annotations
 
 import itertools
@@ -23,21 +24,35 @@ def write(path: Path, rows: list[str], session: str = "session") -> Path:
     return path
 
 
-@pytest.mark.parametrize("imagename, identity", [
-    ("0001_s5n_s01_0_bird_00_bird3-bird2.png", "bird3-bird2.png"),
-    ("0001_rot_s01_0_chair_20_n03376595_3070.png", "n03376595_3070.png"),
-    ("0000_cl_s01_bw_boat_40_n02951358_5952.JPEG", "n02951358_5952.JPEG"),
-    ("airplane1-bicycle2.png", "airplane1-bicycle2.png"),
-])
+@pytest.mark.parametrize(
+    "imagename, identity",
+    [
+        ("0001_s5n_s01_0_bird_00_bird3-bird2.png", "bird3-bird2.png"),
+        ("0001_rot_s01_0_chair_20_n03376595_3070.png", "n03376595_3070.png"),
+        ("0000_cl_s01_bw_boat_40_n02951358_5952.JPEG", "n02951358_5952.JPEG"),
+        ("airplane1-bicycle2.png", "airplane1-bicycle2.png"),
+    ],
+)
 def test_stimulus_identity_is_the_benchmarks_rule(imagename, identity):
     assert stimulus_identity(imagename) == identity
 
 
 def test_prefixed_names_capital_session_and_missed_trials(tmp_path):
-    a = write(tmp_path / "a.csv", ["subject-01,1,1,0.5,dog,dog,0,0001_x_s01_0_dog_00_dog1.png",
-                                   "subject-01,1,2,0.5,na,cat,0,0002_x_s01_0_cat_00_cat1.png"], session="Session")
-    b = write(tmp_path / "b.csv", ["subject-02,1,1,0.5,cat,cat,0,0001_x_s02_0_cat_00_cat1.png",
-                                   "subject-02,1,2,0.5,dog,dog,0,0002_x_s02_0_dog_00_dog1.png"])
+    a = write(
+        tmp_path / "a.csv",
+        [
+            "subject-01,1,1,0.5,dog,dog,0,0001_x_s01_0_dog_00_dog1.png",
+            "subject-01,1,2,0.5,na,cat,0,0002_x_s01_0_cat_00_cat1.png",
+        ],
+        session="Session",
+    )
+    b = write(
+        tmp_path / "b.csv",
+        [
+            "subject-02,1,1,0.5,cat,cat,0,0001_x_s02_0_cat_00_cat1.png",
+            "subject-02,1,2,0.5,dog,dog,0,0002_x_s02_0_dog_00_dog1.png",
+        ],
+    )
     trials = read_trials([a, b])
     assert trials[1].response is None  # "na": a missed trial
     data = ec.decisions_from_trials(trials)
@@ -46,10 +61,17 @@ def test_prefixed_names_capital_session_and_missed_trials(tmp_path):
 
 
 def test_model_file_with_empty_condition_takes_the_humans(tmp_path):
-    human = write(tmp_path / "h.csv", ["subject-01,1,1,0.5,dog,dog,c1,0001_x_s01_c1_dog_00_dog1.png",
-                                       "subject-01,1,2,0.5,dog,cat,c2,0002_x_s01_c2_cat_00_cat1.png"])
-    model = write(tmp_path / "m.csv", ["resnet,1,1,,dog,dog,,0001_x_resnet_dog_00_dog1.png",
-                                       "resnet,1,2,,cat,cat,NaN,0002_x_resnet_cat_00_cat1.png"])
+    human = write(
+        tmp_path / "h.csv",
+        [
+            "subject-01,1,1,0.5,dog,dog,c1,0001_x_s01_c1_dog_00_dog1.png",
+            "subject-01,1,2,0.5,dog,cat,c2,0002_x_s01_c2_cat_00_cat1.png",
+        ],
+    )
+    model = write(
+        tmp_path / "m.csv",
+        ["resnet,1,1,,dog,dog,,0001_x_resnet_dog_00_dog1.png", "resnet,1,2,,cat,cat,NaN,0002_x_resnet_cat_00_cat1.png"],
+    )
     data = ec.decisions_from_trials(read_trials([human, model]))
     assert list(data.conditions) == ["c1", "c2"]
 
@@ -69,6 +91,7 @@ def test_conflicting_conditions_are_an_error(tmp_path):
 
 
 # --- the benchmark's formula, written out independently: one pair at a time, trials sorted by identity ---
+
 
 def benchmark_kappa(rows_1: list[tuple[str, bool]], rows_2: list[tuple[str, bool]]) -> float:
     """ErrorConsistency.analysis: accuracies over each observer's trials, c_obs over identity-sorted trials,
@@ -92,15 +115,23 @@ def benchmark_values(trials) -> tuple[dict, dict]:
     for s1, s2 in itertools.combinations(sorted(by), 2):
         whole[s1, s2] = benchmark_kappa([(k, c) for k, _, c in by[s1]], [(k, c) for k, _, c in by[s2]])
         conditions = sorted({c for _, c, _ in by[s1]})
-        per[s1, s2] = float(np.mean([benchmark_kappa([(k, c) for k, cond, c in by[s1] if cond == x],
-                                                     [(k, c) for k, cond, c in by[s2] if cond == x])
-                                     for x in conditions]))
+        per[s1, s2] = float(
+            np.mean(
+                [
+                    benchmark_kappa(
+                        [(k, c) for k, cond, c in by[s1] if cond == x], [(k, c) for k, cond, c in by[s2] if cond == x]
+                    )
+                    for x in conditions
+                ]
+            )
+        )
     return whole, per
 
 
 @pytest.mark.data
-@pytest.mark.parametrize("dataset", ["colour", "contrast", "cue-conflict", "edge", "rotation", "silhouette", "sketch",
-                                     "stylized"])
+@pytest.mark.parametrize(
+    "dataset", ["colour", "contrast", "cue-conflict", "edge", "rotation", "silhouette", "sketch", "stylized"]
+)
 def test_published_data_equal_the_benchmarks_formula(dataset):
     folder = RAW / dataset
     if not folder.is_dir():

@@ -1,4 +1,5 @@
 """Simulated studies: the analysis must recover the generating model."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +9,11 @@ from controversial.analysis.correlation import participant_model_correlations
 from controversial.records.responses import RATING_SCALE, read_human_ratings, read_model_responses
 from controversial.analysis.pipeline import AnalysisOptions, analyze_ratings_consistency, analyze_study
 from controversial.analysis.simulate import (
-    quantise, simulate_models, simulate_participants, true_probabilities, write_study,
+    quantise,
+    simulate_models,
+    simulate_participants,
+    true_probabilities,
+    write_study,
 )
 from controversial.analysis.study import build_study
 

@@ -1,4 +1,5 @@
 """Shared fixtures: a small exported study bundle and a server app on a temporary SQLite file."""
+
 from __future__ import annotations
 
 from pathlib import Path

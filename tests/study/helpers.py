@@ -1,4 +1,5 @@
 """Fixture builders for the human-study tests: tiny synthetic sweeps and a fake natural test split."""
+
 from __future__ import annotations
 
 import itertools
@@ -15,9 +16,16 @@ CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
 WEB_SOURCE = Path(__file__).resolve().parents[2] / "human_study" / "src"
 
 
-def make_run(run_dir: Path, model_a: str, model_b: str, rng: np.random.Generator, seeds: int = 1,
-             drop: set[tuple[int, int]] = frozenset(), accept_rate: float = 1.0,
-             dataset: str = "mnist") -> list[ManifestRow]:
+def make_run(
+    run_dir: Path,
+    model_a: str,
+    model_b: str,
+    rng: np.random.Generator,
+    seeds: int = 1,
+    drop: set[tuple[int, int]] = frozenset(),
+    accept_rate: float = 1.0,
+    dataset: str = "mnist",
+) -> list[ManifestRow]:
     """A synthesize-style run dir: every ordered class pair x seed, random PNGs and scores."""
     names = DIGITS if dataset == "mnist" else list(CIFAR_CLASSES)
     shape = (1, 28, 28) if dataset == "mnist" else (3, 32, 32)
@@ -29,13 +37,32 @@ def make_run(run_dir: Path, model_a: str, model_b: str, rng: np.random.Generator
         save_png(run_dir / name, rng.random(shape))
         score = float(rng.uniform(0.75, 1.0))
         accepted = bool(rng.random() < accept_rate)
-        rows.append(ManifestRow(
-            dataset=dataset, model_a=model_a, model_b=model_b, class_a=a, class_b=b, class_a_name=names[a],
-            class_b_name=names[b], seed=seed, source="synthetic", init="noise", steps=100, converged=True,
-            hard_score=score if accepted else 0.5, smooth_score=1.0, p_model_a_class_a=0.9, p_model_a_class_b=0.1,
-            p_model_b_class_a=0.1, p_model_b_class_b=0.9, accepted=accepted,
-            status="accepted" if accepted else "below_threshold", image_file=name, wall_time_s=0.1,
-        ))
+        rows.append(
+            ManifestRow(
+                dataset=dataset,
+                model_a=model_a,
+                model_b=model_b,
+                class_a=a,
+                class_b=b,
+                class_a_name=names[a],
+                class_b_name=names[b],
+                seed=seed,
+                source="synthetic",
+                init="noise",
+                steps=100,
+                converged=True,
+                hard_score=score if accepted else 0.5,
+                smooth_score=1.0,
+                p_model_a_class_a=0.9,
+                p_model_a_class_b=0.1,
+                p_model_b_class_a=0.1,
+                p_model_b_class_b=0.9,
+                accepted=accepted,
+                status="accepted" if accepted else "below_threshold",
+                image_file=name,
+                wall_time_s=0.1,
+            )
+        )
     write_manifest(run_dir / "manifest.csv", rows)
     return rows
 

@@ -11,6 +11,7 @@ Content-Security-Policy, which must not block any script).
 A second test opens the same submission in a second browser: the first page's next answer is
 refused, and it must stop and say so instead of redirecting to Prolific.
 """
+
 from __future__ import annotations
 
 import csv
@@ -38,8 +39,16 @@ pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 CODE = "E2ECODE"
 ADMIN = "e2e-admin-token-0123456789abcdefghijklmnop"
 PID, STUDY, SESSION = "5f0c1e2d3b4a596877665544", "60aa11bb22cc33dd44ee55ff", "6123456789abcdef01234567"
@@ -65,16 +74,39 @@ def _wait(predicate, timeout: float, what: str):
 
 @pytest.fixture
 def live_server(tmp_path, chromium, web_assets):
-    bundle = export_study(make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),)), tmp_path / "studies",
-                          ExportSettings(name="e2e", per_pair=10, natural_per_class=1, n_repeats=2, n_attention=1,
-                                         n_demo=1, display_size=112, pilot=True), fake_mnist_test, WEB_SOURCE)
+    bundle = export_study(
+        make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),)),
+        tmp_path / "studies",
+        ExportSettings(
+            name="e2e",
+            per_pair=10,
+            natural_per_class=1,
+            n_repeats=2,
+            n_attention=1,
+            n_demo=1,
+            display_size=112,
+            pilot=True,
+        ),
+        fake_mnist_test,
+        WEB_SOURCE,
+    )
     database = tmp_path / "e2e.db"
     port = _free_port()
     log = (tmp_path / "server.log").open("w")
     process = subprocess.Popen(
-        [sys.executable, "serve_study.py", f"study_dir={bundle}", f"completion_code={CODE}", f"port={port}",
-         f"database_url=sqlite:///{database}", f"hydra.run.dir={tmp_path / 'hydra'}"],
-        cwd=REPO, env={**os.environ, "STUDY_ADMIN_TOKEN": ADMIN}, stdout=log, stderr=subprocess.STDOUT,
+        [
+            sys.executable,
+            "serve_study.py",
+            f"study_dir={bundle}",
+            f"completion_code={CODE}",
+            f"port={port}",
+            f"database_url=sqlite:///{database}",
+            f"hydra.run.dir={tmp_path / 'hydra'}",
+        ],
+        cwd=REPO,
+        env={**os.environ, "STUDY_ADMIN_TOKEN": ADMIN},
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     base = f"http://127.0.0.1:{port}"
 
@@ -113,8 +145,14 @@ def _track_trials(page) -> dict[int, str]:
 def _csp_errors(page) -> list[str]:
     """Console reports of Content-Security-Policy violations (style attributes of jsPsych plugins aside)."""
     errors: list[str] = []
-    page.on("console", lambda message: errors.append(message.text)
-            if "Content Security Policy" in message.text and "inline style" not in message.text else None)
+    page.on(
+        "console",
+        lambda message: (
+            errors.append(message.text)
+            if "Content Security Policy" in message.text and "inline style" not in message.text
+            else None
+        ),
+    )
     return errors
 
 
@@ -145,8 +183,9 @@ def test_participant_takes_the_study_in_chromium(live_server):
         page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         page.on("pageerror", lambda error: errors.append(str(error)))
         trials, blocked = _track_trials(page), _csp_errors(page)
-        page.route("https://app.prolific.co/**", lambda route: route.fulfill(body="<p>Prolific</p>",
-                                                                            content_type="text/html"))
+        page.route(
+            "https://app.prolific.co/**", lambda route: route.fulfill(body="<p>Prolific</p>", content_type="text/html")
+        )
         dropped: list[str] = []
 
         def drop_first_answer(route):  # the network loses the first answer once; the page must re-send it
@@ -193,8 +232,9 @@ def test_participant_takes_the_study_in_chromium(live_server):
     assert [p for p, _ in rows] == list(range(1, 24))
     assert {p: json.loads(r) for p, r in rows} == expected
     with sqlite3.connect(database) as connection:
-        (pid, study_id, session_id, completed, browser_json), = connection.execute(
-            "SELECT prolific_pid, prolific_study_id, prolific_session_id, completed_at, browser_json FROM participants")
+        ((pid, study_id, session_id, completed, browser_json),) = connection.execute(
+            "SELECT prolific_pid, prolific_study_id, prolific_session_id, completed_at, browser_json FROM participants"
+        )
     assert (pid, study_id, session_id) == (PID, STUDY, SESSION) and completed
     assert {"browser", "os", "width", "height", "screen_width"} <= set(json.loads(browser_json))
 
@@ -219,8 +259,10 @@ def test_a_second_browser_on_the_same_submission_stops_the_first_page(live_serve
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         first = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
-        first.route("https://app.prolific.co/**", lambda route: (redirected.append(route.request.url),
-                                                                 route.fulfill(body="<p>Prolific</p>")))
+        first.route(
+            "https://app.prolific.co/**",
+            lambda route: (redirected.append(route.request.url), route.fulfill(body="<p>Prolific</p>")),
+        )
         trials = _track_trials(first)
         first.goto(url)
         first.get_by_role("button", name="I agree").click()

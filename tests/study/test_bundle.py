@@ -1,4 +1,5 @@
 """Bundles: versioning that never overwrites, opaque ids, private key, display images, loading errors."""
+
 from __future__ import annotations
 
 import csv
@@ -67,9 +68,15 @@ def test_bundle_contents_and_private_key(small_bundle):
 def test_cifar_study_keeps_colour_and_is_not_inverted(tmp_path):
     """CIFAR-10: colour display images, class names in natural-image names, no inversion."""
     make_run(tmp_path / "sweep" / "jem_vs_vgg", "jem", "vgg", np.random.default_rng(0), dataset="cifar10")
-    bundle = load_bundle(export_study(tmp_path / "sweep", tmp_path / "studies",
-                                      ExportSettings(name="cifar", **{**SMALL, "display_size": 64}),
-                                      fake_mnist_test, WEB_SOURCE))
+    bundle = load_bundle(
+        export_study(
+            tmp_path / "sweep",
+            tmp_path / "studies",
+            ExportSettings(name="cifar", **{**SMALL, "display_size": 64}),
+            fake_mnist_test,
+            WEB_SOURCE,
+        )
+    )
     assert bundle.spec.categories == CIFAR_CLASSES
     natural = next(e for e in bundle.key.values() if e.kind == "natural")
     assert re.fullmatch(rf"CIFAR10_(\d+)_{natural.true_class}\.png", natural.image)
@@ -103,11 +110,14 @@ def test_loading_something_that_is_not_a_bundle_fails_clearly(tmp_path, small_bu
         load_bundle(tmp_path / "v1")
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"n_repeats": -1}, "n_repeats=-1: must be 0 or more"),
-    ({"display_size": 0}, "display.size=0"),
-    ({"attention_prompt": "pick cat"}, "must contain {category}"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"n_repeats": -1}, "n_repeats=-1: must be 0 or more"),
+        ({"display_size": 0}, "display.size=0"),
+        ({"attention_prompt": "pick cat"}, "must contain {category}"),
+    ],
+)
 def test_bad_export_settings_are_refused(change, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         ExportSettings(name="x", **{**SMALL, **change})
@@ -115,8 +125,13 @@ def test_bad_export_settings_are_refused(change, message):
 
 def test_bad_study_name_is_refused(tmp_path):
     with pytest.raises(BundleError, match="study name '../x'"):
-        export_study(make_sweep(tmp_path / "sweep"), tmp_path / "studies", ExportSettings(name="../x", **SMALL),
-                     fake_mnist_test, WEB_SOURCE)
+        export_study(
+            make_sweep(tmp_path / "sweep"),
+            tmp_path / "studies",
+            ExportSettings(name="../x", **SMALL),
+            fake_mnist_test,
+            WEB_SOURCE,
+        )
 
 
 def test_concurrent_exports_get_distinct_versions(tmp_path):
@@ -125,7 +140,10 @@ def test_concurrent_exports_get_distinct_versions(tmp_path):
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
     settings = ExportSettings(name="race", **SMALL)
     with ThreadPoolExecutor(3) as pool:
-        paths = list(pool.map(lambda _: export_study(sweep, tmp_path / "studies", settings, fake_mnist_test,
-                                                     WEB_SOURCE), range(3)))
+        paths = list(
+            pool.map(
+                lambda _: export_study(sweep, tmp_path / "studies", settings, fake_mnist_test, WEB_SOURCE), range(3)
+            )
+        )
     assert sorted(p.name for p in paths) == ["v1", "v2", "v3"]
     assert len({next(iter(load_bundle(p).key)) for p in paths}) == 3  # three distinct, complete bundles

@@ -1,4 +1,5 @@
 """Per-participant order: everything once, repeats after their first showing, checks spread out."""
+
 from __future__ import annotations
 
 import random

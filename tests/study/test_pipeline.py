@@ -1,4 +1,5 @@
 """Sweep -> export -> participants through the server -> PNAS CSV -> the analysis accepts it."""
+
 from __future__ import annotations
 
 import csv
@@ -24,8 +25,16 @@ from testkit import run_task, settings_for
 from .helpers import WEB_SOURCE, make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
-MODEL_COLUMNS = ("model", "image", "response_category", "targeted_model_1", "targeted_model_2",
-                 "targeted_class_1", "targeted_class_2", "category_rating")
+MODEL_COLUMNS = (
+    "model",
+    "image",
+    "response_category",
+    "targeted_model_1",
+    "targeted_model_2",
+    "targeted_class_1",
+    "targeted_class_2",
+    "category_rating",
+)
 
 
 def test_bundle_stimuli_folder_is_what_evaluate_reads(small_bundle):
@@ -35,8 +44,11 @@ def test_bundle_stimuli_folder_is_what_evaluate_reads(small_bundle):
     assert len(found) == 30
     for stimulus in found:
         entry = by_image[stimulus.image]
-        expected = ((entry.model_a, entry.model_b, entry.class_a_name, entry.class_b_name)
-                    if entry.kind == "controversial" else ("", "", "", ""))
+        expected = (
+            (entry.model_a, entry.model_b, entry.class_a_name, entry.class_b_name)
+            if entry.kind == "controversial"
+            else ("", "", "", "")
+        )
         assert stimulus.targets == expected
 
 
@@ -49,8 +61,11 @@ def _model_responses(bundle_dir: Path, path: Path) -> None:
         for entry in bundle.key.values():
             if entry.kind not in ("controversial", "natural"):
                 continue
-            targets = ([entry.model_a, entry.model_b, entry.class_a_name, entry.class_b_name]
-                       if entry.kind == "controversial" else ["", "", "", ""])
+            targets = (
+                [entry.model_a, entry.model_b, entry.class_a_name, entry.class_b_name]
+                if entry.kind == "controversial"
+                else ["", "", "", ""]
+            )
             for model in ("model_x", "model_y"):
                 for category in bundle.spec.categories:
                     writer.writerow([model, entry.image, category, *targets, f"{rng.random():.4f}"])
@@ -58,8 +73,14 @@ def _model_responses(bundle_dir: Path, path: Path) -> None:
 
 def test_scripted_participants_yield_ratings_the_analysis_accepts(small_bundle, tmp_path):
     token = "pipeline-admin-token-abcdefghijklmnopqrstuvwxyz"
-    app = create_app(ServerSettings(bundle_dir=small_bundle, completion_code="X", admin_token=token,
-                                    database_url=f"sqlite:///{tmp_path / 'db.sqlite'}"))
+    app = create_app(
+        ServerSettings(
+            bundle_dir=small_bundle,
+            completion_code="X",
+            admin_token=token,
+            database_url=f"sqlite:///{tmp_path / 'db.sqlite'}",
+        )
+    )
     attentive = instructions(load_bundle(small_bundle))
     with TestClient(app) as client:
         for index in range(3):
@@ -84,8 +105,11 @@ def test_serve_study_export_mode_writes_the_three_files(small_bundle, tmp_path):
     pid = prolific_like_id(random.Random(0))
     with TestClient(app) as client:
         take_study(client, pid, random.Random(0), instructed=instructions(load_bundle(small_bundle)))
-    run_task("serve_study", ["mode=export", f"study_dir={small_bundle}", f"database_url={database}",
-                             f"export.out_dir={tmp_path / 'out'}"], tmp_path / "run")
+    run_task(
+        "serve_study",
+        ["mode=export", f"study_dir={small_bundle}", f"database_url={database}", f"export.out_dir={tmp_path / 'out'}"],
+        tmp_path / "run",
+    )
     with (tmp_path / "out" / "responses.csv").open() as handle:
         rows = list(csv.reader(handle))
     assert tuple(rows[0]) == RESPONSE_COLUMNS and len(rows) == 1 + 33 * 10
@@ -111,9 +135,19 @@ def test_export_study_task_uses_real_mnist_test_images(tmp_path):
     from controversial.data import load_uint8
 
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
-    overrides = [f"sweep_dir={sweep}", "name=real", f"studies_dir={tmp_path / 'studies'}", "per_pair=10",
-                 "natural_per_class=2", "n_repeats=5", "n_attention=1", "display.size=56", "display.resample=nearest",
-                 f"web_source={WEB_SOURCE}", "pilot=true"]
+    overrides = [
+        f"sweep_dir={sweep}",
+        "name=real",
+        f"studies_dir={tmp_path / 'studies'}",
+        "per_pair=10",
+        "natural_per_class=2",
+        "n_repeats=5",
+        "n_attention=1",
+        "display.size=56",
+        "display.resample=nearest",
+        f"web_source={WEB_SOURCE}",
+        "pilot=true",
+    ]
     cfg = settings_for("export_study", overrides)
     bundle = load_bundle(run_task("export_study", overrides, tmp_path / "run"))
     images, labels = load_uint8("mnist", "test", cfg.data.root, False)

@@ -5,6 +5,7 @@ consent, 4 huge request bodies, 5 a bot that takes the study, 6 a weak or leaked
 security headers, 8 an admin export that stalls participants, 9 placeholder consent text in a bundle.
 The browser side of 1 (the page stops instead of redirecting) is in ``test_browser_e2e.py``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -46,8 +47,14 @@ DIGITS = [str(d) for d in range(10)]
 
 @pytest.fixture
 def app(small_bundle, tmp_path):
-    app = create_app(ServerSettings(bundle_dir=small_bundle, completion_code="CODE", admin_token=ADMIN,
-                                    database_url=f"sqlite:///{tmp_path / 'responses.db'}"))
+    app = create_app(
+        ServerSettings(
+            bundle_dir=small_bundle,
+            completion_code="CODE",
+            admin_token=ADMIN,
+            database_url=f"sqlite:///{tmp_path / 'responses.db'}",
+        )
+    )
     yield app
     app.state.engine.dispose()
 
@@ -67,9 +74,16 @@ def arrive(client, pid, session_id, token=None, study_id="a" * 24):
 
 def rate(client, token, trial, value=25, rt=2500):
     ratings = {d: value for d in DIGITS}
-    return client.post(f"/api/sessions/{token}/responses", json={
-        "position": trial["position"], "stimulus_id": trial["stimulus_id"], "ratings": ratings, "rt_ms": rt,
-        "first_reaction_rt_ms": 0})
+    return client.post(
+        f"/api/sessions/{token}/responses",
+        json={
+            "position": trial["position"],
+            "stimulus_id": trial["stimulus_id"],
+            "ratings": ratings,
+            "rt_ms": rt,
+            "first_reaction_rt_ms": 0,
+        },
+    )
 
 
 def stored(app):
@@ -86,6 +100,7 @@ def admin_csv(client, name):
 
 # 1. Session takeover by Prolific ID ----------------------------------------------------------------------------
 
+
 def test_1_a_prolific_id_alone_never_opens_someones_session(client, app):
     victim, session_id = prolific_like_id(random.Random(1)), prolific_like_id(random.Random(2))
     state = arrive(client, victim, session_id).json()
@@ -96,7 +111,8 @@ def test_1_a_prolific_id_alone_never_opens_someones_session(client, app):
 
     evil = arrive(client, victim, "EVIL", study_id="EVIL")  # the attack as reported
     assert evil.status_code == 422 and evil.json()["detail"].startswith(
-        "study_id: 'EVIL' is not a Prolific id (24 lower-case hex digits); session_id: 'EVIL' is not")
+        "study_id: 'EVIL' is not a Prolific id (24 lower-case hex digits); session_id: 'EVIL' is not"
+    )
     other = arrive(client, victim, "f" * 24)  # well-formed, but another submission, and no browser secret
     assert other.status_code == 409 and "token" not in other.text and "already started" in other.json()["detail"]
     assert arrive(client, victim, "").status_code == 422  # SESSION_ID is required outside test mode
@@ -131,8 +147,15 @@ def test_1_a_stolen_submission_link_moves_the_session_visibly_and_never_overwrit
 
 
 def test_1_session_creation_is_rate_limited_per_client(small_bundle, tmp_path):
-    app = create_app(ServerSettings(bundle_dir=small_bundle, completion_code="CODE", sessions_per_minute=0.01,
-                                    session_burst=20, database_url=f"sqlite:///{tmp_path / 'r.db'}"))  # no refill
+    app = create_app(
+        ServerSettings(
+            bundle_dir=small_bundle,
+            completion_code="CODE",
+            sessions_per_minute=0.01,
+            session_burst=20,
+            database_url=f"sqlite:///{tmp_path / 'r.db'}",
+        )
+    )  # no refill
     rng = random.Random(5)
     with TestClient(app) as client:
         replies = [arrive(client, prolific_like_id(rng), prolific_like_id(rng)) for _ in range(60)]
@@ -159,11 +182,13 @@ def test_rate_limiter_refills_and_forgets_idle_clients():
 
 # 2. The condition read from headers or file metadata -----------------------------------------------------------
 
+
 def test_2_nothing_served_or_stored_about_an_image_reveals_its_condition(client, small_bundle):
     bundle = load_bundle(small_bundle)
     state = arrive(client, prolific_like_id(random.Random(6)), prolific_like_id(random.Random(7))).json()
-    urls = [t["image_url"] for t in state["trials"]] + [d["image_url"] for d in client.get("/api/study").json()
-                                                        ["demo_trials"]]
+    urls = [t["image_url"] for t in state["trials"]] + [
+        d["image_url"] for d in client.get("/api/study").json()["demo_trials"]
+    ]
     assert len(urls) == len(bundle.trials)  # every trial, attention checks and practice included
     lengths, headers = set(), set()
     for url in urls:
@@ -183,6 +208,7 @@ def test_2_nothing_served_or_stored_about_an_image_reveals_its_condition(client,
 
 # 3. Coerced consent -------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("value", ["yes", "1", "on", "true", 1, 1.0, None, [True], False])
 def test_3_consent_must_be_json_true(client, app, value):
     token = arrive(client, prolific_like_id(random.Random(8)), prolific_like_id(random.Random(9))).json()["token"]
@@ -194,6 +220,7 @@ def test_3_consent_must_be_json_true(client, app, value):
 
 
 # 4. Huge request bodies --------------------------------------------------------------------------------------
+
 
 def test_4_bodies_over_the_limit_are_refused_before_they_are_read(client, app):
     big = client.post("/api/session", content=b"x" * (10 * 1024 * 1024), headers={"content-type": "application/json"})
@@ -207,9 +234,19 @@ def test_4_bodies_over_the_limit_are_refused_before_they_are_read(client, app):
     async def reply(message):
         replies.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/api/session", "raw_path": b"/api/session",
-             "query_string": b"", "headers": [(b"content-type", b"application/json")], "http_version": "1.1",
-             "scheme": "http", "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 5000), "root_path": ""}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/api/session",
+        "raw_path": b"/api/session",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "http_version": "1.1",
+        "scheme": "http",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 5000),
+        "root_path": "",
+    }
     asyncio.run(app(scope, chunked, reply))
     assert replies[0]["status"] == 413
     assert len(received) == 1  # refused after the first 64 kB chunk: at most limit + one chunk in memory
@@ -218,6 +255,7 @@ def test_4_bodies_over_the_limit_are_refused_before_they_are_read(client, app):
 
 
 # 5. A bot that takes the study ---------------------------------------------------------------------------------
+
 
 def test_5_a_bot_is_flagged_stored_exported_and_excluded_by_policy(client, small_bundle, tmp_path):
     bundle = load_bundle(small_bundle)
@@ -231,28 +269,39 @@ def test_5_a_bot_is_flagged_stored_exported_and_excluded_by_policy(client, small
     attention = admin_csv(client, "attention.csv")
     assert {(r["subject"], r["passed"]) for r in attention} == {("P0001", "false"), ("P0002", "true")}
 
-    (tmp_path / "participants.csv").write_text(client.get("/admin/participants.csv", headers={
-        "Authorization": f"Bearer {ADMIN}"}).text)
-    (tmp_path / "responses.csv").write_text(client.get("/admin/responses.csv", headers={
-        "Authorization": f"Bearer {ADMIN}"}).text)
+    (tmp_path / "participants.csv").write_text(
+        client.get("/admin/participants.csv", headers={"Authorization": f"Bearer {ADMIN}"}).text
+    )
+    (tmp_path / "responses.csv").write_text(
+        client.get("/admin/responses.csv", headers={"Authorization": f"Bearer {ADMIN}"}).text
+    )
     human = read_human_ratings(tmp_path / "responses.csv")
     models = stand_in_models(human)
-    study = build_study(human, models, exclude_repetitions=True,
-                        quality_flags=read_quality_flags(tmp_path / "participants.csv"),
-                        exclude_flags=("attention_failed",))
+    study = build_study(
+        human,
+        models,
+        exclude_repetitions=True,
+        quality_flags=read_quality_flags(tmp_path / "participants.csv"),
+        exclude_flags=("attention_failed",),
+    )
     assert study.participants == ("P0002",)
     (excluded,) = [e for e in study.exclusions if e.what == "participant"]
     assert (excluded.reason, excluded.count, excluded.detail) == (
-        "study-server flag attention_failed (exclude_flags)", 1, "P0001")
+        "study-server flag attention_failed (exclude_flags)",
+        1,
+        "P0001",
+    )
     assert person.answers and bot.answers
 
 
 def stand_in_models(human):
     """A model table (two models, varied probabilities) for the rated images."""
     seen = {(r.image, r.category): r.targets for r in human.rows}
-    rows = tuple(ModelResponse(model, image, category, targets, 0.1 + 0.08 * ((n * shift) % 11), n)
-                 for model, shift in (("m1", 3), ("m2", 7))
-                 for n, ((image, category), targets) in enumerate(seen.items()))
+    rows = tuple(
+        ModelResponse(model, image, category, targets, 0.1 + 0.08 * ((n * shift) % 11), n)
+        for model, shift in (("m1", 3), ("m2", 7))
+        for n, ((image, category), targets) in enumerate(seen.items())
+    )
     return ModelTable(human.path, rows)
 
 
@@ -262,8 +311,10 @@ def test_quality_flags_and_policy_errors_are_explicit(tmp_path):
     same = TrialRecord((25,) * 10, 3000.0, 3000.0, None)
     quality = assess([same] * 10, QualitySettings())
     assert quality.flags == ("straight_lining",) and quality.longest_identical_run == 10
-    fast = assess([TrialRecord((0,) * 10, 3000.0, 200.0, None), TrialRecord((25,) * 10, 3000.0, 3000.0, None)],
-                  QualitySettings(max_fast_fraction=0.4))
+    fast = assess(
+        [TrialRecord((0,) * 10, 3000.0, 200.0, None), TrialRecord((25,) * 10, 3000.0, 3000.0, None)],
+        QualitySettings(max_fast_fraction=0.4),
+    )
     assert fast.flags == ("too_fast",) and fast.n_fast == 1  # a real rt, but the server saw 0.2 s
     with pytest.raises(ValueError, match="quality.max_fast_fraction=2"):
         QualitySettings(max_fast_fraction=2)
@@ -271,12 +322,16 @@ def test_quality_flags_and_policy_errors_are_explicit(tmp_path):
 
 # 6. A weak or leaked admin token -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("token, message", [
-    ("x", "1 characters, at least 32"),
-    ("a" * 40, "only 1 distinct characters"),
-    ("0123456789" * 4, "only 10 distinct characters"),
-    ("x" * 20 + " spaces and ünïcode " + "y" * 12, "letters, digits"),
-])
+
+@pytest.mark.parametrize(
+    "token, message",
+    [
+        ("x", "1 characters, at least 32"),
+        ("a" * 40, "only 1 distinct characters"),
+        ("0123456789" * 4, "only 10 distinct characters"),
+        ("x" * 20 + " spaces and ünïcode " + "y" * 12, "letters, digits"),
+    ],
+)
 def test_6_weak_admin_tokens_are_refused(small_bundle, token, message):
     with pytest.raises(AdminTokenError, match=message):
         create_app(ServerSettings(bundle_dir=small_bundle, completion_code="CODE", admin_token=token))
@@ -310,12 +365,19 @@ def _config(name, overrides):
 
 # 7. Security headers ----------------------------------------------------------------------------------------
 
+
 def test_7_every_response_carries_the_security_headers(client, web_assets):  # serves the vendored jsPsych
     token = arrive(client, prolific_like_id(random.Random(11)), prolific_like_id(random.Random(12))).json()["token"]
-    replies = [client.get("/"), client.get("/api/study"), client.get("/static/experiment.js"),
-               client.get("/vendor/jspsych/dist/index.browser.min.js"), client.get("/nowhere"),
-               client.post(f"/api/sessions/{token}/consent", json={"consent": "yes"}),
-               client.post("/api/session", content=b"x" * 20000), client.get("/admin/responses.csv")]
+    replies = [
+        client.get("/"),
+        client.get("/api/study"),
+        client.get("/static/experiment.js"),
+        client.get("/vendor/jspsych/dist/index.browser.min.js"),
+        client.get("/nowhere"),
+        client.post(f"/api/sessions/{token}/consent", json={"consent": "yes"}),
+        client.post("/api/session", content=b"x" * 20000),
+        client.get("/admin/responses.csv"),
+    ]
     assert [r.status_code for r in replies] == [200, 200, 200, 200, 404, 422, 413, 401]
     for reply in replies:
         policy = reply.headers["content-security-policy"]
@@ -338,6 +400,7 @@ def test_7_the_page_needs_no_inline_script_or_style():
 
 
 # 8. An admin export that stalls participants -------------------------------------------------------------------
+
 
 def test_8_an_open_export_neither_blocks_nor_sees_writes(client, app, small_bundle, tmp_path):
     bundle = load_bundle(small_bundle)
@@ -362,23 +425,31 @@ def test_8_an_open_export_neither_blocks_nor_sees_writes(client, app, small_bund
 
 # 9. Placeholder consent text -----------------------------------------------------------------------------------
 
+
 def test_9_placeholder_consent_text_is_refused_unless_a_pilot(tmp_path):
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
     settings = {k: v for k, v in SMALL.items() if k != "pilot"}
     with pytest.raises(BundleError, match=r"text/consent.html: 'Edit this file'.*'\[duration\]'.*pilot=true"):
         export_study(sweep, tmp_path / "studies", ExportSettings(name="real", **settings), fake_mnist_test, WEB_SOURCE)
     assert not (tmp_path / "studies" / "real").exists() or not any((tmp_path / "studies" / "real").iterdir())
-    pilot = export_study(sweep, tmp_path / "studies", ExportSettings(name="try", pilot=True, **settings),
-                         fake_mnist_test, WEB_SOURCE)
+    pilot = export_study(
+        sweep, tmp_path / "studies", ExportSettings(name="try", pilot=True, **settings), fake_mnist_test, WEB_SOURCE
+    )
     assert load_bundle(pilot).spec.pilot is True
 
     edited = tmp_path / "web"
     shutil.copytree(WEB_SOURCE, edited)
-    (edited / "text" / "consent.html").write_text("<p>Approved by the ethics board (ref. 2026-17); 20 minutes, "
-                                                  "GBP 3; contact: lab@example.org. Do you agree?</p>")
+    (edited / "text" / "consent.html").write_text(
+        "<p>Approved by the ethics board (ref. 2026-17); 20 minutes, GBP 3; contact: lab@example.org. Do you agree?</p>"
+    )
     real = export_study(sweep, tmp_path / "studies", ExportSettings(name="real", **settings), fake_mnist_test, edited)
     assert load_bundle(real).spec.pilot is False
-    overrides = [f"sweep_dir={sweep}", "name=cli", f"studies_dir={tmp_path / 'studies'}", "per_pair=10",
-                 f"web_source={WEB_SOURCE}"]
+    overrides = [
+        f"sweep_dir={sweep}",
+        "name=cli",
+        f"studies_dir={tmp_path / 'studies'}",
+        "per_pair=10",
+        f"web_source={WEB_SOURCE}",
+    ]
     with pytest.raises(BundleError, match="placeholder text"):
         run_task("export_study", overrides, tmp_path / "run")

@@ -1,4 +1,5 @@
 """Selection: the paper's balance, optimality of the MILP, seeds, orientation pooling, clear errors."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -8,7 +9,11 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 
 from controversial.study.selection import (
-    SelectionError, collect_sweep, select_controversial, select_natural, select_repeats,
+    SelectionError,
+    collect_sweep,
+    select_controversial,
+    select_natural,
+    select_repeats,
 )
 
 from .helpers import make_run, make_sweep

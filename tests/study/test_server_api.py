@@ -1,4 +1,5 @@
 """Collection API: sessions, resume, strict validation (4xx, nothing stored), idempotency, admin export."""
+
 from __future__ import annotations
 
 import csv
@@ -37,8 +38,9 @@ def database_url(tmp_path):
 
 @pytest.fixture
 def app(small_bundle, database_url):
-    settings = ServerSettings(bundle_dir=small_bundle, completion_code=CODE, admin_token=TOKEN,
-                              database_url=database_url, allow_test_ids=True)
+    settings = ServerSettings(
+        bundle_dir=small_bundle, completion_code=CODE, admin_token=TOKEN, database_url=database_url, allow_test_ids=True
+    )
     app = create_app(settings)
     yield app
     app.state.engine.dispose()
@@ -57,8 +59,12 @@ def start(client, pid="pid1", consent=True):
     assert reply.status_code == 200, reply.text
     state = reply.json()
     if consent:
-        assert client.post(f"/api/sessions/{state['token']}/consent",
-                           json={"consent": True, "browser": {"width": 1280}}).status_code == 200
+        assert (
+            client.post(
+                f"/api/sessions/{state['token']}/consent", json={"consent": True, "browser": {"width": 1280}}
+            ).status_code
+            == 200
+        )
     return state
 
 
@@ -66,8 +72,13 @@ INSTRUCTED: dict[str, str] = {}  # attention check id -> category; filled from t
 
 
 def answer(trial, value=25, **overrides):
-    body = {"position": trial["position"], "stimulus_id": trial["stimulus_id"],
-            "ratings": {d: value for d in DIGITS}, "rt_ms": 2500.0, "first_reaction_rt_ms": 300}
+    body = {
+        "position": trial["position"],
+        "stimulus_id": trial["stimulus_id"],
+        "ratings": {d: value for d in DIGITS},
+        "rt_ms": 2500.0,
+        "first_reaction_rt_ms": 300,
+    }
     if trial["stimulus_id"] in INSTRUCTED:  # attention check: do what its image says
         wanted = INSTRUCTED[trial["stimulus_id"]]
         body["ratings"] = {d: 100 if d == wanted else 0 for d in DIGITS}
@@ -92,8 +103,12 @@ def admin(client, path, token=TOKEN):
 
 
 def test_health_and_public_study_config(client, small_bundle, web_assets):
-    assert client.get("/api/health").json() == {"status": "ok", "study": "pilot/v1", "database": "ok",
-                                                "web_assets": True}
+    assert client.get("/api/health").json() == {
+        "status": "ok",
+        "study": "pilot/v1",
+        "database": "ok",
+        "web_assets": True,
+    }
     study = client.get("/api/study").json()
     assert study["categories"] == DIGITS and study["rating_levels"] == [0, 25, 50, 75, 100]
     assert len(study["demo_trials"]) == 1
@@ -155,12 +170,15 @@ def test_duplicate_submissions_are_idempotent(client, app):
         assert json.loads(session.scalar(select(Response.ratings_json))) == [25] * 10
 
 
-@pytest.mark.parametrize("pid, field", [
-    (None, "prolific_pid: Field required"),
-    ("", "prolific_pid: String should match pattern"),
-    ("a b<script>", "prolific_pid: String should match pattern"),
-    ("x" * 65, "prolific_pid: String should match pattern"),
-])
+@pytest.mark.parametrize(
+    "pid, field",
+    [
+        (None, "prolific_pid: Field required"),
+        ("", "prolific_pid: String should match pattern"),
+        ("a b<script>", "prolific_pid: String should match pattern"),
+        ("x" * 65, "prolific_pid: String should match pattern"),
+    ],
+)
 def test_invalid_arrivals_are_refused(client, app, pid, field):
     body = {} if pid is None else {"prolific_pid": pid}
     reply = client.post("/api/session", json=body)
@@ -218,8 +236,14 @@ def test_missing_fields_are_named(client, app):
     assert reply.status_code == 422
     for name in ("stimulus_id", "ratings", "rt_ms", "first_reaction_rt_ms"):
         assert f"{name}: Field required" in detail
-    assert client.post(f"/api/sessions/{state['token']}/responses", content=b"not json",
-                       headers={"content-type": "application/json"}).status_code == 422
+    assert (
+        client.post(
+            f"/api/sessions/{state['token']}/responses",
+            content=b"not json",
+            headers={"content-type": "application/json"},
+        ).status_code
+        == 422
+    )
     assert stored(app) == 0
 
 
@@ -243,8 +267,9 @@ def test_admin_token_is_required(client, small_bundle, tmp_path):
     assert basic.status_code == 401 and basic.headers["www-authenticate"] == "Bearer"
     for path in ("/admin/responses.csv", "/admin/attention.csv", "/admin/participants.csv"):
         assert admin(client, path).status_code == 200
-    no_admin = create_app(ServerSettings(bundle_dir=small_bundle, completion_code=CODE,
-                                         database_url=f"sqlite:///{tmp_path / 'other.db'}"))
+    no_admin = create_app(
+        ServerSettings(bundle_dir=small_bundle, completion_code=CODE, database_url=f"sqlite:///{tmp_path / 'other.db'}")
+    )
     with TestClient(no_admin) as other:
         reply = admin(other, "/admin/responses.csv")
         assert reply.status_code == 403 and "disabled" in reply.json()["detail"]
@@ -289,13 +314,22 @@ def test_admin_export_is_pnas_format_and_readable_by_the_analysis(client, small_
     assert read_attention(tmp_path / "attention.csv") == {"P0001": (2, 2), "P0002": (2, 2)}
     participants = list(csv.DictReader(io.StringIO(admin(client, "/admin/participants.csv").text)))
     assert [(p["prolific_pid"], p["status"]) for p in participants] == [
-        ("alice", "completed"), ("bob", "completed"), ("carol", "in_progress")]
+        ("alice", "completed"),
+        ("bob", "completed"),
+        ("carol", "in_progress"),
+    ]
     assert participants[0]["attention_passed"] == "2"
 
 
 def test_internal_errors_show_no_stack_trace(small_bundle, tmp_path):
-    app = create_app(ServerSettings(bundle_dir=small_bundle, completion_code=CODE, allow_test_ids=True,
-                                    database_url=f"sqlite:///{tmp_path / 'broken.db'}"))
+    app = create_app(
+        ServerSettings(
+            bundle_dir=small_bundle,
+            completion_code=CODE,
+            allow_test_ids=True,
+            database_url=f"sqlite:///{tmp_path / 'broken.db'}",
+        )
+    )
     with TestClient(app, raise_server_exceptions=False) as client:
         state = start(client)
         with app.state.engine.begin() as connection:

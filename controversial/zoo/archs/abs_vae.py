@@ -7,6 +7,7 @@ is then recomputed at the optimised z* with gradients flowing to the image only 
 at a minimum, dz*/dx contributes nothing to first order). The ten VAEs are evaluated together as
 grouped matrix products, one group per class.
 """
+
 from __future__ import annotations
 
 import math

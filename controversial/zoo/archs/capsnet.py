@@ -4,6 +4,7 @@ Two readouts of the same weights: ``length`` (a class's logit is the logit of it
 which lies in (0, 1)) and ``reconstruction`` (a class's logit is minus the squared error of the
 decoder's reconstruction from that class's capsule alone).
 """
+
 from __future__ import annotations
 
 import torch

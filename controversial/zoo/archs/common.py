@@ -1,4 +1,5 @@
 """Pieces shared by architectures."""
+
 from __future__ import annotations
 
 import torch

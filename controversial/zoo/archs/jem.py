@@ -11,6 +11,7 @@ every image, so the readout is a deterministic function of the image alone: the 
 the same logits in any batch, at any position, on every call. That keeps synthesis reproducible
 (same seed, byte-identical stimuli) and lets calibration, synthesis and evaluation see one model.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

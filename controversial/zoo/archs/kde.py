@@ -4,6 +4,7 @@
 the training images of class y. The logits are these log-likelihoods. The training images are not
 stored in the checkpoint (that would be 47 MB for MNIST): they are read from the data root.
 """
+
 from __future__ import annotations
 
 import math

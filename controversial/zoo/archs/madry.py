@@ -2,6 +2,7 @@
 
 What makes it "Madry" is its PGD adversarial training (controversial.zoo.training), not its layers.
 """
+
 from __future__ import annotations
 
 import torch
@@ -19,9 +20,16 @@ class MadryConvNet(nn.Module):
         first, second = widths
         self.net = nn.Sequential(
             Normalize.for_dataset("mnist"),
-            nn.Conv2d(1, first, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-            nn.Conv2d(first, second, 5, padding=2), nn.ReLU(inplace=True), nn.MaxPool2d(2),
-            nn.Flatten(), nn.Linear(second * 7 * 7, fc), nn.ReLU(inplace=True), nn.Linear(fc, 10),
+            nn.Conv2d(1, first, 5, padding=2),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Conv2d(first, second, 5, padding=2),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(second * 7 * 7, fc),
+            nn.ReLU(inplace=True),
+            nn.Linear(fc, 10),
         )
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,7 @@ of the error of its prediction of the layer below. The image itself (layer 0) is
 After the cycles, global average pooling and a linear readout give the logits. Every step is
 differentiable, so input gradients flow through all cycles.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Tiny randomly initialised classifiers, so tests never need trained weights."""
+
 from __future__ import annotations
 
 import torch

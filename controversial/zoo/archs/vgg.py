@@ -5,6 +5,7 @@
 timm's VGG keeps the ImageNet head (a 7x7 conv MLP of 4,096 units), far over a 5 MB budget and
 meaningless on the 1x1 map a 32x32 image leaves, so the head here is a plain MLP.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -60,8 +61,12 @@ def small_vgg(**kwargs) -> VGG:
 
 
 @register_arch("vgg16_bn")
-def vgg16_bn(widths: Sequence[int] = (64, 128, 256, 512, 512), fc: Sequence[int] = (512, 512), dropout: float = 0.5,
-             dataset: str = "cifar10") -> VGG:
+def vgg16_bn(
+    widths: Sequence[int] = (64, 128, 256, 512, 512),
+    fc: Sequence[int] = (512, 512),
+    dropout: float = 0.5,
+    dataset: str = "cifar10",
+) -> VGG:
     """VGG-16: 13 convs (stacks of 2, 2, 3, 3, 3 at the five ``widths``) and three linear layers."""
     if len(widths) != len(VGG16_CONVS_PER_STACK) or len(fc) != 2:
         raise ValueError(f"vgg16_bn needs 5 widths and 2 hidden fc sizes, got widths={list(widths)}, fc={list(fc)}")

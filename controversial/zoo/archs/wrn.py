@@ -6,6 +6,7 @@ of ``(depth - 4) / 6`` basic blocks of widths 16k, 32k and 64k (the last two sta
 then norm, ReLU, global average pooling and a linear readout. ``norm: none`` drops every
 batch norm, as JEM does, so that SGLD samples never pass through batch statistics.
 """
+
 from __future__ import annotations
 
 from itertools import pairwise
