@@ -20,6 +20,7 @@ from controversial.zoo.training import (
     TrainOutcome,
     TrainSettings,
     evaluate_and_calibrate,
+    evenly_spaced,
     robustness_metrics,
     training_method,
 )
@@ -64,8 +65,7 @@ def _test_monitor(test_x: torch.Tensor, test_y: torch.Tensor, n: int):
     Every k-th image, not the first n: test sets are often stored by class, and the first 2,000
     CIFAR-10 test images are all airplanes and automobiles.
     """
-    stride = max(1, len(test_x) // n)
-    images, labels = test_x[::stride][:n], test_y[::stride][:n]
+    images, labels, stride = evenly_spaced(test_x, test_y, n)
 
     def monitor(net: torch.nn.Module) -> str:
         device = module_device(net)

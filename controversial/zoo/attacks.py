@@ -14,7 +14,7 @@ from torch import nn
 NORMS = ("linf", "l2")
 
 
-def _per_image_norm(t: torch.Tensor) -> torch.Tensor:
+def per_image_norm(t: torch.Tensor) -> torch.Tensor:
     return t.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, *([1] * (t.dim() - 1)))
 
 
@@ -29,17 +29,18 @@ def project(delta: torch.Tensor, norm: str, eps: float) -> torch.Tensor:
     if norm == "linf":
         return delta.clamp(-eps, eps)
     if norm == "l2":
-        return delta * (eps / _per_image_norm(delta)).clamp(max=1.0)
+        return delta * (eps / per_image_norm(delta)).clamp(max=1.0)
     raise ValueError(f"unknown norm '{norm}'; allowed: {', '.join(NORMS)}")
 
 
-def _random_start(images: torch.Tensor, norm: str, eps: float, generator: torch.Generator | None) -> torch.Tensor:
+def ball_start(images: torch.Tensor, norm: str, eps: float, generator: torch.Generator | None) -> torch.Tensor:
+    """A perturbation drawn uniformly in the eps ball of ``norm`` (per image), on the images' device."""
     # Drawn on the CPU (where the generator lives), so the draws are the same on every device.
     if norm == "linf":
         return ((torch.rand(images.shape, generator=generator) * 2 - 1) * eps).to(images.device)
     direction = torch.randn(images.shape, generator=generator)
     radius = eps * torch.rand(len(images), generator=generator) ** (1 / images[0].numel())
-    return (direction / _per_image_norm(direction) * radius.view(-1, *([1] * (images.dim() - 1)))).to(images.device)
+    return (direction / per_image_norm(direction) * radius.view(-1, *([1] * (images.dim() - 1)))).to(images.device)
 
 
 def pgd(
@@ -60,14 +61,14 @@ def pgd(
     if norm not in NORMS:
         raise ValueError(f"unknown norm '{norm}'; allowed: {', '.join(NORMS)}")
     images = images.detach()
-    delta = _random_start(images, norm, eps, generator) if random_start else torch.zeros_like(images)
+    delta = ball_start(images, norm, eps, generator) if random_start else torch.zeros_like(images)
     delta = (images + delta).clamp(0, 1) - images
     for _ in range(steps):
         delta.requires_grad_(True)
         loss = F.cross_entropy(net(images + delta), labels)
         (grad,) = torch.autograd.grad(loss, delta)
         with torch.no_grad():
-            step = grad.sign() if norm == "linf" else grad / _per_image_norm(grad)
+            step = grad.sign() if norm == "linf" else grad / per_image_norm(grad)
             delta = project(delta + step_size * step, norm, eps)
             delta = (images + delta).clamp(0, 1) - images
     return (images + delta).detach()

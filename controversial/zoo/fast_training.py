@@ -23,7 +23,6 @@ epoch), so a run resumes where it stopped.
 from __future__ import annotations
 
 import contextlib
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -38,7 +37,7 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torch.optim.swa_utils import update_bn
 
-from controversial.zoo.attacks import NORMS, module_device, pgd_accuracy, project
+from controversial.zoo.attacks import NORMS, ball_start, module_device, per_image_norm, pgd_accuracy, project
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
 
 if TYPE_CHECKING:
@@ -140,18 +139,6 @@ def batch_augment(images: torch.Tensor, max_shift: int, generator: torch.Generat
     ]
 
 
-def _per_image_norm(t: torch.Tensor) -> torch.Tensor:
-    return t.flatten(1).norm(dim=1).clamp_min(1e-12).view(-1, 1, 1, 1)
-
-
-def _ball_sample(shape: torch.Size, norm: str, radius: float, generator: torch.Generator) -> torch.Tensor:
-    if norm == "linf":
-        return (torch.rand(shape, generator=generator) * 2 - 1) * radius
-    direction = torch.randn(shape, generator=generator)
-    scale = radius * torch.rand(shape[0], generator=generator) ** (1 / math.prod(shape[1:]))
-    return direction / _per_image_norm(direction) * scale.view(-1, 1, 1, 1)
-
-
 def single_step_attack(
     net: nn.Module,
     images: torch.Tensor,
@@ -163,14 +150,14 @@ def single_step_attack(
 ) -> torch.Tensor:
     """One N-FGSM or FGSM-RS step from a random start (see ``AdversarialSettings``); returns detached images."""
     radius = eps * (settings.noise_factor if settings.attack == "n_fgsm" else 1.0)
-    start = _ball_sample(images.shape, settings.norm, radius, generator).to(images.device)
+    start = ball_start(images, settings.norm, radius, generator)
     delta = (images + start).clamp(0, 1) - images
     delta.requires_grad_(True)
     with autocast():
         loss = F.cross_entropy(net(images + delta), labels)
     (grad,) = torch.autograd.grad(loss, delta)
     grad = grad.float()
-    step = grad.sign() if settings.norm == "linf" else grad / _per_image_norm(grad)
+    step = grad.sign() if settings.norm == "linf" else grad / per_image_norm(grad)
     delta = delta.detach() + settings.step_factor * eps * step
     if settings.attack == "fgsm_rs":
         delta = project(delta, settings.norm, eps)

@@ -616,6 +616,12 @@ def evaluate_and_calibrate(net: nn.Module, images: torch.Tensor, labels: torch.T
     return Evaluation(calibration, metrics)
 
 
+def evenly_spaced(images: torch.Tensor, labels: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """``n`` images taken every k-th (and k): test sets are often stored class by class, so the first n would not do."""
+    stride = max(1, len(images) // n)
+    return images[::stride][:n], labels[::stride][:n], stride
+
+
 def robustness_metrics(
     net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings
 ) -> dict[str, float]:
@@ -640,8 +646,7 @@ def robustness_metrics(
     from controversial.zoo.attacks import module_device, pgd_accuracy
 
     n = min(n, len(images))
-    stride = len(images) // n  # every stride-th image: test folders are often stored class by class
-    images, labels = images[::stride][:n], labels[::stride][:n]
+    images, labels, stride = evenly_spaced(images, labels, n)
     accuracy = pgd_accuracy(net, images, labels, norm, eps, steps, step_size, seed=settings.seed)
     device = module_device(net)
     with torch.no_grad():
