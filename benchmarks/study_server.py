@@ -32,6 +32,7 @@ import os
 import random
 import secrets
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -223,7 +224,8 @@ async def persistent(client: httpx.AsyncClient, run: HumanRun, method: str, url:
 
 
 async def human(
-    client: httpx.AsyncClient,
+    base: str,
+    tls: ssl.SSLContext,
     run: HumanRun,
     index: int,
     start_at: float,
@@ -231,10 +233,26 @@ async def human(
     categories: list[str],
     instructed: dict[str, str],
 ) -> None:
-    """Arrive at ``start_at``, then answer one trial every 3-8 s until ``stop_at``."""
+    """Arrive at ``start_at``, then answer one trial every 3-8 s until ``stop_at``, over a connection of
+    its own, as a browser does."""
     rng = random.Random(index)
     pid = prolific_like_id(rng)
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+    # One client per participant: a shared pool of 1,000 connections made the load generator itself the
+    # bottleneck (httpcore scans every pooled connection for each request).
+    async with httpx.AsyncClient(base_url=base, timeout=60, verify=tls) as client:
+        await _take_study(client, run, pid, rng, stop_at, categories, instructed)
+
+
+async def _take_study(
+    client: httpx.AsyncClient,
+    run: HumanRun,
+    pid: str,
+    rng: random.Random,
+    stop_at: float,
+    categories: list[str],
+    instructed: dict[str, str],
+) -> None:
     try:
         reply = await persistent(
             client,
@@ -306,17 +324,16 @@ async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> 
     run = HumanRun()
     t0 = time.monotonic()
     stop_at = t0 + args.duration
-    limits = httpx.Limits(max_connections=args.participants + 10, max_keepalive_connections=args.participants + 10)
-    async with httpx.AsyncClient(base_url=server.base, timeout=60, limits=limits) as client:
-        tasks = [
-            human(client, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
-            for i in range(args.participants)
-        ]
-        export = asyncio.create_task(admin_export(server.base, t0 + args.duration / 2))
-        kill = asyncio.create_task(killer(server, t0 + args.kill_at * args.duration))
-        await asyncio.gather(*tasks)
-        export_began, export_ended, export_bytes = await export
-        killed, up = await kill
+    tls = ssl.create_default_context()  # unused on http://, but httpx builds one per client unless given one
+    tasks = [
+        human(server.base, tls, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
+        for i in range(args.participants)
+    ]
+    export = asyncio.create_task(admin_export(server.base, t0 + args.duration / 2))
+    kill = asyncio.create_task(killer(server, t0 + args.kill_at * args.duration))
+    await asyncio.gather(*tasks)
+    export_began, export_ended, export_bytes = await export
+    killed, up = await kill
     marks = {
         "t0": t0,
         "end": time.monotonic(),
