@@ -91,6 +91,15 @@ def _best_per_cell(stimuli: list[SweepStimulus]) -> dict[tuple[int, int], SweepS
     return best
 
 
+def best_per_cell(stimuli: Iterable[SweepStimulus], sources: Sequence[str] = ("synthetic",)) -> list[SweepStimulus]:
+    """The candidates a design chooses from: per model pair and ordered class pair, the most controversial
+    accepted seed (in pair order, then cell order)."""
+    by_pair: dict[tuple[str, str], list[SweepStimulus]] = defaultdict(list)
+    for stim in _eligible(stimuli, sources):
+        by_pair[stim.pair].append(stim)
+    return [cells[c] for pair in sorted(by_pair) for cells in [_best_per_cell(by_pair[pair])] for c in sorted(cells)]
+
+
 def _class_names(stimuli: Iterable[SweepStimulus]) -> dict[int, str]:
     """Class index -> name as the manifests spell it, for error messages."""
     names: dict[int, str] = {}
