@@ -293,6 +293,8 @@ def _table(rows: list, args, elapsed: float) -> None:  # type: ignore[no-untyped
     print("| **mean** | | " + " | ".join(means) + " |")
     print()
     print(
+        f"Population: shared deviation sd {args.shared_sd:g}, own noise sd {list(args.noise.sd)} (logit units); "
+        f"the optimal design planned for {args.plan} participants with the plain noise model. "
         f"Power >= {args.power} with {args.sims} simulated studies per count ({args.adaptive_sims} adaptive), "
         f"{args.resamples} bootstrap resamples each; grid {list(GRID)}. Monte-Carlo SE of a power of 0.8: "
         f"{np.sqrt(0.16 / args.sims):.3f} ({np.sqrt(0.16 / args.adaptive_sims):.3f} adaptive). "
