@@ -25,7 +25,7 @@ from controversial.study.candidates import Candidates, build_candidates
 from controversial.study.design import Design, DesignConstraints, DesignError, select_design
 from controversial.study.export import DEFAULT_WEB_SOURCE, ExportSettings, check_web_texts, write_selection
 from controversial.study.selection import SelectionError, collect_sweep
-from controversial.tasks.export_study import _git_commit
+from controversial.tasks.export_study import git_commit
 from controversial.zoo.bundled import load_model
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         provenance={
             "command": invocation.command,
             "code_version": __version__,
-            "git_commit": _git_commit(),
+            "git_commit": git_commit(),
             "design": summary,
             "config": cfg.model_dump(),
         },
