@@ -145,6 +145,7 @@ def test_two_batch_adaptive_study_through_the_server_recovers_the_true_model(tmp
         results = analyze(tmp_path / f"analysis{k}", ratings, tmp_path / "models.csv")
         assert results.study.replications == 2 and len(results.study.participants) == 8
         assert results.inputs.replications == ["", "B2"]
+        assert "replications pooled: unprefixed codes, B2" in (tmp_path / f"analysis{k}" / "report.md").read_text()
         assert results.ranking[0] == MODELS[TRUTH]
         boot = results.prediction["all"].bootstrap
         assert boot.replications == 2 and boot.estimate[MODELS[TRUTH]] > max(boot.estimate[m] for m in ("abs", "vgg"))
