@@ -78,6 +78,9 @@ def _annotated_metadata(annotation: Any) -> list:
 
 
 def _model_field(annotation: Any) -> type[BaseModel] | None:
+    """The settings group of a field (a model, or a model or None); a list of models is one option."""
+    if typing.get_origin(annotation) is list:
+        return None
     for candidate in (annotation, *typing.get_args(annotation)):
         if isinstance(candidate, type) and issubclass(candidate, BaseModel):
             return candidate

@@ -247,12 +247,7 @@ class NoiseModel(Settings):
         parse_mixture(value)
         return value
 
-    @field_validator("noise_sd", "gain")
-    @classmethod
-    def _range(cls, bounds: tuple[float, float]) -> tuple[float, float]:
-        if not 0 <= bounds[0] <= bounds[1]:
-            raise ValueError(f"[{bounds[0]}, {bounds[1]}] is not a range [low, high] with 0 <= low <= high")
-        return bounds
+    _range = field_validator("noise_sd", "gain")(lambda bounds: _ordered_range(bounds))
 
 
 class SimulatedModelsSettings(Settings):
@@ -434,6 +429,98 @@ class ExportStudySettings(Settings):
     data: DataSettings
 
 
+class DesignBudget(Settings):
+    trials: Count = Field(866, description="trials per participant: rated stimuli + repeats + attention checks")
+    n_repeats: int = Field(42, ge=0, description="repeated presentations (test-retest; not used to score models)")
+    n_attention: int = Field(4, ge=0, description="instructional attention checks")
+    natural_per_class: int = Field(10, ge=0, description="natural test images in the study, per class")
+    natural_candidates_per_class: int = Field(50, ge=0, description="natural test images the design chooses from")
+    min_per_pair: int = Field(2, ge=0, description="every targeted model pair at least this often (a stratum)")
+    class_tolerance: Fraction = Field(0.1, description="each class a target within +- this fraction of the mean")
+
+    @model_validator(mode="after")
+    def _fits(self) -> DesignBudget:
+        if self.natural_candidates_per_class < self.natural_per_class:
+            raise ValueError(
+                f"natural_candidates_per_class={self.natural_candidates_per_class} is below natural_per_class="
+                f"{self.natural_per_class}: the design needs at least as many candidates as it chooses"
+            )
+        if self.trials <= self.n_repeats + self.n_attention:
+            raise ValueError(
+                f"trials={self.trials} leaves no rated stimuli after {self.n_repeats} repeats and "
+                f"{self.n_attention} attention checks"
+            )
+        return self
+
+
+class DesignPlan(Settings):
+    n_participants: int = Field(30, ge=2, description="participants the design is optimised (and power reported) for")
+    alpha: float = Field(0.05, gt=0, lt=1, description="significance level of the final test")
+    power: float = Field(0.8, gt=0, lt=1, description="power the participants needed are reported for")
+    correction: Literal["holm-sidak", "none"] = Field(
+        "holm-sidak", description="holm-sidak: Sidak over all pairs of models + lower ceiling (conservative)"
+    )
+    truths: list[str] = Field(default_factory=list, description="models that may be the truth; []: all")
+    noise_sd: tuple[float, float] = Field((0.8, 1.6), description="participant logit noise range (no pilot)")
+    gain: tuple[float, float] = Field((0.7, 1.3), description="participant gain range (no pilot)")
+    pilot_ratings: str | None = Field(None, description="pilot ratings (PNAS format): fit the noise model to them")
+    pilot_model_responses: str | None = Field(None, description="model responses for the pilot's images")
+    n_panel: int = Field(16, ge=2, description="simulated reference participants per assumed truth")
+    temperature: float = Field(0.5, gt=0, description="smooth minimum over pairs, in z units")
+    max_exchanges: int = Field(200, ge=0, description="exchange steps after greedy selection")
+
+    _range = field_validator("noise_sd", "gain")(lambda bounds: _ordered_range(bounds))
+
+    @model_validator(mode="after")
+    def _pilot(self) -> DesignPlan:
+        if (self.pilot_ratings is None) != (self.pilot_model_responses is None):
+            raise ValueError("plan.pilot_ratings and plan.pilot_model_responses go together: pass both or neither")
+        return self
+
+
+class PreviousBatch(Settings):
+    bundle: str = Field(description="an earlier batch's bundle (studies/<name>/v<k>)")
+    responses: str = Field(description="that batch's responses.csv (the study server's export)")
+
+
+class AdaptiveSettings(Settings):
+    previous: list[PreviousBatch] = Field(default_factory=list, description="earlier batches; []: batch 1")
+    screen_alpha: float = Field(
+        0.05, gt=0, lt=1, description="a model stays a candidate truth unless this significantly below the leader"
+    )
+
+
+class DesignStudySettings(Settings):
+    sweep_dir: str = Field(description="a synthesize run dir or sweep: its accepted cells are the candidates")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="study name: letters, digits, '_', '.', '-'")
+    models: list[str] = Field(min_length=2, description="the models to compare (trained names or .pt paths)")
+    models_dir: str | None = Field(None, description="default: the repository's models/")
+    studies_dir: str = Field("studies", description="bundles go to <studies_dir>/<name>/v<k>/")
+    sources: list[Literal["synthetic", "natural"]] = Field(min_length=1, description="manifest sources eligible")
+    budget: DesignBudget = Field(default_factory=DesignBudget)
+    plan: DesignPlan = Field(default_factory=DesignPlan)
+    adaptive: AdaptiveSettings = Field(default_factory=AdaptiveSettings)
+    display: DisplaySettings = Field(default_factory=DisplaySettings)
+    title: str = Field(description="the study's title")
+    attention_prompt: str = Field(description="attention-check text; {category} is replaced")
+    n_demo: int = Field(2, ge=0, description="practice trials (natural test images, not recorded)")
+    seed: Seed = 0
+    batch_size: Count = Field(256, description="images per forward pass when the models rate the candidates")
+    web_source: str | None = Field(None, description="the experiment's HTML/JS/CSS; null: human_study/src")
+    pilot: bool = Field(False, description="allow the placeholder consent/instruction texts; never for Prolific")
+    data: DataSettings
+
+    @model_validator(mode="after")
+    def _truths(self) -> DesignStudySettings:
+        names = [Path(m).stem for m in self.models]
+        if len(set(names)) < len(names):
+            raise ValueError(f"models lists a model twice: {self.models}")
+        unknown = [t for t in self.plan.truths if t not in names]
+        if unknown:
+            raise ValueError(f"plan.truths: {', '.join(unknown)} not among models ({', '.join(names)})")
+        return self
+
+
 class ExportCsvSettings(Settings):
     out_dir: str | None = Field(None, description="where mode=export writes its CSV files; null: the run dir")
     include_incomplete: bool = Field(False, description="also export participants who did not finish")
@@ -485,6 +572,12 @@ def _inversion(value: Any) -> Any:
     return str(value).lower() if isinstance(value, bool) else value
 
 
+def _ordered_range(bounds: tuple[float, float]) -> tuple[float, float]:
+    if not 0 <= bounds[0] <= bounds[1]:
+        raise ValueError(f"[{bounds[0]}, {bounds[1]}] is not a range [low, high] with 0 <= low <= high")
+    return bounds
+
+
 def _one_of(value: str, allowed: Any) -> str:
     if value not in allowed:
         raise ValueError(f"{value!r} is not one of: {', '.join(allowed)}")
@@ -531,6 +624,7 @@ SCHEMAS: dict[str, type[Settings]] = {
     "power": PowerSettings,
     "overview": OverviewSettings,
     "export_study": ExportStudySettings,
+    "design_study": DesignStudySettings,
     "serve_study": ServeStudySettings,
     "fidelity": FidelitySettings,
 }

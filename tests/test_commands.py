@@ -29,6 +29,7 @@ REQUIRED = {  # values a command cannot run without, so that only the tested val
     "evaluate": ["models=[vgg]", "images=."],
     "overview": ["sweep_dir=x"],
     "export_study": ["sweep_dir=x", "name=s"],
+    "design_study": ["sweep_dir=x", "name=s", "models=[vgg,abs]"],
     "serve_study": ["study_dir=x"],
     "fidelity": ["images=."],
 }
@@ -171,6 +172,13 @@ def bad_inputs(folder: Path) -> dict[str, tuple[str, list[str], str]]:
         "power alpha": ("power", ["alpha=2"], "alpha=2"),
         "overview without sweep": ("overview", [], "sweep_dir is required"),
         "study name": ("export_study", ["sweep_dir=x", "name=a/b"], "name=a/b"),
+        "design truths": ("design_study", ["sweep_dir=x", "name=s", "models=[vgg,abs]", "plan.truths=[kde]"], "kde"),
+        "design budget": (
+            "design_study",
+            ["sweep_dir=x", "name=s", "models=[vgg,abs]", "budget.trials=40"],
+            "leaves no rated stimuli",
+        ),
+        "design placeholders": ("design_study", ["sweep_dir=x", "name=s", "models=[vgg,abs]"], "placeholder text"),
         "port": ("serve_study", ["study_dir=x", "port=0"], "port=0"),
     }
 
@@ -199,6 +207,9 @@ CASE_IDS = [
     "power alpha",
     "overview without sweep",
     "study name",
+    "design truths",
+    "design budget",
+    "design placeholders",
     "port",
 ]
 

@@ -204,6 +204,36 @@ def bootstrap(
     return Distributions(names, estimates, np.concatenate(samples), seed)
 
 
+def pooled_bootstrap(
+    parts: Sequence[tuple[np.ndarray, np.ndarray, Sequence[str]]],
+    model_names: Sequence[str],
+    n_resamples: int = 100_000,
+    seed: int = 0,
+    chunk_size: int = 10_000,
+    include_copies: bool = False,
+) -> Distributions:
+    """Independent replications (or an adaptive study's batches), each ``(human, model, conditions)``, pooled.
+
+    Each part is resampled on its own (participants, and stimuli within its condition strata; part i
+    with ``seed + i``), so a pooled resample is the participant-weighted mean of the parts' resamples
+    and the lower ceiling compares participants within their part. One part is :func:`bootstrap`.
+    """
+    dists = [
+        bootstrap(
+            human, model, model_names, conditions, n_resamples, seed + i, chunk_size, include_copies=include_copies
+        )
+        for i, (human, model, conditions) in enumerate(parts)
+    ]
+    sizes = np.array([np.shape(human)[0] for human, _, _ in parts], dtype=np.float64)
+    weights = sizes / sizes.sum()
+    return Distributions(
+        dists[0].names,
+        sum(w * d.estimates for w, d in zip(weights, dists)),
+        sum(w * d.samples for w, d in zip(weights, dists)),
+        seed,
+    )
+
+
 def percentile_ci(samples: np.ndarray, level: float = 0.95) -> np.ndarray:
     """(B, P) -> (P, 2) central percentile intervals (undefined resamples, NaN, are left out)."""
     tail = (1.0 - level) / 2.0

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from controversial.analysis.bootstrap import LOWER, Distributions, bootstrap, pairwise_tests, percentile_ci
+from controversial.analysis.bootstrap import LOWER, pairwise_tests, percentile_ci, pooled_bootstrap
 from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import MEASURES, participant_model_correlations
 from controversial.analysis.decisions import TieRule, decide
@@ -109,25 +109,13 @@ def evaluate_subset(
         )
     boot = None
     if n_resamples:
-        dists = [
-            bootstrap(
-                s.human,
-                s.model,
-                models,
-                s.conditions,
-                n_resamples,
-                options.seed + i,
-                options.chunk_size,
-                include_copies=options.include_copies,
-            )
-            for i, s in enumerate(subs)
-        ]
-        weights = np.array([s.human.shape[0] for s in subs], dtype=np.float64) / sum(s.human.shape[0] for s in subs)
-        dist = Distributions(
-            dists[0].names,
-            sum(w * d.estimates for w, d in zip(weights, dists)),
-            sum(w * d.samples for w, d in zip(weights, dists)),
+        dist = pooled_bootstrap(
+            [(s.human, s.model, s.conditions) for s in subs],
+            models,
+            n_resamples,
             options.seed,
+            options.chunk_size,
+            options.include_copies,
         )
         ci = percentile_ci(dist.samples, options.ci_level)
         ranked = sorted(models, key=lambda m: -dist.estimates[dist.names.index(m)])

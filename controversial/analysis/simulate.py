@@ -108,6 +108,22 @@ def quantise(values: np.ndarray, scale: Sequence[float] = RATING_SCALE) -> np.nd
     return scale[np.abs(values[..., None] - scale).argmin(axis=-1)]
 
 
+def shared_deviation(probabilities: np.ndarray, sd: float, seed: int | np.random.SeedSequence = 0) -> np.ndarray:
+    """(N, K) true probabilities -> (N, K) the percept a simulated population shares: the logit plus a
+    deviation N(0, sd^2) drawn once per (stimulus, category) and common to every participant.
+
+    With ``sd > 0`` people deviate from the generating model in the same way, as the paper found for
+    every model (all below the lower noise ceiling); pass the result to :func:`simulate_participants`,
+    whose gain then scales the deviation with the logit. ``sd = 0`` returns the probabilities.
+    """
+    if sd < 0:
+        raise ValueError(f"shared deviation sd must be >= 0, got {sd}")
+    if sd == 0:
+        return np.asarray(probabilities, dtype=np.float64)
+    logit = np.log(np.clip(probabilities, 1e-4, 1 - 1e-4) / np.clip(1 - probabilities, 1e-4, 1))
+    return _sigmoid(logit + sd * np.random.default_rng(seed).standard_normal(logit.shape))
+
+
 def simulate_participants(
     probabilities: np.ndarray,
     n_participants: int,

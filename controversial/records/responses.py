@@ -34,8 +34,9 @@ HUMAN_REQUIRED: tuple[str, ...] = HUMAN_COLUMNS[:9]
 SUBJECT_ALIASES: dict[str, str] = {"subject code": "subject"}  # the release's spelling
 REPETITION_VALUES: dict[str, int] = {"0": 0, "1": 1, "0.0": 0, "1.0": 1}
 MODEL_COLUMNS: tuple[str, ...] = ("model", "image", "response_category", *TARGET_COLUMNS, "category_rating")
-# The release's subject codes: Exp1_S01, Exp2a_S01, Exp2b_S01 (the part before "_" names the replication).
-_REPLICATION = re.compile(r"^(Exp\d+[a-z]?)_")
+# The release's subject codes: Exp1_S01, Exp2a_S01, Exp2b_S01 (the part before "_" names the replication);
+# the study server's later batches of an adaptive study: B2_P0001 (batch 1 is P0001).
+_REPLICATION = re.compile(r"^(Exp\d+[a-z]?|B\d+)_")
 _NATURAL_PREFIXES = ("MNIST_", "CIFAR10_", "CIFAR_10_test_")
 
 
@@ -77,7 +78,8 @@ class ModelTable:
 
 
 def replication(subject: str) -> str:
-    """The release's replication of a participant (``Exp2a_S07`` -> ``Exp2a``); "" for other codes."""
+    """The release's replication of a participant (``Exp2a_S07`` -> ``Exp2a``), or an adaptive study's batch
+    (``B2_P0001`` -> ``B2``); "" for other codes."""
     match = _REPLICATION.match(subject)
     return match.group(1) if match else ""
 

@@ -44,7 +44,8 @@ class TrialSpec:
 
 KEY_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(KeyEntry))
 TRIAL_LIST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(TrialSpec))
-RESPONSE_COLUMNS: tuple[str, ...] = HUMAN_COLUMNS
+# The study server's export adds ``batch`` (the adaptive-study batch of the bundle version served; 1 otherwise).
+RESPONSE_COLUMNS: tuple[str, ...] = (*HUMAN_COLUMNS, "batch")
 ATTENTION_COLUMNS: tuple[str, ...] = ("subject", "position", "instructed_category", "passed", "ratings")
 ATTENTION_REQUIRED: tuple[str, ...] = ("subject", "passed")  # what the analysis reads; the rest is for people
 # The study server's quality-control figures per participant (study.quality); ``flags`` is ";"-joined.

@@ -89,6 +89,11 @@ class StudyBundle:
         """``<name>/v<k>``, the identity participants and responses are filed under."""
         return f"{self.spec.name}/v{self.version}"
 
+    @property
+    def batch(self) -> int:
+        """Which batch of an adaptive study this version is (``design_study.py`` records it; 1 otherwise)."""
+        return int(self.spec.provenance.get("design", {}).get("batch", 1))
+
     def image_path(self, stimulus_id: str) -> Path:
         return self.root / IMAGES_DIR / f"{stimulus_id}.png"
 

@@ -118,6 +118,18 @@ def _check_class_names(stimuli: Sequence[SweepStimulus], categories: Sequence[st
                 )
 
 
+def check_web_texts(web_source: str | Path, pilot: bool) -> list[str]:
+    """The placeholder texts left in ``web_source``; an error unless the export is a pilot."""
+    placeholders = placeholder_texts(web_source)
+    if placeholders and not pilot:
+        raise BundleError(
+            f"placeholder text in {web_source}: {'; '.join(placeholders[:5])}. Put your approved "
+            "consent text (ethics reference, contact, duration, pay) in human_study/src/text/, or "
+            "export with pilot=true for a pilot that no real participant sees"
+        )
+    return placeholders
+
+
 def export_study(
     sweep_dir: str | Path,
     studies_dir: str | Path,
@@ -126,25 +138,40 @@ def export_study(
     web_source: str | Path,
 ) -> Path:
     """Build and write a new study bundle version from a synthesis sweep; returns its folder."""
-    placeholders = placeholder_texts(web_source)
-    if placeholders and not settings.pilot:
-        raise BundleError(
-            f"placeholder text in {web_source}: {'; '.join(placeholders[:5])}. Put your approved "
-            "consent text (ethics reference, contact, duration, pay) in human_study/src/text/, or "
-            "export with pilot=true for a pilot that no real participant sees"
-        )
-    if placeholders:
-        log.warning("pilot export with placeholder text (%s): do not publish it on Prolific", "; ".join(placeholders))
+    check_web_texts(web_source, settings.pilot)
     rng = np.random.default_rng(settings.seed)
     stimuli = collect_sweep(sweep_dir)
     dataset = next((s.row.dataset for s in stimuli if s.row.accepted), None)
     if dataset is None:
         raise SelectionError(f"no accepted stimuli under {sweep_dir}")
+    categories = dataset_info(dataset).class_names
+    chosen = select_controversial(stimuli, settings.per_pair, len(categories), settings.sources)
+    test_set = natural_loader(dataset)
+    natural = select_natural(test_set[1], settings.natural_per_class, len(categories), rng)
+    return write_selection(sweep_dir, studies_dir, settings, dataset, chosen, natural, test_set, web_source, rng)
+
+
+def write_selection(
+    sweep_dir: str | Path,
+    studies_dir: str | Path,
+    settings: ExportSettings,
+    dataset: str,
+    chosen: Sequence[SweepStimulus],
+    natural: Sequence[int],
+    test_set: tuple[np.ndarray, np.ndarray],
+    web_source: str | Path,
+    rng: np.random.Generator,
+) -> Path:
+    """Render and write a bundle for an already chosen set (the paper's selection or a design): controversial
+    stimuli, natural test-set indices; ``rng`` draws the practice images, repeats and attention checks."""
+    placeholders = check_web_texts(web_source, settings.pilot)
+    if placeholders:
+        log.warning("pilot export with placeholder text (%s): do not publish it on Prolific", "; ".join(placeholders))
     info = dataset_info(dataset)
     categories = info.class_names
-    chosen = select_controversial(stimuli, settings.per_pair, len(categories), settings.sources)
     _check_class_names(chosen, categories)
     invert = settings.invert_mnist and dataset == "mnist"
+    test_images, test_labels = test_set
 
     def render(image: np.ndarray) -> bytes:
         return display_png(image, settings.display_size, settings.resample, invert)
@@ -174,8 +201,6 @@ def export_study(
         originals[stim.image_path.name] = stim.image_path.read_bytes()
         images[stimulus_id] = render(png_to_uint8(originals[stim.image_path.name]))
 
-    test_images, test_labels = natural_loader(dataset)
-    natural = select_natural(test_labels, settings.natural_per_class, len(categories), rng)
     demo_pool = select_natural(test_labels, 1, len(categories), rng, exclude=natural)
     demos = [int(i) for i in rng.choice(demo_pool, size=min(settings.n_demo, len(demo_pool)), replace=False)]
     for kind, indices in (("natural", natural), ("demo", demos)):

@@ -1,10 +1,11 @@
 """Database -> the PNAS long format (one row per trial x category) that ``analyze.py`` reads, plus the
 attention-check and participant (quality-control) tables.
 
-Conventions: ``subject`` is a pseudonymous code (``P0001``; ``participants.csv`` maps it to the
-Prolific ID for payment); ``trial`` numbers the rated stimulus trials 1..n in presentation order,
-skipping attention checks, which are left out of this file and reported in ``attention.csv``;
-reaction times are in milliseconds; only completed participants are exported unless asked.
+Conventions: ``subject`` is a pseudonymous code (``P0001``; ``B2_P0001`` in an adaptive study's batch 2;
+``participants.csv`` maps it to the Prolific ID for payment); ``batch`` (a column after the PNAS ones)
+is the adaptive-study batch of the bundle version served; ``trial`` numbers the rated stimulus trials
+1..n in presentation order, skipping attention checks, which are left out of this file and reported in
+``attention.csv``; reaction times are in milliseconds; only completed participants are exported unless asked.
 
 Tables are produced as row iterators that hold one participant's answers at a time, and
 ``records.csvfile.csv_chunks`` turns them into text pieces, so an export of any size streams in bounded memory.
@@ -28,8 +29,9 @@ from controversial.study.quality import QualitySettings, TrialRecord, assess
 _BATCH = 2000  # responses fetched per round trip while streaming
 
 
-def subject_code(participant: Participant) -> str:
-    return f"P{participant.id:04d}"
+def subject_code(participant: Participant, batch: int = 1) -> str:
+    """``P0001``; later batches of an adaptive study ``B2_P0001``, so their exports pool as batches."""
+    return f"P{participant.id:04d}" if batch == 1 else f"B{batch}_P{participant.id:04d}"
 
 
 def _rating(value: int) -> str:
@@ -73,7 +75,7 @@ def response_rows(session: Session, bundle: StudyBundle, include_incomplete: boo
     for participant, answered in _answers(session, bundle):
         if participant.completed_at is None and not include_incomplete:
             continue
-        code = subject_code(participant)
+        code = subject_code(participant, bundle.batch)
         stimulus_trial, count = {}, 0
         for position, (_, kind, _) in enumerate(json.loads(participant.order_json), start=1):
             if kind == "stimulus":
@@ -99,6 +101,7 @@ def response_rows(session: Session, bundle: StudyBundle, include_incomplete: boo
                     _ms(response.first_reaction_rt_ms),
                     _ms(response.rt_ms),
                     stimulus_trial[response.position],
+                    bundle.batch,
                 ]
 
 
@@ -111,7 +114,7 @@ def attention_rows(session: Session, bundle: StudyBundle) -> Iterator[list]:
                 instructed = bundle.key[response.stimulus_id].instructed_class
                 ok = attention_passed(ratings, bundle.spec.categories, instructed)
                 yield [
-                    subject_code(participant),
+                    subject_code(participant, bundle.batch),
                     response.position,
                     instructed,
                     str(ok).lower(),
@@ -142,7 +145,7 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
         complete = participant.completed_at is not None
         q = assess(_records(bundle, answered), quality, participant.n_refused, participant.n_browser_changes)
         yield [
-            subject_code(participant),
+            subject_code(participant, bundle.batch),
             participant.prolific_pid,
             participant.prolific_study_id,
             participant.prolific_session_id,

@@ -65,8 +65,12 @@ def take_study(
     call: Call | None = None,
     instructed: Mapping[str, str] | None = None,
     session_id: str | None = None,
+    rate: Callable[[str], dict[str, int]] | None = None,
 ) -> TakeResult:
-    """Run one participant from arrival to completion; a PID seen before resumes under the same SESSION_ID."""
+    """Run one participant from arrival to completion; a PID seen before resumes under the same SESSION_ID.
+
+    ``rate(stimulus_id)`` gives a stimulus trial's ratings (e.g. a simulated person's); default random.
+    """
     request: Call = call or (lambda method, url, body: client.request(method, url, json=body))
     study = _checked(request("GET", "/api/study", None), 200)
     arrival = {
@@ -84,9 +88,12 @@ def take_study(
         )
     answers: dict[int, list[int]] = {}
     for trial in state["trials"]:
-        ratings = scripted_ratings(
-            trial["stimulus_id"], study["categories"], study["rating_levels"], rng, instructed or {}
-        )
+        if rate is not None and trial["stimulus_id"] not in (instructed or {}):
+            ratings = rate(trial["stimulus_id"])
+        else:
+            ratings = scripted_ratings(
+                trial["stimulus_id"], study["categories"], study["rating_levels"], rng, instructed or {}
+            )
         rt = rng.uniform(1600, 6000)
         body = {
             "position": trial["position"],

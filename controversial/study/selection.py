@@ -81,6 +81,13 @@ def _eligible(stimuli: Iterable[SweepStimulus], sources: Sequence[str]) -> list[
     return [s for s in stimuli if s.row.accepted and s.row.source in sources and s.row.image_file]
 
 
+def _by_pair(stimuli: Iterable[SweepStimulus]) -> dict[tuple[str, str], list[SweepStimulus]]:
+    by_pair: dict[tuple[str, str], list[SweepStimulus]] = defaultdict(list)
+    for stim in stimuli:
+        by_pair[stim.pair].append(stim)
+    return by_pair
+
+
 def _best_per_cell(stimuli: list[SweepStimulus]) -> dict[tuple[int, int], SweepStimulus]:
     """One candidate per ordered class pair: the most controversial seed (the objective is additive)."""
     best: dict[tuple[int, int], SweepStimulus] = {}
@@ -89,6 +96,13 @@ def _best_per_cell(stimuli: list[SweepStimulus]) -> dict[tuple[int, int], SweepS
         if cell not in best or stim.row.hard_score > best[cell].row.hard_score:
             best[cell] = stim
     return best
+
+
+def best_per_cell(stimuli: Iterable[SweepStimulus], sources: Sequence[str] = ("synthetic",)) -> list[SweepStimulus]:
+    """The candidates a design chooses from: per model pair and ordered class pair, the most controversial
+    accepted seed (in pair order, then cell order)."""
+    by_pair = _by_pair(_eligible(stimuli, sources))
+    return [cells[c] for pair in sorted(by_pair) for cells in [_best_per_cell(by_pair[pair])] for c in sorted(cells)]
 
 
 def _class_names(stimuli: Iterable[SweepStimulus]) -> dict[int, str]:
@@ -174,9 +188,7 @@ def select_controversial(
     if len(datasets) > 1:
         raise SelectionError(f"the sweep mixes datasets {datasets}; export one study per dataset")
     names = _class_names(eligible)
-    by_pair: dict[tuple[str, str], list[SweepStimulus]] = defaultdict(list)
-    for stim in eligible:
-        by_pair[stim.pair].append(stim)
+    by_pair = _by_pair(eligible)
     chosen: list[SweepStimulus] = []
     for pair in sorted(by_pair):
         chosen.extend(_solve_pair(pair, _best_per_cell(by_pair[pair]), per_pair // n_classes, n_classes, names))

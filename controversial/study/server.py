@@ -215,7 +215,8 @@ def create_app(settings: ServerSettings) -> FastAPI:
             log.exception("health check: database unreachable")
             return JSONResponse({"status": "error", "database": "unreachable"}, status_code=503, headers=_NO_STORE)
         return JSONResponse(
-            {"status": "ok", "study": bundle.label, "database": "ok", "web_assets": has_vendor}, headers=_NO_STORE
+            {"status": "ok", "study": bundle.label, "batch": bundle.batch, "database": "ok", "web_assets": has_vendor},
+            headers=_NO_STORE,
         )
 
     @app.get("/api/study")

@@ -218,8 +218,9 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
     prediction = analyze_study(list(studies.values()), options)
     if len(studies) > 1:
         header.append(
-            f"- replications pooled: {', '.join(studies)} (each participant scored on their own "
-            "replication's stimuli; bootstrap within replication, stimuli stratified by condition)"
+            f"- replications pooled: {', '.join(name or 'unprefixed codes' for name in studies)} (each "
+            "participant scored on their own replication's stimuli; bootstrap within replication, stimuli "
+            "stratified by condition)"
         )
     ratings_consistency = None
     if cfg.error_consistency.enabled and len(studies) == 1:

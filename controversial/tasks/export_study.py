@@ -16,7 +16,8 @@ from controversial.study.export import DEFAULT_WEB_SOURCE, ExportSettings, expor
 log = logging.getLogger(__name__)
 
 
-def _git_commit() -> str:
+def git_commit() -> str:
+    """The repository commit the code runs from, for a bundle's provenance ("unknown" outside a checkout)."""
     try:
         return subprocess.run(
             ["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True, cwd=Path(__file__).parent
@@ -45,7 +46,7 @@ def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
         provenance={
             "command": invocation.command,
             "code_version": __version__,
-            "git_commit": _git_commit(),
+            "git_commit": git_commit(),
             "config": cfg.model_dump(),
         },
     )

@@ -15,6 +15,7 @@ from controversial.analysis.bootstrap import (
     iter_blocks,
     pairwise_tests,
     percentile_ci,
+    pooled_bootstrap,
     strata,
 )
 from controversial.analysis.ceilings import noise_ceiling
@@ -130,3 +131,17 @@ def test_memory_grows_linearly_with_participants():
     tracemalloc.stop()
     # the pair table alone would be 1000 x 600^2 x 8 B = 2.9 GB
     assert peak < 256 * 2**20, f"peak {peak / 2**20:.0f} MiB"
+
+
+def test_pooled_parts_weight_participants_and_one_part_is_the_plain_bootstrap():
+    """Replications (or adaptive batches) with their own stimuli: the pooled estimate is the
+    participant-weighted mean of the parts', each part resampled on its own with seed + i."""
+    h1, m1, c1 = small_study(seed=1, S=3)
+    h2, m2, c2 = small_study(seed=2, S=4)
+    names = ("m0", "m1", "m2")
+    alone = [bootstrap(h, m, names, c, 300, seed=5 + i) for i, (h, m, c) in enumerate([(h1, m1, c1), (h2, m2, c2)])]
+    pooled = pooled_bootstrap([(h1, m1, c1), (h2, m2, c2)], names, 300, seed=5)
+    np.testing.assert_allclose(pooled.estimates, (3 * alone[0].estimates + 4 * alone[1].estimates) / 7)
+    np.testing.assert_allclose(pooled.samples, (3 * alone[0].samples + 4 * alone[1].samples) / 7)
+    single = pooled_bootstrap([(h1, m1, c1)], names, 300, seed=5)
+    np.testing.assert_array_equal(single.samples, alone[0].samples)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import participant_model_correlations
 from controversial.records.responses import RATING_SCALE, read_human_ratings, read_model_responses
 from controversial.analysis.pipeline import AnalysisOptions, analyze_ratings_consistency, analyze_study
 from controversial.analysis.simulate import (
     quantise,
+    shared_deviation,
     simulate_models,
     simulate_participants,
     true_probabilities,
@@ -60,3 +62,20 @@ def test_mixture_of_models_generates_an_intermediate_pattern():
     assert r[1] < min(r[0], r[2])
     with pytest.raises(ValueError, match="unknown true model"):
         true_probabilities(models, models.names, {"nope": 1.0})
+
+
+def test_a_shared_deviation_puts_the_generating_model_below_the_lower_noise_ceiling():
+    """Without it the generating model is as good as the participants' consensus (the ceiling); with it
+    people agree with each other more than with any model, as in the paper, and the model still leads."""
+    models = simulate_models(n_models=3, stimuli_per_pair=20, natural_per_class=10, seed=0)
+    truth = models.probabilities[1]
+    np.testing.assert_array_equal(shared_deviation(truth, 0.0), truth)
+    gaps = {}
+    for sd in (0.0, 2.0):
+        ratings = simulate_participants(shared_deviation(truth, sd, seed=7), 20, seed=8)
+        r = participant_model_correlations(ratings, models.probabilities).mean(axis=0)
+        assert np.argmax(r) == 1
+        gaps[sd] = r[1] - noise_ceiling(ratings).lower
+    assert gaps[0.0] > -0.01 and gaps[2.0] < -0.05
+    with pytest.raises(ValueError, match="sd must be >= 0"):
+        shared_deviation(truth, -1.0)

@@ -10,6 +10,7 @@ from scipy.optimize import linear_sum_assignment
 
 from controversial.study.selection import (
     SelectionError,
+    best_per_cell,
     collect_sweep,
     select_controversial,
     select_natural,
@@ -52,6 +53,21 @@ def test_best_seed_per_cell_and_rejected_rows_ignored(tmp_path):
             best[(r.class_a, r.class_b)] = max(best.get((r.class_a, r.class_b), 0.0), r.hard_score)
     assert all(s.row.accepted for s in chosen)
     assert all(s.row.hard_score == best[(s.row.class_a, s.row.class_b)] for s in chosen)
+
+
+def test_design_candidates_are_every_accepted_cells_best_seed(tmp_path):
+    rng = np.random.default_rng(0)
+    rows = make_run(tmp_path / "abs_vs_vgg", "abs", "vgg", rng, seeds=3, accept_rate=0.8)
+    rows += make_run(tmp_path / "kde_vs_vgg", "kde", "vgg", rng, seeds=3, accept_rate=0.8)
+    best: dict = {}
+    for r in rows:
+        if r.accepted:
+            key = (r.model_a, r.class_a, r.class_b)
+            best[key] = max(best.get(key, 0.0), r.hard_score)
+    candidates = best_per_cell(collect_sweep(tmp_path))
+    assert len(candidates) == len(best)
+    assert all(s.row.hard_score == best[(s.row.model_a, s.row.class_a, s.row.class_b)] for s in candidates)
+    assert [s.pair for s in candidates] == sorted(s.pair for s in candidates)
 
 
 def test_reversed_runs_of_one_pair_pool_into_one_pair(tmp_path):

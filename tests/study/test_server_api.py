@@ -106,6 +106,7 @@ def test_health_and_public_study_config(client, small_bundle, web_assets):
     assert client.get("/api/health").json() == {
         "status": "ok",
         "study": "pilot/v1",
+        "batch": 1,
         "database": "ok",
         "web_assets": True,
     }

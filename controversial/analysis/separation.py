@@ -1,0 +1,243 @@
+"""Expected separation of every pair of models under the analysis's bootstrap test, for any stimulus set.
+
+The analysis scores model m by the mean over participants of Pearson r(participant s, model m) over
+all (stimulus, category) entries, and tests a pair by resampling participants and stimuli (within
+condition strata). For planning, suppose model t generated the ratings (through the
+simulated-participant noise model). A reference panel of ``R`` simulated participants per truth on
+the whole candidate pool gives per-stimulus sufficient statistics, so that for any subset (a 0/1
+weight per stimulus) we get, for every ordered pair (truth t, rival j):
+
+- ``effect``: the expected difference d = mean_s r(s, t) - r(s, j);
+- ``participant_var``: the across-participant variance of d_s (the participant bootstrap: /S);
+- ``stimulus_var(S)``: the stratified stimulus-bootstrap variance of d by the delta method,
+  sum over strata of N_c * var_c(dd/dw_n), with the panel's own sampling noise swapped for that of
+  S participants;
+- ``z(S) = effect / sqrt(participant_var / S + stimulus_var(S))``, and the participants needed for
+  a given alpha and power (infinite when stimulus variance alone already exceeds the effect: more
+  participants cannot help, only other stimuli).
+
+Everything is linear algebra on per-stimulus sums, so a design optimiser can evaluate thousands of
+candidate additions at once (``z_after``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy.stats import norm
+
+from controversial.analysis.simulate import ParticipantNoise, simulate_participants
+
+
+@dataclass(frozen=True)
+class Separation:
+    """Per ordered pair (truth t, rival j), for one stimulus set; NaN where t == j."""
+
+    truths: tuple[int, ...]  # model index of each truth (rows)
+    effect: np.ndarray  # (T, M)
+    participant_var: np.ndarray  # (T, M)
+    stimulus_var_limit: np.ndarray  # (T, M): stimulus variance with infinitely many participants
+    stimulus_noise: np.ndarray  # (T, M): its 1/S part times S
+
+    def z(self, n_participants: float) -> np.ndarray:
+        """Expected test statistic (effect / bootstrap SE) with ``n_participants`` participants."""
+        var = (self.participant_var + self.stimulus_noise) / n_participants + self.stimulus_var_limit
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return self.effect / np.sqrt(var)
+
+    def power(self, n_participants: float, alpha: float, n_comparisons: int = 1) -> np.ndarray:
+        """Predicted power of each pair's two-sided test (normal approximation, Sidak over ``n_comparisons``)."""
+        return norm.cdf(self.z(n_participants) - critical_z(alpha, n_comparisons))
+
+    def participants_needed(self, alpha: float, power: float, n_comparisons: int = 1) -> np.ndarray:
+        """Smallest S with z(S) >= z_crit + z_power (Sidak-corrected over ``n_comparisons``); inf if none."""
+        target = critical_z(alpha, n_comparisons) + norm.ppf(power)
+        room = np.where(self.effect > 0, (self.effect / target) ** 2 - self.stimulus_var_limit, -1.0)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            needed = np.ceil((self.participant_var + self.stimulus_noise) / room)
+        return np.where(room > 0, np.maximum(needed, 2), np.inf)
+
+
+def critical_z(alpha: float, n_comparisons: int = 1) -> float:
+    """Two-sided critical z at the Sidak level for ``n_comparisons`` (Holm-Sidak's strictest step)."""
+    return float(norm.ppf(1.0 - (1.0 - (1.0 - alpha) ** (1.0 / n_comparisons)) / 2.0))
+
+
+def softmin(values: np.ndarray, temperature: float, axis: int | None = None) -> np.ndarray:
+    """Smooth minimum (-tau log sum exp(-x/tau)); ignores NaN; approaches min as tau -> 0."""
+    x = np.where(np.isnan(values), np.inf, values)
+    low = np.min(x, axis=axis, keepdims=True)
+    low = np.where(np.isfinite(low), low, 0.0)
+    out = low - temperature * np.log(np.sum(np.exp(-(x - low) / temperature), axis=axis, keepdims=True))
+    return np.squeeze(out, axis=axis) if axis is not None else out.reshape(())
+
+
+class ReferencePanel:
+    """Simulated participants for every assumed truth on the whole pool, kept as per-stimulus sums.
+
+    ``probabilities`` (M, N, K): every model on every candidate; ``conditions`` (N,): bootstrap
+    strata; ``truths``: which models may have generated the ratings (default: every model).
+    """
+
+    def __init__(
+        self,
+        probabilities: np.ndarray,
+        conditions: Sequence[str],
+        noise: ParticipantNoise,
+        n_panel: int = 16,
+        truths: Sequence[int] | None = None,
+        seed: int = 0,
+    ) -> None:
+        p = np.asarray(probabilities, dtype=np.float64)
+        self.M, self.N, self.K = p.shape
+        self.truths = tuple(range(self.M)) if truths is None else tuple(int(t) for t in truths)
+        if len(conditions) != self.N:
+            raise ValueError(f"conditions has {len(conditions)} entries for {self.N} stimuli")
+        if n_panel < 2:
+            raise ValueError("n_panel must be at least 2 (a participant variance needs two)")
+        names, codes = np.unique(np.asarray(conditions), return_inverse=True)
+        self.strata = codes  # (N,) stratum index
+        self.n_strata = len(names)
+        self.R = n_panel
+        seeds = np.random.SeedSequence(seed).spawn(len(self.truths))
+        self.sv = p.sum(axis=2)  # (M, N)
+        self.svv = (p * p).sum(axis=2)
+        su, suu, suv = [], [], []
+        for t, child in zip(self.truths, seeds):
+            y = simulate_participants(p[t], n_panel, noise, seed=child)  # (R, N, K)
+            su.append(y.sum(axis=2))
+            suu.append((y * y).sum(axis=2))
+            suv.append(np.einsum("rnk,mnk->rmn", y, p))
+        self.su = np.stack(su)  # (T, R, N)
+        self.suu = np.stack(suu)
+        self.suv = np.stack(suv)  # (T, R, M, N)
+
+    def _totals(self, weights: np.ndarray) -> tuple[np.ndarray, ...]:
+        w = np.asarray(weights, dtype=np.float64)
+        return (self.K * w.sum(), self.su @ w, self.suu @ w, self.suv @ w, self.sv @ w, self.svv @ w)
+
+    @staticmethod
+    def _r(W, Su, Suu, Suv, Sv, Svv) -> np.ndarray:  # type: ignore[no-untyped-def]
+        """Pearson r from weighted sums; shapes broadcast (..., T, R) for humans, (M,) for models."""
+        C = Suv - Su[..., None] * Sv / W[..., None, None, None]
+        A = Suu - Su * Su / W[..., None, None]
+        B = Svv - Sv * Sv / W[..., None, None, None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return C / np.sqrt(A[..., None] * B)
+
+    def _pairs(self, r: np.ndarray) -> np.ndarray:
+        """(..., T, R, M) correlations -> (..., T, R, M) differences d = r(truth) - r(rival)."""
+        own = np.stack([r[..., i, :, t] for i, t in enumerate(self.truths)], axis=-2)  # (..., T, R)
+        return own[..., None] - r
+
+    def _gradients(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per stimulus n: panel mean and panel variance of d(d)/d(w_n), each (T, M, N)."""
+        W, Su, Suu, Suv, Sv, Svv = self._totals(weights)
+        r = self._r(np.asarray(W), Su, Suu, Suv, Sv, Svv)  # (T, R, M)
+        C = Suv - Su[..., None] * Sv / W
+        A = Suu - Su * Su / W
+        B = Svv - Sv * Sv / W
+        K = self.K
+        dC = (
+            self.suv
+            - (self.su[:, :, None, :] * Sv[None, None, :, None] + Su[:, :, None, None] * self.sv) / W
+            + (Su[:, :, None] * Sv)[..., None] * K / W**2
+        )
+        dA = self.suu - 2 * Su[..., None] * self.su / W + (Su * Su)[..., None] * K / W**2
+        dB = self.svv - 2 * Sv[:, None] * self.sv / W + (Sv * Sv)[:, None] * K / W**2
+        with np.errstate(invalid="ignore", divide="ignore"):
+            g = r[..., None] * (
+                dC / C[..., None] - dA[:, :, None, :] / (2 * A[..., None, None]) - dB / (2 * B[:, None])
+            )  # (T, R, M, N)
+        own = np.stack([g[i, :, t] for i, t in enumerate(self.truths)])  # (T, R, N)
+        G = own[:, :, None, :] - g  # (T, R, M, N)
+        return G.mean(axis=1), G.var(axis=1, ddof=1)
+
+    def separation(self, weights: np.ndarray) -> Separation:
+        """Effect and variance components of every (truth, rival) pair for the stimulus set ``weights``."""
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.shape != (self.N,) or weights.sum() < 2:
+            raise ValueError("weights must be one 0/1 value per pool stimulus, at least two stimuli chosen")
+        d = self._pairs(self._r(*(np.asarray(x) for x in self._totals(weights))))  # (T, R, M)
+        mean_g, var_g = self._gradients(weights)
+        limit = np.zeros_like(d[:, 0])
+        noise = np.zeros_like(limit)
+        chosen = weights > 0
+        for c in range(self.n_strata):
+            members = chosen & (self.strata == c)
+            n_c = weights[members].sum()
+            if n_c == 0:
+                continue
+            g, v, w = mean_g[..., members], var_g[..., members], weights[members]
+            spread = (w * g * g).sum(axis=-1) - (w * g).sum(axis=-1) ** 2 / n_c
+            panel_noise = (n_c - 1) * (w * v).sum(axis=-1) / n_c
+            limit += np.maximum(spread - panel_noise / self.R, 0.0)
+            noise += panel_noise
+        out = Separation(self.truths, d.mean(axis=1), d.var(axis=1, ddof=1), limit, noise)
+        return _mask_self(out)
+
+    def z_after(self, weights: np.ndarray, candidates: np.ndarray, n_participants: float, sign: int = 1) -> np.ndarray:
+        """z(S) of every (truth, rival) pair after adding (``sign`` +1) or removing (-1) each candidate, (C, T, M).
+
+        Effect and participant variance are exact; the stimulus variance is updated to first order
+        (the candidates' gradients at the current set), which is what makes this cheap.
+        """
+        weights = np.asarray(weights, dtype=np.float64)
+        candidates = np.asarray(candidates, dtype=np.int64)
+        W, Su, Suu, Suv, Sv, Svv = self._totals(weights)
+        r = self._r(
+            np.full(len(candidates), W + sign * self.K),
+            Su + sign * self.su[..., candidates].transpose(2, 0, 1),
+            Suu + sign * self.suu[..., candidates].transpose(2, 0, 1),
+            Suv + sign * self.suv[..., candidates].transpose(3, 0, 1, 2),
+            Sv + sign * self.sv[:, candidates].T[:, None, None],
+            Svv + sign * self.svv[:, candidates].T[:, None, None],
+        )  # (C, T, R, M)
+        d = self._pairs(r)
+        effect, pvar = d.mean(axis=-2), d.var(axis=-2, ddof=1)
+        mean_g, var_g = self._gradients(weights)
+        chosen = (weights > 0).astype(np.float64)
+        one_hot = np.eye(self.n_strata)[self.strata] * chosen[:, None]  # (N, strata): chosen members
+        n_c = one_hot.sum(axis=0)  # (strata,)
+        s1, s2, sv = mean_g @ one_hot, (mean_g * mean_g) @ one_hot, var_g @ one_hot  # (T, M, strata)
+
+        def parts(n: np.ndarray, a: np.ndarray, b: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            """Stimulus variance of strata with n members and gradient sums a, b (squares), v (variances)."""
+            with np.errstate(invalid="ignore", divide="ignore"):
+                noise = np.where(n > 0, (n - 1) * v / n, 0.0)
+                limit = np.where(n > 0, np.maximum(b - a * a / n - noise / self.R, 0.0), 0.0)
+            return limit, noise
+
+        base_limit, base_noise = parts(n_c, s1, s2, sv)
+        stratum = self.strata[candidates]
+        g, v = mean_g[..., candidates], var_g[..., candidates]  # (T, M, C)
+        old_limit, old_noise = base_limit[..., stratum], base_noise[..., stratum]
+        new_limit, new_noise = parts(
+            n_c[stratum] + sign,
+            s1[..., stratum] + sign * g,
+            s2[..., stratum] + sign * g * g,
+            sv[..., stratum] + sign * v,
+        )
+        limit = (base_limit.sum(-1)[..., None] - old_limit + new_limit).transpose(2, 0, 1)  # (C, T, M)
+        noise = (base_noise.sum(-1)[..., None] - old_noise + new_noise).transpose(2, 0, 1)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            z = effect / np.sqrt((pvar + noise) / n_participants + limit)
+        return self._mask(z)
+
+    def _mask(self, z: np.ndarray) -> np.ndarray:
+        z = np.array(z, dtype=np.float64)
+        for i, t in enumerate(self.truths):
+            z[..., i, t] = np.nan
+        return z
+
+
+def _mask_self(s: Separation) -> Separation:
+    arrays = [
+        np.array(a, dtype=np.float64) for a in (s.effect, s.participant_var, s.stimulus_var_limit, s.stimulus_noise)
+    ]
+    for a in arrays:
+        for i, t in enumerate(s.truths):
+            a[i, t] = np.nan
+    return Separation(s.truths, *arrays)

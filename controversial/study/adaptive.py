@@ -1,0 +1,102 @@
+"""The next batch of an adaptive study: refit the noise model and the evidence, then re-design.
+
+After a batch, (1) the participant noise model is refitted to every rating collected so far
+(``noise_fit``), (2) the evidence about the truth is the pooled bootstrap of the batches so far: a
+model stays a candidate truth unless it is significantly below the leader (one-sided, uncorrected,
+``screen_alpha``: a screen, not the final test), and (3) the next batch's stimuli maximise the
+weakest separation between the remaining candidate truths and every rival. The final analysis pools
+all batches as replications (``analyze.py``; ``analysis.bootstrap.pooled_bootstrap``); the screen only
+decides where to spend the next participants.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from controversial.analysis.bootstrap import pooled_bootstrap
+from controversial.analysis.noise_fit import NoiseFit, fit_noise
+from controversial.analysis.separation import ReferencePanel
+from controversial.study.design import Design, DesignConstraints, Pool, select_design
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One batch's first presentations: (S_b, N_b, K) ratings, (M, N_b, K) model probabilities, (N_b,) conditions."""
+
+    human: np.ndarray
+    model: np.ndarray
+    conditions: Sequence[str]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the batches so far say: the candidate truths, the fitted noise, the pooled mean r."""
+
+    candidates: tuple[int, ...]  # model indices still plausible as the truth
+    noise: NoiseFit
+    estimates: np.ndarray  # (M,) pooled mean r so far
+
+
+def plausible_truths(samples: np.ndarray, estimates: np.ndarray, screen_alpha: float) -> tuple[int, ...]:
+    """Models whose bootstrap difference to the leader is not significantly negative (one-sided)."""
+    leader = int(np.argmax(estimates))
+    behind = (samples[:, [leader]] - samples) > 0  # (B, M): leader above model in this resample
+    p_below = 1.0 - behind.mean(axis=0)  # one-sided p that the model is below the leader
+    return tuple(m for m in range(len(estimates)) if m == leader or p_below[m] >= screen_alpha)
+
+
+def evidence(
+    batches: Sequence[Batch],
+    names: Sequence[str],
+    screen_alpha: float = 0.05,
+    n_resamples: int = 2000,
+    fit_stimuli: int | None = 300,
+    seed: int = 0,
+) -> Evidence:
+    """Pooled bootstrap screen and noise refit (on at most ``fit_stimuli`` stimuli per batch, for speed)."""
+    M = len(names)
+    dist = pooled_bootstrap([(b.human, b.model, b.conditions) for b in batches], names, n_resamples, seed)
+    candidates = plausible_truths(dist.samples[:, :M], dist.estimates[:M], screen_alpha)
+    leader = int(np.argmax(dist.estimates[:M]))
+    rng = np.random.default_rng(seed)
+    gains, sds = [], []
+    for b in batches:
+        N = b.human.shape[1]
+        keep = np.sort(rng.choice(N, min(N, fit_stimuli or N), replace=False))
+        fit = fit_noise(b.human[:, keep], b.model[:, keep], reference=leader)
+        gains.append(fit.gain)
+        sds.append(fit.sd)
+    noise = NoiseFit(leader, np.concatenate(gains), np.concatenate(sds))
+    log.info(
+        "evidence: candidate truths %s, fitted sd %.2f-%.2f, gain %.2f-%.2f",
+        [names[m] for m in candidates],
+        noise.sd.min(),
+        noise.sd.max(),
+        noise.gain.min(),
+        noise.gain.max(),
+    )
+    return Evidence(candidates, noise, dist.estimates[:M])
+
+
+def next_batch(
+    pool: Pool,
+    probabilities: np.ndarray,
+    found: Evidence,
+    constraints: DesignConstraints,
+    n_participants: int,
+    n_panel: int = 16,
+    seed: int = 0,
+    **design_options: float,
+) -> Design:
+    """The next batch's stimuli: maximin separation of the remaining candidate truths from every rival."""
+    panel = ReferencePanel(
+        probabilities, pool.conditions, found.noise.noise(), n_panel, truths=found.candidates, seed=seed
+    )
+    options: dict = dict(design_options)
+    return select_design(pool, panel, constraints, n_participants, seed=seed, **options)

@@ -1,0 +1,59 @@
+"""The candidate pool a design chooses from: the best accepted stimulus of every sweep cell, and natural images.
+
+Rebuilt deterministically from (sweep, seed), so an adaptive study's later batches see the same pool
+and can map earlier batches' image names back to pool entries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from controversial.data import dataset_info
+from controversial.records.names import natural_filename
+from controversial.analysis.study import NATURAL
+from controversial.study.design import Pool
+from controversial.study.display import png_to_uint8
+from controversial.study.selection import SelectionError, SweepStimulus, best_per_cell, select_natural
+
+
+@dataclass(frozen=True)
+class Candidates:
+    dataset: str
+    controversial: tuple[SweepStimulus, ...]
+    natural: tuple[int, ...]  # test-set indices
+    names: tuple[str, ...]  # image name of every candidate (controversial first), as exports and analyses use
+    images: np.ndarray  # (N, C, H, W) float in [0, 1]
+    pool: Pool
+
+
+def build_candidates(
+    stimuli: Sequence[SweepStimulus],
+    test_set: tuple[np.ndarray, np.ndarray],
+    natural_per_class: int,
+    sources: Sequence[str] = ("synthetic",),
+    seed: int = 0,
+) -> Candidates:
+    """Every accepted cell's most controversial seed, plus ``natural_per_class`` random test images per class."""
+    cells = best_per_cell(stimuli, sources)
+    if not cells:
+        raise SelectionError(f"no accepted stimuli with source in {list(sources)} in the sweep")
+    datasets = sorted({s.row.dataset for s in cells})
+    if len(datasets) > 1:
+        raise SelectionError(f"the sweep mixes datasets {datasets}; design one study per dataset")
+    info = dataset_info(datasets[0])
+    test_images, test_labels = test_set
+    natural = select_natural(test_labels, natural_per_class, len(info.class_names), np.random.default_rng(seed))
+    pixels = [png_to_uint8(s.image_path.read_bytes()) for s in cells]
+    pixels = [p[None] if p.ndim == 2 else np.transpose(p, (2, 0, 1)) for p in pixels]
+    images = np.concatenate([np.stack(pixels), np.asarray(test_images)[natural]]).astype(np.float32) / 255.0
+    names = tuple(s.image_path.name for s in cells) + tuple(
+        natural_filename(datasets[0], i, info.class_names[int(test_labels[i])]) for i in natural
+    )
+    conditions = tuple("|".join(s.pair) for s in cells) + (NATURAL,) * len(natural)
+    targets = np.array([[s.row.class_a, s.row.class_b] for s in cells] + [[-1, -1]] * len(natural), dtype=np.int64)
+    true_class = np.array([-1] * len(cells) + [int(test_labels[i]) for i in natural], dtype=np.int64)
+    pool = Pool(conditions, targets, true_class, len(info.class_names))
+    return Candidates(datasets[0], tuple(cells), tuple(natural), names, images, pool)

@@ -1,0 +1,356 @@
+"""Choose the stimuli whose ratings will best separate the models: maximin expected separation under constraints.
+
+Criterion (``controversial.analysis.separation``): for a candidate set X and S planned participants,
+z_tj(X) is the expected bootstrap test statistic of "truth t beats rival j". The design maximises
+the weakest pair, min over t != j of z_tj, optimised through its smooth minimum (temperature
+``temperature`` in z units) so that every weak pair, not only the single weakest, pulls.
+
+Optimisation: the maximin of correlation differences is neither linear nor submodular, so we use
+the standard pair for such criteria: greedy forward selection (each step adds the feasible
+candidates with the best criterion after adding; effect and participant variance exact, stimulus
+variance to first order), then an exchange phase (drop the member whose removal costs least, add
+the best feasible candidate, keep the swap only if the exact criterion improves). A test checks the
+result against exhaustive search on a tiny pool.
+
+Constraints: exactly ``n_stimuli`` rated stimuli; exactly ``natural_per_class`` natural images per
+class; every targeted model pair at least ``min_per_pair`` times (each condition stays a bootstrap
+stratum with resampling variance); each class a target (either side) within ``class_tolerance`` of
+the mean count. Repeated presentations and attention checks are taken out of the trial budget by the
+caller (``n_stimuli = trials - repeats - attention checks``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from controversial.analysis.separation import ReferencePanel, Separation, softmin
+from controversial.analysis.study import NATURAL
+from controversial.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+class DesignError(UserError, ValueError):
+    """A design request the pool cannot satisfy; the message says which constraint."""
+
+
+@dataclass(frozen=True)
+class Pool:
+    """Candidate stimuli: condition ('A|B' or 'natural'), target classes (-1 for natural), true class."""
+
+    conditions: tuple[str, ...]
+    targets: np.ndarray  # (N, 2) int, -1 for natural images
+    true_class: np.ndarray  # (N,) int, -1 for controversial stimuli
+    n_classes: int = 10
+
+    @property
+    def natural(self) -> np.ndarray:
+        return np.array([c == NATURAL for c in self.conditions])
+
+
+@dataclass(frozen=True)
+class DesignConstraints:
+    n_stimuli: int
+    natural_per_class: int = 10
+    min_per_pair: int = 2
+    class_tolerance: float = 0.1
+
+
+@dataclass(frozen=True)
+class Design:
+    chosen: np.ndarray  # sorted pool indices
+    separation: Separation
+    n_participants: int
+    objective: float  # smooth minimum of z at n_participants
+    weakest: float  # the hard minimum
+
+
+class _Counts:
+    """Running counts that decide feasibility: naturals per class, targets per class, stimuli per pair."""
+
+    def __init__(self, pool: Pool, constraints: DesignConstraints) -> None:
+        self.pool, self.c = pool, constraints
+        K = pool.n_classes
+        self.n_controversial = constraints.n_stimuli - constraints.natural_per_class * K
+        mean = 2 * self.n_controversial / K
+        self.lo = math.floor(mean * (1 - constraints.class_tolerance))
+        self.hi = math.ceil(mean * (1 + constraints.class_tolerance))
+        self.pairs = sorted({c for c in pool.conditions if c != NATURAL})
+        self.pair_of = np.array([self.pairs.index(c) if c != NATURAL else -1 for c in pool.conditions])
+        self.natural = np.zeros(K, int)
+        self.targets = np.zeros(K, int)
+        self.per_pair = np.zeros(len(self.pairs), int)
+        self.n_con = 0
+
+    def update(self, n: int, sign: int) -> None:
+        if self.pool.conditions[n] == NATURAL:
+            self.natural[self.pool.true_class[n]] += sign
+        else:
+            self.targets[self.pool.targets[n]] += sign
+            self.per_pair[self.pair_of[n]] += sign
+            self.n_con += sign
+
+    def can_add(self, n: int) -> bool:
+        if self.pool.conditions[n] == NATURAL:
+            return self.natural[self.pool.true_class[n]] < self.c.natural_per_class
+        if self.n_con >= self.n_controversial or (self.targets[self.pool.targets[n]] >= self.hi).any():
+            return False
+        after = self.targets.copy()
+        after[self.pool.targets[n]] += 1
+        slots = self.n_controversial - self.n_con - 1
+        pairs_after = self.per_pair.copy()
+        pairs_after[self.pair_of[n]] += 1
+        deficit = np.maximum(self.lo - after, 0)  # one stimulus raises a class's count by at most one
+        return (
+            deficit.sum() <= 2 * slots
+            and deficit.max() <= slots
+            and np.maximum(self.c.min_per_pair - pairs_after, 0).sum() <= slots
+        )
+
+    def can_remove(self, n: int) -> bool:
+        if self.pool.conditions[n] == NATURAL:
+            return True
+        return (
+            self.per_pair[self.pair_of[n]] > self.c.min_per_pair
+            and (self.targets[self.pool.targets[n]] > self.lo).all()
+        )
+
+    def full(self) -> bool:
+        return self.n_con == self.n_controversial and (self.natural == self.c.natural_per_class).all()
+
+
+def check_design(pool: Pool, constraints: DesignConstraints, chosen: Sequence[int]) -> list[str]:
+    """Every constraint the set ``chosen`` violates, in words (empty when it satisfies all)."""
+    counts = _Counts(pool, constraints)
+    problems = []
+    if len(set(chosen)) != len(chosen):
+        problems.append("a stimulus is chosen twice")
+    for n in chosen:
+        counts.update(int(n), +1)
+    if len(chosen) != constraints.n_stimuli:
+        problems.append(f"{len(chosen)} stimuli chosen, {constraints.n_stimuli} required")
+    if (counts.natural != constraints.natural_per_class).any():
+        problems.append(f"natural images per class {counts.natural.tolist()}, {constraints.natural_per_class} required")
+    if (counts.targets < counts.lo).any() or (counts.targets > counts.hi).any():
+        problems.append(f"target counts per class {counts.targets.tolist()} outside [{counts.lo}, {counts.hi}]")
+    if (counts.per_pair < constraints.min_per_pair).any():
+        problems.append(f"a model pair has fewer than {constraints.min_per_pair} stimuli")
+    return problems
+
+
+def _feasible(counts: _Counts, candidates: np.ndarray) -> np.ndarray:
+    return np.array([n for n in candidates if counts.can_add(int(n))], dtype=np.int64)
+
+
+def _seed(
+    pool: Pool, constraints: DesignConstraints, counts: _Counts, rng: np.random.Generator, fixed: list[int]
+) -> list[int]:
+    """A small feasible start: ``min_per_pair`` random stimuli per pair and one natural image per class."""
+    chosen: list[int] = list(fixed)
+    natural = pool.natural
+    for p in range(len(counts.pairs)):
+        members = [n for n in rng.permutation(np.flatnonzero(counts.pair_of == p)) if n not in chosen]
+        taken = int(counts.per_pair[p])
+        for n in members:
+            if taken == constraints.min_per_pair:
+                break
+            if counts.can_add(int(n)):
+                counts.update(int(n), +1)
+                chosen.append(int(n))
+                taken += 1
+        if taken < constraints.min_per_pair:
+            raise DesignError(
+                f"pair {counts.pairs[p]}: only {taken} candidate(s) fit the class balance, "
+                f"min_per_pair={constraints.min_per_pair}"
+            )
+    if constraints.natural_per_class:
+        for cls in range(pool.n_classes):
+            members = np.flatnonzero(natural & (pool.true_class == cls))
+            if len(members) < constraints.natural_per_class:
+                raise DesignError(
+                    f"natural images of class {cls}: {len(members)} in the pool, "
+                    f"{constraints.natural_per_class} required"
+                )
+            n = int(rng.choice(members))
+            if counts.can_add(n) and n not in chosen:
+                counts.update(n, +1)
+                chosen.append(n)
+    return chosen[len(fixed) :]
+
+
+def _score(z: np.ndarray, temperature: float) -> np.ndarray:
+    """Smooth minimum over the last two axes (truth, rival)."""
+    flat = z.reshape(*z.shape[:-2], -1)
+    return softmin(flat, temperature, axis=-1)
+
+
+def _best_swap(
+    panel: ReferencePanel,
+    pool: Pool,
+    counts: _Counts,
+    w: np.ndarray,
+    fixed: set[int],
+    n_participants: int,
+    temperature: float,
+    current: float,
+    width: int,
+) -> tuple[int, int, float] | None:
+    """The best improving exchange among the ``width`` cheapest removals x ``width`` best additions (exact check),
+    taken for the first removal that has one."""
+    members = np.array([n for n in np.flatnonzero(w) if n not in fixed and counts.can_remove(int(n))], dtype=np.int64)
+    if len(members) == 0:
+        return None
+    after_removal = _score(panel.z_after(w, members, n_participants, sign=-1), temperature)
+    for out in members[np.argsort(-after_removal, kind="stable")[:width]]:
+        out = int(out)
+        counts.update(out, -1)
+        w[out] = 0
+        candidates = _feasible(counts, np.flatnonzero(w == 0))
+        candidates = candidates[candidates != out]
+        best: tuple[int, int, float] | None = None
+        if len(candidates):
+            gains = _score(panel.z_after(w, candidates, n_participants), temperature)
+            for n in candidates[np.argsort(-gains, kind="stable")[:width]]:
+                w[n] = 1
+                value = float(_score(panel.separation(w).z(n_participants), temperature))
+                w[n] = 0
+                if value > current + 1e-9 and (best is None or value > best[2]):
+                    best = (out, int(n), value)
+        counts.update(out, +1)
+        w[out] = 1
+        if best is not None:
+            return best
+    return None
+
+
+def select_design(
+    pool: Pool,
+    panel: ReferencePanel,
+    constraints: DesignConstraints,
+    n_participants: int,
+    temperature: float = 0.5,
+    step_fraction: float = 0.02,
+    max_exchanges: int = 200,
+    exchange_width: int = 4,
+    seed: int = 0,
+    fixed: Sequence[int] = (),
+    restarts: int = 1,
+) -> Design:
+    """The constrained set maximising the (smooth) weakest pairwise separation with ``n_participants``.
+
+    ``fixed``: pool indices that must be in the set (e.g. stimuli already shown in an earlier batch
+    that should be kept); they count towards every constraint. ``restarts``: independent random
+    starts (seeds ``seed``, ``seed + 1``, ...); the best local optimum wins.
+    """
+    designs = [
+        _select_once(
+            pool,
+            panel,
+            constraints,
+            n_participants,
+            temperature,
+            step_fraction,
+            max_exchanges,
+            exchange_width,
+            seed + k,
+            fixed,
+        )
+        for k in range(max(1, restarts))
+    ]
+    return max(designs, key=lambda d: d.objective)
+
+
+def _select_once(
+    pool: Pool,
+    panel: ReferencePanel,
+    constraints: DesignConstraints,
+    n_participants: int,
+    temperature: float,
+    step_fraction: float,
+    max_exchanges: int,
+    exchange_width: int,
+    seed: int,
+    fixed: Sequence[int],
+) -> Design:
+    N = len(pool.conditions)
+    if panel.N != N:
+        raise DesignError(f"the reference panel covers {panel.N} stimuli, the pool {N}")
+    counts = _Counts(pool, constraints)
+    if counts.n_controversial < 0:
+        raise DesignError(
+            f"n_stimuli={constraints.n_stimuli} is less than the {constraints.natural_per_class} x "
+            f"{pool.n_classes} natural images required"
+        )
+    if counts.n_controversial < constraints.min_per_pair * len(counts.pairs):
+        raise DesignError(
+            f"{counts.n_controversial} controversial slots cannot give {len(counts.pairs)} pairs "
+            f"min_per_pair={constraints.min_per_pair} each"
+        )
+    rng = np.random.default_rng(seed)
+    chosen: list[int] = []
+    for n in fixed:
+        if not counts.can_add(int(n)):
+            raise DesignError(f"fixed stimulus {n} violates a constraint")
+        counts.update(int(n), +1)
+        chosen.append(int(n))
+    chosen += _seed(pool, constraints, counts, rng, chosen)
+    w = np.zeros(N)
+    w[chosen] = 1
+    step = max(1, int(round(step_fraction * constraints.n_stimuli)))
+    fixed_set = set(int(n) for n in fixed)
+    repairs = 0
+    while not counts.full():
+        candidates = _feasible(counts, np.flatnonzero(w == 0))
+        if len(candidates) == 0:  # the class balance painted itself into a corner: undo a random choice
+            removable = [
+                n
+                for n in np.flatnonzero(w)
+                if n not in fixed_set
+                and not pool.natural[n]
+                and counts.per_pair[counts.pair_of[n]] > constraints.min_per_pair
+            ]
+            repairs += 1
+            if not removable or repairs > 10 * constraints.n_stimuli:
+                raise DesignError(
+                    "no candidate fits the remaining constraints; enlarge the pool or relax class_tolerance"
+                )
+            out = int(rng.choice(removable))
+            counts.update(out, -1)
+            w[out] = 0
+            continue
+        scores = _score(panel.z_after(w, candidates, n_participants), temperature)
+        added = 0
+        for i in np.argsort(-scores, kind="stable"):
+            n = int(candidates[i])
+            if counts.can_add(n):
+                counts.update(n, +1)
+                w[n] = 1
+                added += 1
+                if added == step:
+                    break
+    current = float(_score(panel.separation(w).z(n_participants), temperature))
+    swaps = 0
+    while swaps < max_exchanges:
+        improved = _best_swap(panel, pool, counts, w, fixed_set, n_participants, temperature, current, exchange_width)
+        if improved is None:
+            break
+        out, best, current = improved
+        counts.update(out, -1)
+        counts.update(best, +1)
+        w[out], w[best] = 0, 1
+        swaps += 1
+    separation = panel.separation(w)
+    z = separation.z(n_participants)
+    log.info(
+        "design: %d stimuli, weakest pairwise z %.2f at %d participants (%d exchanges)",
+        int(w.sum()),
+        float(np.nanmin(z)),
+        n_participants,
+        swaps,
+    )
+    return Design(np.flatnonzero(w), separation, n_participants, current, float(np.nanmin(z)))

@@ -1,0 +1,231 @@
+"""``python design_study.py sweep_dir=<sweep> name=<study> models=[...]``: an optimal (or next-batch) study bundle."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from controversial import __version__
+from controversial.analysis.model_responses import probabilities as model_probabilities
+from controversial.analysis.noise_fit import fit_noise
+from controversial.analysis.separation import ReferencePanel, Separation
+from controversial.analysis.simulate import ParticipantNoise
+from controversial.analysis.study import build_study
+from controversial.atomic import atomic_write_text
+from controversial.data import load_uint8
+from controversial.records.responses import read_human_ratings, read_model_responses
+from controversial.settings import DesignPlan, DesignStudySettings, Invocation, PreviousBatch
+from controversial.study.adaptive import Batch, evidence
+from controversial.study.bundle import load_bundle
+from controversial.study.candidates import Candidates, build_candidates
+from controversial.study.design import Design, DesignConstraints, DesignError, select_design
+from controversial.study.export import DEFAULT_WEB_SOURCE, ExportSettings, check_web_texts, write_selection
+from controversial.study.selection import SelectionError, collect_sweep
+from controversial.tasks.export_study import git_commit
+from controversial.zoo.bundled import load_model
+
+log = logging.getLogger(__name__)
+
+
+def pair_report(
+    separation: Separation, names: Sequence[str], n: int, alpha: float, power: float, n_comparisons: int
+) -> list[dict]:
+    """One row per (truth, rival): expected difference in mean r, z and power at n, participants needed."""
+    z, predicted = separation.z(n), separation.power(n, alpha, n_comparisons)
+    needed = separation.participants_needed(alpha, power, n_comparisons)
+    rows = []
+    for i, t in enumerate(separation.truths):
+        for j, rival in enumerate(names):
+            if j != t:
+                rows.append(
+                    {
+                        "truth": names[t],
+                        "rival": rival,
+                        "expected_difference_r": float(separation.effect[i, j]),
+                        "z": float(z[i, j]),
+                        "power": float(predicted[i, j]),
+                        "participants_needed": None if np.isinf(needed[i, j]) else int(needed[i, j]),
+                    }
+                )
+    return rows
+
+
+def previous_batch(
+    entry: PreviousBatch, candidates: Candidates, probabilities: np.ndarray, categories: Sequence[str]
+) -> Batch:
+    """An earlier batch's first-presentation ratings, aligned to the candidate pool by image name."""
+    bundle = load_bundle(entry.bundle)
+    table = read_human_ratings(entry.responses)
+    index = {name: n for n, name in enumerate(candidates.names)}
+    rows = [r for r in table.rows if r.repetition == 0]
+    missing = sorted({r.image for r in rows} - set(index))
+    if missing:
+        raise DesignError(
+            f"{bundle.label}: image {missing[0]!r} is not among the candidates; rebuild the pool with "
+            "the first batch's sweep_dir, sources, seed and natural_candidates_per_class"
+        )
+    images = sorted({index[r.image] for r in rows})
+    subjects = sorted({r.subject for r in rows})
+    human = np.full((len(subjects), len(images), len(categories)), np.nan)
+    column = {n: c for c, n in enumerate(images)}
+    for r in rows:
+        human[subjects.index(r.subject), column[index[r.image]], list(categories).index(r.category)] = r.rating
+    if np.isnan(human).any():
+        raise DesignError(
+            f"{entry.responses}: participants rated different images or missed categories; export "
+            "completed participants only"
+        )
+    return Batch(human, probabilities[:, images], [candidates.pool.conditions[n] for n in images])
+
+
+def planning_noise(plan: DesignPlan) -> tuple[ParticipantNoise, str]:
+    """The participant noise the design plans with, and where it came from (the settings, or a pilot fit)."""
+    if plan.pilot_ratings is None or plan.pilot_model_responses is None:
+        return ParticipantNoise(sd=plan.noise_sd, gain=plan.gain), "plan.noise_sd and plan.gain (no pilot)"
+    pilot = build_study(
+        read_human_ratings(plan.pilot_ratings),
+        read_model_responses(plan.pilot_model_responses),
+        exclude_repetitions=True,
+    )
+    fit = fit_noise(pilot.human, pilot.model)
+    return (
+        fit.noise(),
+        f"fitted to {len(pilot.participants)} pilot participants (reference {pilot.models[fit.reference]})",
+    )
+
+
+def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
+    """Choose the set, write ``design.md``/``design.json`` into the run dir and the bundle under ``studies_dir``."""
+    out = invocation.out_dir
+    web_source = Path(cfg.web_source) if cfg.web_source else DEFAULT_WEB_SOURCE
+    check_web_texts(web_source, cfg.pilot)  # before any model runs
+    stimuli = collect_sweep(cfg.sweep_dir)
+    dataset = next((s.row.dataset for s in stimuli if s.row.accepted), None)
+    if dataset is None:
+        raise SelectionError(f"no accepted stimuli under {cfg.sweep_dir}")
+    images, labels = load_uint8(dataset, "test", cfg.data.root, cfg.data.download)
+    test_set = (images.numpy(), labels.numpy())
+    budget, plan = cfg.budget, cfg.plan
+    candidates = build_candidates(stimuli, test_set, budget.natural_candidates_per_class, cfg.sources, cfg.seed)
+    models = [load_model(ref, dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
+    names = [m.name for m in models]
+    unknown = [t for t in plan.truths if t not in names]
+    if unknown:
+        raise DesignError(f"plan.truths: {', '.join(unknown)} not among the models' names ({', '.join(names)})")
+    categories = models[0].class_names
+    probabilities = model_probabilities(models, candidates.images, cfg.batch_size)
+    log.info("pool: %d candidates, %d models evaluated", len(candidates.names), len(models))
+    constraints = DesignConstraints(
+        budget.trials - budget.n_repeats - budget.n_attention,
+        budget.natural_per_class,
+        budget.min_per_pair,
+        budget.class_tolerance,
+    )
+    noise, noise_source = planning_noise(plan)
+    truths = [names.index(t) for t in plan.truths] if plan.truths else None
+    batch = 1 + len(cfg.adaptive.previous)
+    if cfg.adaptive.previous:
+        batches = [previous_batch(e, candidates, probabilities, categories) for e in cfg.adaptive.previous]
+        found = evidence(batches, names, cfg.adaptive.screen_alpha, seed=cfg.seed)
+        noise, truths = found.noise.noise(), list(found.candidates)
+        noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
+    panel = ReferencePanel(probabilities, candidates.pool.conditions, noise, plan.n_panel, truths, cfg.seed)
+    n = plan.n_participants
+    design = select_design(
+        candidates.pool, panel, constraints, n, plan.temperature, max_exchanges=plan.max_exchanges, seed=cfg.seed
+    )
+    n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
+    rows = pair_report(design.separation, names, n, plan.alpha, plan.power, n_comparisons)
+    needed = [r["participants_needed"] for r in rows]
+    summary = {
+        "batch": batch,
+        "criterion": "maximin expected bootstrap z over (truth, rival) pairs",
+        "planned_participants": n,
+        "weakest_z": design.weakest,
+        "noise": {"sd": list(noise.sd), "gain": list(noise.gain), "source": noise_source},
+        "candidate_truths": [names[t] for t in panel.truths],
+        "alpha": plan.alpha,
+        "power": plan.power,
+        "correction": plan.correction,
+        "participants_needed": None if None in needed else max(needed),
+    }
+    _write_report(out, summary, rows, design, candidates)
+    chosen = [int(i) for i in design.chosen]
+    n_con = len(candidates.controversial)
+    settings = ExportSettings(
+        name=cfg.name,
+        natural_per_class=budget.natural_per_class,
+        n_repeats=budget.n_repeats,
+        n_attention=budget.n_attention,
+        n_demo=cfg.n_demo,
+        display_size=cfg.display.size,
+        resample=cfg.display.resample,
+        invert_mnist=cfg.display.invert_mnist,
+        seed=cfg.seed,
+        sources=tuple(cfg.sources),
+        title=cfg.title,
+        attention_prompt=cfg.attention_prompt,
+        pilot=cfg.pilot,
+        provenance={
+            "command": invocation.command,
+            "code_version": __version__,
+            "git_commit": git_commit(),
+            "design": summary,
+            "config": cfg.model_dump(),
+        },
+    )
+    path = write_selection(
+        cfg.sweep_dir,
+        cfg.studies_dir,
+        settings,
+        dataset,
+        [candidates.controversial[i] for i in chosen if i < n_con],
+        [candidates.natural[i - n_con] for i in chosen if i >= n_con],
+        test_set,
+        web_source,
+        np.random.default_rng(cfg.seed + batch),
+    )
+    print(
+        f"batch {batch}: {len(chosen)} stimuli, weakest pairwise z {design.weakest:.2f} at {n} participants; "
+        f"participants needed {summary['participants_needed'] or 'more than any count (stimulus variance)'} "
+        f"-> {path} (report: {out / 'design.md'})"
+    )
+    return path
+
+
+def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, candidates: Candidates) -> None:
+    conditions: dict[str, int] = {}
+    for i in design.chosen:
+        conditions[candidates.pool.conditions[i]] = conditions.get(candidates.pool.conditions[i], 0) + 1
+    payload = {
+        **summary,
+        "pairs": rows,
+        "stimuli_per_condition": conditions,
+        "chosen": [candidates.names[i] for i in design.chosen],
+    }
+    atomic_write_text(out / "design.json", json.dumps(payload, indent=2) + "\n")
+    lines = [
+        f"# Study design, batch {summary['batch']}",
+        "",
+        f"- criterion: {summary['criterion']}; planned participants {summary['planned_participants']}; "
+        f"weakest z {summary['weakest_z']:.2f}",
+        f"- noise model: sd {summary['noise']['sd']}, gain {summary['noise']['gain']} ({summary['noise']['source']})",
+        f"- candidate truths: {', '.join(summary['candidate_truths'])}",
+        f"- participants needed for power {summary['power']} at alpha {summary['alpha']} ({summary['correction']}): "
+        f"{summary['participants_needed'] or 'not reachable with these stimuli'}",
+        "",
+        "| truth | rival | expected difference in mean r | z | power | participants needed |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['truth']} | {r['rival']} | {r['expected_difference_r']:.4f} | {r['z']:.2f} | {r['power']:.2f} | "
+        f"{r['participants_needed'] if r['participants_needed'] is not None else 'unreachable'} |"
+        for r in rows
+    ]
+    lines += ["", "| condition | stimuli |", "|---|---|"]
+    lines += [f"| {c} | {k} |" for c, k in sorted(conditions.items(), key=lambda x: -x[1])]
+    atomic_write_text(out / "design.md", "\n".join(lines) + "\n")

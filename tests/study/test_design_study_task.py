@@ -1,0 +1,52 @@
+"""``design_study.py`` end to end: tiny models rate a sweep's cells; the chosen set keeps the budget, as a bundle."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import torch
+
+from controversial.study.bundle import load_bundle
+from controversial.tasks import design_study
+from testkit import run_task, write_tiny_checkpoints
+
+from .helpers import fake_mnist_test, make_sweep
+
+MODELS = ("abs", "kde", "vgg")
+
+
+def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch):
+    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "kde"), ("abs", "vgg"), ("kde", "vgg")))
+    write_tiny_checkpoints(tmp_path / "models" / "mnist", MODELS, "mnist")
+    images, labels = fake_mnist_test("mnist", n_per_class=6)
+    monkeypatch.setattr(design_study, "load_uint8", lambda *args: (torch.from_numpy(images), torch.from_numpy(labels)))
+    overrides = [
+        f"sweep_dir={sweep}",
+        "name=designed",
+        f"models=[{','.join(MODELS)}]",
+        f"models_dir={tmp_path / 'models'}",
+        f"studies_dir={tmp_path / 'studies'}",
+        "pilot=true",
+        "budget.trials=43",
+        "budget.n_repeats=2",
+        "budget.n_attention=1",
+        "budget.natural_per_class=1",
+        "budget.natural_candidates_per_class=4",
+        "budget.class_tolerance=0.5",
+        "plan.n_participants=6",
+        "plan.n_panel=4",
+        "plan.max_exchanges=5",
+        "display.size=56",
+        "n_demo=0",
+    ]
+    bundle = load_bundle(run_task("design_study", overrides, tmp_path / "run"))
+    assert bundle.batch == 1 and bundle.label == "designed/v1"
+    kinds = [bundle.key[t.stimulus_id].kind for t in bundle.trials if t.image_repetition == 0]
+    assert len(bundle.trials) == 43 and kinds.count("natural") == 10 and kinds.count("controversial") == 30
+    report = json.loads((tmp_path / "run" / "design.json").read_text())
+    assert {(r["truth"], r["rival"]) for r in report["pairs"]} == {(t, j) for t in MODELS for j in MODELS if t != j}
+    assert all(np.isfinite(r["z"]) for r in report["pairs"]) and report["candidate_truths"] == list(MODELS)
+    assert min(report["stimuli_per_condition"][c] for c in ("abs|kde", "abs|vgg", "kde|vgg")) >= 2
+    assert sorted(report["chosen"]) == sorted(e.image for e in bundle.key.values() if e.kind != "attention")
+    assert (tmp_path / "run" / "design.md").read_text().startswith("# Study design, batch 1")
