@@ -177,3 +177,15 @@ def test_real_synthesis_trajectory_matches_the_full_sum(mnist_kde):
         hook.remove()
     for step in range(0, 30, 5):
         assert_matches_full_sum(mnist_kde.net, recorded[step], seed=step)
+
+
+@pytest.mark.data
+def test_real_cifar10_images_and_noise_match_the_full_sum():
+    """kde_cifar10 (3,072 dimensions, sigma 0.175): test images and the uniform noise synthesis starts from."""
+    from controversial.data import load_uint8
+    from controversial.zoo.bundled import load_model
+
+    kde = load_model("kde_cifar10", dataset="cifar10").net
+    images, _ = load_uint8("cifar10", "test", download=False)
+    noise = torch.rand(4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    assert_matches_full_sum(kde, torch.cat([images[:4].float().div(255), noise]))
