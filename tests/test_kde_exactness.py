@@ -115,6 +115,13 @@ def test_no_grad_values_equal_the_differentiable_ones():
     assert torch.equal(plain, kde(images.requires_grad_(True)).detach())
 
 
+def test_an_empty_batch_gives_empty_logits_and_gradients():
+    images = torch.rand(0, 1, 16, 16, requires_grad=True)
+    logits = clustered_kde()(images)
+    logits.sum().backward()
+    assert logits.shape == (0, 10) and images.grad is not None and images.grad.shape == images.shape
+
+
 def test_second_derivatives_are_refused():
     kde = clustered_kde()
     images = near_training_images(kde, 2, 0.05, seed=7).requires_grad_(True)

@@ -67,7 +67,7 @@ class GaussianKDE(nn.Module):
         self.max_norms = [float(norms[lo:hi].max().sqrt()) for lo, hi in self.class_slices]
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        flat = images.reshape(len(images), -1)
+        flat = images.flatten(1)
         if torch.is_grad_enabled() and flat.requires_grad:
             return _LogLikelihoods.apply(flat, self)
         with torch.no_grad():
@@ -137,7 +137,7 @@ class GaussianKDE(nn.Module):
         log_sums, means = [], []
         # Rows in groups, so that the gathered candidates stay under ~64 MB whatever k is.
         for rows in torch.arange(len(x), device=x.device).split(max(1, 2**23 // (k * x.shape[1]))):
-            points = self.points.index_select(0, candidates[rows].flatten()).view(len(rows), k, -1).double()
+            points = self.points.index_select(0, candidates[rows].flatten()).view(len(rows), k, x.shape[1]).double()
             products = torch.bmm(points, x[rows].unsqueeze(2)).squeeze(2)
             distances = squared[rows].unsqueeze(1) - 2 * products + self.squared_norms[candidates[rows]]
             exponents = distances.clamp_min(0) / (-2 * self.sigma**2)
