@@ -13,27 +13,44 @@ synthesis step at batch 90 and batch 1 (which is what decides whether batching p
     python benchmarks/synthesis.py                                  # both parts (CONTROVERSIAL_DATA_ROOT for kde)
     python benchmarks/synthesis.py --families ''                    # part 1 only
     python benchmarks/synthesis.py --pairs '' --families vgg,abs    # part 2 for two models
+
+Part 3 (``--kde``): the KDE's own forward+backward per synthesis step at batch 90 and batch 1, the
+plain autograd sum over every training image (before, ``tests/reference_kde.py``) next to the
+certified candidate sums (after, ``GaussianKDE``), on the same inputs in the same run: the KDE's
+inputs recorded over ``--kde-steps`` steps of a synthesis against a partner, replayed through both
+in turn. It also reports how many (image, class) pairs the first candidates could not certify
+(summed again over more) and the largest relative difference between the two variants' log-likelihoods.
+
+    python benchmarks/synthesis.py --pairs '' --families '' --kde kde:vgg,kde_cifar10:pcn_cifar10
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 
+from pathlib import Path
+
 import torch
 
-from controversial.data import dataset_info
-from controversial.zoo.readout import CalibratedModel
-from controversial.synthesis.engine import (
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # this checkout's package, not whichever one is installed
+sys.path.insert(0, str(ROOT / "tests"))
+
+from controversial.data import dataset_info  # noqa: E402
+from controversial.zoo.readout import CalibratedModel  # noqa: E402
+from controversial.synthesis.engine import (  # noqa: E402
     BatchResult,
     SynthesisSettings,
     noise_images,
     ordered_class_pairs,
     synthesize_batch,
 )
-from controversial.zoo.bundled import load_model
+from controversial.zoo.bundled import load_model  # noqa: E402
+from reference_kde import full_sum_log_likelihoods  # noqa: E402
 
 MNIST_MODELS = "vgg,vgg_neg,capsnet,pcn,madry_linf,madry_l2,capsnet_recon,kde,abs"
 
@@ -180,6 +197,88 @@ def time_families(names: list[str], partner: str, fallback_partner: str, setting
     return table(header, rows)
 
 
+def record_kde_inputs(kde: CalibratedModel, partner: CalibratedModel, n_cells: int, steps: int) -> list[torch.Tensor]:
+    """The KDE's input at each of the first ``steps`` steps of a synthesis of the first ``n_cells`` cells."""
+    recorded: list[torch.Tensor] = []
+    hook = kde.net.register_forward_pre_hook(lambda module, args: recorded.append(args[0].detach().clone()))
+    try:
+        run_cells([partner, kde], ordered_class_pairs()[:n_cells], SynthesisSettings(max_steps=steps, stop_score=None))
+    finally:
+        hook.remove()
+    return recorded[:-1]  # the last call scores the final 8-bit images
+
+
+def replay_kde(kde: CalibratedModel, recorded: list[torch.Tensor]) -> tuple[float, float, float, float]:
+    """ms per forward+backward-to-the-input before and after (alternating step by step), the share of
+    (image, class) pairs summed again over more candidates, and the largest relative difference of the
+    log-likelihoods."""
+    net = kde.net
+    variants = {"before": lambda x: full_sum_log_likelihoods(net, x), "after": net}
+    seconds = dict.fromkeys(variants, 0.0)
+    full_rows, candidate_sums = 0, net.candidate_sums
+
+    def counting(x, squared, scores, slack, lo, k, with_means):  # rows the first candidates did not certify
+        nonlocal full_rows
+        full_rows += len(x) if k > net.n_candidates else 0
+        return candidate_sums(x, squared, scores, slack, lo, k, with_means)
+
+    net.candidate_sums = counting
+    difference = 0.0
+    try:
+        for step, images in enumerate([recorded[0], *recorded]):  # the first step twice: a warm-up
+            logits = {}
+            for name, variant in variants.items():
+                x = images.clone().requires_grad_(True)
+                start = time.perf_counter()
+                values = variant(x)
+                values.sum().backward()
+                if step > 0:
+                    seconds[name] += time.perf_counter() - start
+                logits[name] = values.detach().double()
+            difference = max(difference, float(((logits["after"] - logits["before"]) / logits["before"]).abs().max()))
+            if step == 0:
+                full_rows = 0
+    finally:
+        del net.candidate_sums
+    calls = len(recorded)
+    pairs = 10 * sum(len(images) for images in recorded)
+    return 1000 * seconds["before"] / calls, 1000 * seconds["after"] / calls, full_rows / pairs, difference
+
+
+def time_kde_steps(pairs: list[str], steps: int) -> str:
+    print(f"\nthe KDE's forward+backward per synthesis step, {steps} recorded steps replayed", flush=True)
+    header = [
+        "KDE",
+        "partner",
+        "batch",
+        "before: full sum (ms/step)",
+        "after: candidates (ms/step)",
+        "speed-up",
+        "pairs summed wider",
+        "max rel. difference",
+    ]
+    rows = []
+    for pair in pairs:
+        name, partner_name = pair.split(":")
+        kde, partner = load_model(name), load_model(partner_name)
+        for batch in (90, 1):
+            before, after, full_share, difference = replay_kde(kde, record_kde_inputs(kde, partner, batch, steps))
+            rows.append(
+                [
+                    name,
+                    partner_name,
+                    str(batch),
+                    f"{before:.1f}",
+                    f"{after:.1f}",
+                    f"{before / after:.1f}x",
+                    f"{100 * full_share:.2f}%",
+                    f"{difference:.1e}",
+                ]
+            )
+            print(table(header, rows[-1:]).splitlines()[-1], flush=True)
+    return table(header, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -196,6 +295,8 @@ def main() -> None:
     parser.add_argument("--families", default=MNIST_MODELS, help="comma-separated models for part 2 ('' to skip)")
     parser.add_argument("--partner", default="vgg", help="the fixed partner of part 2")
     parser.add_argument("--fallback-partner", default="vgg_neg", help="the partner of --partner itself in part 2")
+    parser.add_argument("--kde", default="kde:vgg", help="comma-separated kde:partner pairs for part 3 ('' to skip)")
+    parser.add_argument("--kde-steps", type=int, default=30, help="synthesis steps recorded and replayed in part 3")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
     settings = SynthesisSettings(max_steps=args.max_steps)
@@ -208,6 +309,8 @@ def main() -> None:
         tables.append(compare_pairs(args.pairs.split(","), args.subset, args.repeats, settings))
     if args.families:
         tables.append(time_families(args.families.split(","), args.partner, args.fallback_partner, settings))
+    if args.kde:
+        tables.append(time_kde_steps(args.kde.split(","), args.kde_steps))
     print("\n" + "\n\n".join(tables))
 
 
