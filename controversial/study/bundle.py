@@ -151,6 +151,8 @@ def write_bundle(
         while True:
             version = max(existing_versions(study_root), default=0) + 1
             target = study_root / f"v{version}"
+            if target.is_dir():  # another export claimed this version since the listing; take the next one
+                continue
             if target.exists():
                 raise BundleError(f"{target} exists but is not a bundle folder; move it away")
             try:

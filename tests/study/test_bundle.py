@@ -134,6 +134,36 @@ def test_bad_study_name_is_refused(tmp_path):
         )
 
 
+def test_a_version_claimed_after_the_listing_is_skipped(tmp_path, monkeypatch):
+    """Another export renamed its bundle to v1 between this export's listing and its rename."""
+    import controversial.study.bundle as bundle_module
+
+    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
+    settings = ExportSettings(name="race", **SMALL)
+    first = export_study(sweep, tmp_path / "studies", settings, fake_mnist_test, WEB_SOURCE)
+    listings = iter([[]])  # the first listing is stale: it misses v1
+    real = bundle_module.existing_versions
+
+    def listing(root):
+        stale = next(listings, None)
+        return real(root) if stale is None else stale
+
+    monkeypatch.setattr(bundle_module, "existing_versions", listing)
+    second = export_study(sweep, tmp_path / "studies", settings, fake_mnist_test, WEB_SOURCE)
+    assert next(listings, "consumed") == "consumed"  # the stale listing was used
+    assert (first.name, second.name) == ("v1", "v2")
+    assert load_bundle(second).trials and load_bundle(first).trials  # both complete
+
+
+def test_a_file_in_the_way_of_the_next_version_is_refused(tmp_path):
+    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
+    (tmp_path / "studies" / "race").mkdir(parents=True)
+    (tmp_path / "studies" / "race" / "v1").write_text("not a bundle")
+    with pytest.raises(BundleError, match="v1 exists but is not a bundle folder"):
+        export_study(sweep, tmp_path / "studies", ExportSettings(name="race", **SMALL), fake_mnist_test, WEB_SOURCE)
+    assert not list((tmp_path / "studies" / "race").glob(".staging-*"))  # nothing half-written is left
+
+
 def test_concurrent_exports_get_distinct_versions(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
