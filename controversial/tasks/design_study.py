@@ -9,7 +9,6 @@ from typing import Sequence
 
 import numpy as np
 
-from controversial import __version__
 from controversial.analysis.model_responses import probabilities as model_probabilities
 from controversial.analysis.noise_fit import fit_noise
 from controversial.analysis.separation import ReferencePanel, Separation
@@ -23,9 +22,9 @@ from controversial.study.adaptive import Batch, evidence
 from controversial.study.bundle import load_bundle
 from controversial.study.candidates import Candidates, build_candidates
 from controversial.study.design import Design, DesignConstraints, DesignError, select_design
-from controversial.study.export import DEFAULT_WEB_SOURCE, ExportSettings, check_web_texts, write_selection
+from controversial.study.export import DEFAULT_WEB_SOURCE, check_web_texts, write_selection
 from controversial.study.selection import SelectionError, collect_sweep
-from controversial.tasks.export_study import git_commit
+from controversial.tasks.export_study import export_settings
 from controversial.zoo.bundled import load_model
 
 log = logging.getLogger(__name__)
@@ -156,27 +155,13 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     _write_report(out, summary, rows, design, candidates)
     chosen = [int(i) for i in design.chosen]
     n_con = len(candidates.controversial)
-    settings = ExportSettings(
-        name=cfg.name,
+    settings = export_settings(
+        cfg,
+        invocation,
+        provenance={"design": summary},
         natural_per_class=budget.natural_per_class,
         n_repeats=budget.n_repeats,
         n_attention=budget.n_attention,
-        n_demo=cfg.n_demo,
-        display_size=cfg.display.size,
-        resample=cfg.display.resample,
-        invert_mnist=cfg.display.invert_mnist,
-        seed=cfg.seed,
-        sources=tuple(cfg.sources),
-        title=cfg.title,
-        attention_prompt=cfg.attention_prompt,
-        pilot=cfg.pilot,
-        provenance={
-            "command": invocation.command,
-            "code_version": __version__,
-            "git_commit": git_commit(),
-            "design": summary,
-            "config": cfg.model_dump(),
-        },
     )
     path = write_selection(
         cfg.sweep_dir,

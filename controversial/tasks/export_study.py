@@ -5,18 +5,19 @@ from __future__ import annotations
 import logging
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from controversial import __version__
 from controversial.data import load_uint8
-from controversial.settings import ExportStudySettings, Invocation
+from controversial.settings import DesignStudySettings, ExportStudySettings, Invocation
 from controversial.study.bundle import load_bundle
 from controversial.study.export import DEFAULT_WEB_SOURCE, ExportSettings, export_study
 
 log = logging.getLogger(__name__)
 
 
-def git_commit() -> str:
+def _git_commit() -> str:
     """The repository commit the code runs from, for a bundle's provenance ("unknown" outside a checkout)."""
     try:
         return subprocess.run(
@@ -26,14 +27,16 @@ def git_commit() -> str:
         return "unknown"
 
 
-def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
-    """Select, render and write the bundle under ``cfg.studies_dir``; log where it went and how to serve it."""
-    settings = ExportSettings(
+def export_settings(
+    cfg: ExportStudySettings | DesignStudySettings,
+    invocation: Invocation,
+    provenance: dict[str, Any] | None = None,
+    **counts: int,
+) -> ExportSettings:
+    """The bundle settings both study commands take from their config (name, display, text, seed, sources)
+    and their provenance; ``counts`` are the trial counts each command decides its own way."""
+    return ExportSettings(
         name=cfg.name,
-        per_pair=cfg.per_pair,
-        natural_per_class=cfg.natural_per_class,
-        n_repeats=cfg.n_repeats,
-        n_attention=cfg.n_attention,
         n_demo=cfg.n_demo,
         display_size=cfg.display.size,
         resample=cfg.display.resample,
@@ -46,9 +49,23 @@ def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
         provenance={
             "command": invocation.command,
             "code_version": __version__,
-            "git_commit": git_commit(),
+            "git_commit": _git_commit(),
+            **(provenance or {}),
             "config": cfg.model_dump(),
         },
+        **counts,
+    )
+
+
+def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
+    """Select, render and write the bundle under ``cfg.studies_dir``; log where it went and how to serve it."""
+    settings = export_settings(
+        cfg,
+        invocation,
+        per_pair=cfg.per_pair,
+        natural_per_class=cfg.natural_per_class,
+        n_repeats=cfg.n_repeats,
+        n_attention=cfg.n_attention,
     )
 
     def natural_loader(dataset: str) -> tuple[np.ndarray, np.ndarray]:
