@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -125,3 +127,75 @@ def test_the_progress_monitor_reads_a_class_balanced_slice_of_a_class_sorted_tes
             return F.one_hot(torch.zeros(len(x), dtype=torch.long), 10).float()
 
     assert _test_monitor(images, labels, 200)(AlwaysAirplane()) == "test accuracy 10.00% (every 5th image)"
+
+
+# --- the energy term (JEM) ------------------------------------------------------------------------
+
+TINY_JEM = dict(backbone="wrn", backbone_kwargs=dict(depth=10, widen_factor=1, stem_stride=2), refine_steps=2)
+
+
+def test_energy_settings_are_checked():
+    with pytest.raises(ValueError, match=r"energy has unknown key\(s\) \['steps'\]"):
+        FastRecipe.from_extra({"energy": {"steps": 5}})
+    with pytest.raises(ValueError, match="energy.buffer_init 'zeros' unknown; allowed: uniform, class_gaussian"):
+        FastRecipe.from_extra({"energy": {"buffer_init": "zeros"}})
+    with pytest.raises(ValueError, match="adversarial and energy cannot be combined"):
+        FastRecipe.from_extra({"energy": {}, "adversarial": {"norm": "linf", "eps": 0.03}})
+    images, labels = _coloured_squares(16)
+    with pytest.raises(ValueError, match="energy trains a joint energy model .* VGG.* has no classifier"):
+        train_fast(create_arch("vgg16_bn", **TINY_VGG), images, labels, _settings(energy={}), lambda _: None)
+
+
+def test_langevin_samples_descend_the_energy_and_replace_only_the_picked_buffer_slots():
+    torch.manual_seed(0)
+    net = create_arch("jem", **TINY_JEM).classifier.eval()
+    images, labels = _coloured_squares(32)
+    buffer = fast_training.uniform_sampler((3, 32, 32))(40, torch.Generator().manual_seed(1))
+    before = buffer.clone()
+    settings = fast_training.EnergySettings(sgld_steps=10, step_size=1.0, noise=0.0, buffer_size=40, reinit_prob=0.0)
+    with torch.no_grad():
+        logits = net(images[:8])
+    starts = fast_training.uniform_sampler((3, 32, 32))
+    _, gap = fast_training.contrastive_energy(
+        net, logits, buffer, settings, starts, torch.Generator(), contextlib.nullcontext
+    )
+    changed = (buffer != before).flatten(1).any(1)
+    assert int(changed.sum()) == 8  # one fresh slot per image of the batch, the rest untouched
+    with torch.no_grad():
+        energy_before = net(before[changed]).logsumexp(1).neg()
+        energy_after = net(buffer[changed]).logsumexp(1).neg()
+    assert (energy_after < energy_before).all()
+    assert gap == pytest.approx(float(logits.logsumexp(1).neg().mean() - energy_after.mean()), abs=1e-5)
+
+
+def test_energy_epochs_train_the_jem_classifier_with_batch_norm_statistics_frozen():
+    images, labels = _coloured_squares()
+    torch.manual_seed(0)
+    net = create_arch("jem", **TINY_JEM)
+    initial = {k: v.clone() for k, v in net.state_dict().items()}
+    lines: list[str] = []
+    energy = dict(start_epoch=0, sgld_steps=2, buffer_size=32, energy_l2=0.1)
+    train_fast(net, images, labels, _settings(energy=energy, bn_refresh_batches=0), lines.append)
+    assert not net.training and "energy gap E(data) - E(samples)" in lines[0]
+    state = net.state_dict()
+    statistics = [k for k in state if k.endswith(("running_mean", "running_var"))]
+    assert statistics and all(torch.equal(state[k], initial[k]) for k in statistics)
+    weights = [k for k in state if k.endswith("weight") and k not in statistics]
+    assert all(not torch.equal(state[k], initial[k]) for k in weights if "conv" in k or "readout" in k)
+
+
+def test_energy_auroc_is_the_share_of_noise_test_pairs_ordered_correctly():
+    from controversial.zoo.training import energy_metrics
+
+    torch.manual_seed(0)
+    net = create_arch("jem", **TINY_JEM).eval()
+    images, labels = _coloured_squares(20)
+    metrics = energy_metrics(net, images, labels, n=10, seed=3)
+    tests, _ = images[::2], labels[::2]
+    noise = torch.rand(tests.shape, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        e_test, e_noise = net.energy(tests), net.energy(noise)
+    pairs = (e_noise[:, None] > e_test[None, :]).double() + 0.5 * (e_noise[:, None] == e_test[None, :]).double()
+    assert metrics["energy_noise_auroc"] == pytest.approx(float(pairs.mean()), abs=1e-12)
+    assert 0 <= metrics["test_accuracy_unrefined"] <= 1
+    assert energy_metrics(create_arch("vgg16_bn", **TINY_VGG), images, labels) == {}

@@ -15,7 +15,7 @@ from testkit import settings_for
 
 TINY_WRN = dict(depth=10, widen_factor=1)
 TINY_VGG = dict(widths=(4, 4, 4, 4, 4), fc=(8, 8), dropout=0.5)
-TINY_JEM = dict(backbone="wrn", backbone_kwargs=dict(**TINY_WRN, norm="none"), refine_steps=1)
+TINY_JEM = dict(backbone="wrn", backbone_kwargs=dict(**TINY_WRN, stem_stride=2), refine_steps=1)
 CASES = {  # case: (training method, architecture, its kwargs, train.extra)
     # batch norm, dropout (torch's global generator) and crop/flip augmentation (the loop's generator)
     "supervised": ("supervised", "vgg16_bn", TINY_VGG, {}),
@@ -24,21 +24,6 @@ CASES = {  # case: (training method, architecture, its kwargs, train.extra)
         "wrn",
         TINY_WRN,
         dict(norm="linf", eps=0.03, steps=2, step_size=0.01, warmup_epochs=1),
-    ),
-    "jem": ("jem", "jem", TINY_JEM, dict(sgld_steps=2, buffer_size=24, reinit_prob=0.3)),
-    "jem_short_chains": (
-        "jem",
-        "jem",
-        TINY_JEM,
-        dict(
-            sgld_steps=2,
-            buffer_size=24,
-            reinit_prob=0.3,
-            buffer_init="class_gaussian",
-            energy_l2=0.1,
-            ce_epochs=1,
-            bfloat16=True,
-        ),
     ),
     # the fast recipe: EMA, timm's optimiser and schedule, bfloat16, and the adversarial guard's best epoch
     "fast": ("fast", "vgg16_bn", TINY_VGG, dict(ema_decay=0.9, bn_refresh_batches=1)),
@@ -51,6 +36,23 @@ CASES = {  # case: (training method, architecture, its kwargs, train.extra)
             bn_refresh_batches=1,
             adversarial=dict(norm="linf", eps=0.03, warmup_epochs=1, guard_images=8, guard_steps=2, guard_drop=1.0),
         ),
+    ),
+    # JEM: a cross-entropy warm start, then the energy term with the replay buffer in the resume state
+    "fast_energy": (
+        "fast",
+        "jem",
+        TINY_JEM,
+        dict(
+            ema_decay=0.9,
+            bn_refresh_batches=0,
+            energy=dict(start_epoch=1, sgld_steps=2, buffer_size=24, reinit_prob=0.3, energy_l2=0.1),
+        ),
+    ),
+    "fast_energy_uniform_starts": (
+        "fast",
+        "jem",
+        TINY_JEM,
+        dict(ema_decay=0.9, bn_refresh_batches=0, energy=dict(sgld_steps=2, buffer_size=24, buffer_init="uniform")),
     ),
 }
 EPOCHS = 4

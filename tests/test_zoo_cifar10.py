@@ -18,6 +18,7 @@ TINY = {
     "vgg16_bn": dict(widths=(4, 4, 8, 8, 8), fc=(8, 8)),
     "wrn": TINY_WRN,
     "wrn_no_norm": dict(**TINY_WRN, norm="none"),
+    "wrn_stride_2_stem": dict(**TINY_WRN, stem_stride=2),
     "pcn": dict(dataset="cifar10", widths=(4, 8, 8), strides=(1, 2, 2), cycles=6),
     "jem": dict(backbone="wrn", backbone_kwargs=dict(**TINY_WRN, norm="none"), refine_steps=3),
 }
@@ -56,6 +57,10 @@ def test_wrn_depth_and_norm_are_checked():
         create_arch("wrn", depth=12)
     with pytest.raises(ValueError, match="unknown WRN norm 'layer'"):
         create_arch("wrn", norm="layer")
+    with pytest.raises(ValueError, match="stem_stride must be 1 or 2, got 4"):
+        create_arch("wrn", stem_stride=4)
+    # the stride-2 stem halves the image before the first block: a quarter of the activations
+    assert _build("wrn_stride_2_stem").stem(torch.rand(1, 3, 32, 32)).shape[-2:] == (16, 16)
 
 
 # --- JEM ---------------------------------------------------------------------------------------

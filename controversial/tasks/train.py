@@ -21,6 +21,7 @@ from controversial.zoo.training import (
     TrainSettings,
     evaluate_and_calibrate,
     evenly_spaced,
+    energy_metrics,
     robustness_metrics,
     training_method,
 )
@@ -139,6 +140,7 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
     metrics = {
         **evaluation.metrics,
         **robustness,
+        **energy_metrics(net, test_x, test_y, seed=settings.seed),
         "parameters": n_parameters,
         "train_time_s": round(train_time, 1),
         "trained_on": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",

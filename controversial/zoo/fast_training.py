@@ -37,6 +37,7 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torch.optim.swa_utils import update_bn
 
+from controversial.zoo.archs.jem import energy_of_logits, langevin
 from controversial.zoo.attacks import NORMS, ball_start, module_device, per_image_norm, pgd_accuracy, project
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
 
@@ -84,6 +85,41 @@ class AdversarialSettings:
             raise ValueError(f"adversarial.eps must be > 0, got {self.eps}")
 
 
+ENERGY_STARTS = ("uniform", "class_gaussian")
+
+
+@dataclass(frozen=True)
+class EnergySettings:
+    """JEM's generative term (Grathwohl et al. 2020) on top of the recipe's cross-entropy.
+
+    From epoch ``start_epoch`` on (the epochs before are a cross-entropy warm start), each batch adds
+    ``weight * (E(data) - E(samples))`` with ``E(x) = -logsumexp f(x)``: the samples come from
+    ``sgld_steps`` Langevin steps ``x <- clamp(x - step_size dE/dx + N(0, noise^2), 0, 1)`` started
+    from a persistent replay buffer of ``buffer_size`` images, each start replaced by a fresh one with
+    probability ``reinit_prob``. Fresh starts are uniform noise or, with ``class_gaussian``, draws from
+    per-class Gaussians fitted to the training images (JEM++), which keeps short chains near the data.
+    ``energy_l2`` penalises the squared energies of data and samples, which keeps their scale in check.
+    In this phase every batch norm uses its running statistics, frozen at the warm start's values, so
+    an image's energy never depends on the rest of its batch (samples and data alike).
+    """
+
+    start_epoch: int = 0
+    sgld_steps: int = 5
+    step_size: float = 0.25
+    noise: float = 0.005
+    buffer_size: int = 10000
+    reinit_prob: float = 0.05
+    buffer_init: str = "class_gaussian"
+    weight: float = 1.0
+    energy_l2: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.buffer_init not in ENERGY_STARTS:
+            raise ValueError(f"energy.buffer_init '{self.buffer_init}' unknown; allowed: {', '.join(ENERGY_STARTS)}")
+        if self.sgld_steps < 1 or self.buffer_size < 1:
+            raise ValueError("energy.sgld_steps and energy.buffer_size must be >= 1")
+
+
 @dataclass(frozen=True)
 class FastRecipe:
     """The recipe's settings (a model YAML's ``train.extra``); unknown keys are refused, so a typo is an error."""
@@ -97,6 +133,7 @@ class FastRecipe:
     bfloat16: bool = True
     channels_last: bool = True
     adversarial: AdversarialSettings | None = None
+    energy: EnergySettings | None = None
 
     @classmethod
     def from_extra(cls, extra: dict[str, Any]) -> FastRecipe:
@@ -107,15 +144,18 @@ class FastRecipe:
                 f"model.train.extra has unknown key(s) {unknown} for the fast recipe; allowed: {sorted(known)}"
             )
         values = {k: v for k, v in extra.items() if k in known}
-        if values.get("adversarial") is not None:
-            adversarial = dict(values["adversarial"])
-            allowed = {f.name for f in fields(AdversarialSettings)}
-            if set(adversarial) - allowed:
-                raise ValueError(
-                    f"model.train.extra.adversarial has unknown key(s) {sorted(set(adversarial) - allowed)};"
-                    f" allowed: {sorted(allowed)}"
-                )
-            values["adversarial"] = AdversarialSettings(**adversarial)
+        for key, schema in (("adversarial", AdversarialSettings), ("energy", EnergySettings)):
+            if values.get(key) is not None:
+                given = dict(values[key])
+                allowed = {f.name for f in fields(schema)}
+                if set(given) - allowed:
+                    raise ValueError(
+                        f"model.train.extra.{key} has unknown key(s) {sorted(set(given) - allowed)};"
+                        f" allowed: {sorted(allowed)}"
+                    )
+                values[key] = schema(**given)
+        if values.get("adversarial") is not None and values.get("energy") is not None:
+            raise ValueError("model.train.extra: adversarial and energy cannot be combined")
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
@@ -164,6 +204,81 @@ def single_step_attack(
     return (images + delta).clamp(0, 1).detach()
 
 
+def class_gaussian_sampler(
+    images: torch.Tensor, labels: torch.Tensor
+) -> Callable[[int, torch.Generator], torch.Tensor]:
+    """Draws from per-class diagonal Gaussians fitted to the training images, clamped to [0, 1] (JEM++'s
+    initialisation).
+
+    Langevin chains started there are near the data from the first step, so a few steps suffice.
+    """
+    classes = labels.unique()
+    means = torch.stack([images[labels == c].mean(0) for c in classes])
+    stds = torch.stack([images[labels == c].std(0) for c in classes])
+
+    def sample(count: int, generator: torch.Generator) -> torch.Tensor:
+        picks = torch.randint(len(classes), (count,), generator=generator)
+        noise = torch.randn((count, *images.shape[1:]), generator=generator)
+        return (means[picks] + stds[picks] * noise).clamp(0, 1)
+
+    return sample
+
+
+def uniform_sampler(shape: tuple[int, ...]) -> Callable[[int, torch.Generator], torch.Tensor]:
+    def sample(count: int, generator: torch.Generator) -> torch.Tensor:
+        return torch.rand((count, *shape), generator=generator)
+
+    return sample
+
+
+def contrastive_energy(
+    net: nn.Module,
+    data_logits: torch.Tensor,
+    buffer: torch.Tensor,
+    settings: EnergySettings,
+    fresh_starts: Callable[[int, torch.Generator], torch.Tensor],
+    generator: torch.Generator,
+    autocast: Callable[[], contextlib.AbstractContextManager],
+    memory_format: torch.memory_format = torch.contiguous_format,
+) -> tuple[torch.Tensor, float]:
+    """JEM's term ``weight * (E(data) - E(samples))`` (plus the l2 penalty) and the energy gap; updates ``buffer``.
+
+    The samples are drawn by Langevin steps from the replay buffer (see ``EnergySettings``); all random
+    draws come from the CPU ``generator``, so a GPU run samples exactly as a CPU run.
+    """
+    device = data_logits.device
+    count = len(data_logits)
+    # distinct slots: with repeated indices, which sample ``buffer[picks] = samples`` keeps would
+    # depend on thread scheduling, and a resumed run would no longer match an uninterrupted one
+    picks = torch.randperm(len(buffer), generator=generator)[:count]
+    fresh = torch.rand(count, generator=generator) < settings.reinit_prob
+    starts = torch.where(fresh[:, None, None, None], fresh_starts(count, generator), buffer[picks])
+    starts = starts.to(device).contiguous(memory_format=memory_format)
+    noises = [
+        settings.noise * torch.randn(starts.shape, generator=generator).to(device) for _ in range(settings.sgld_steps)
+    ]
+
+    def energy(x: torch.Tensor) -> torch.Tensor:
+        with autocast():
+            return energy_of_logits(net(x).float())
+
+    samples = langevin(energy, starts, settings.step_size, noises, create_graph=False)
+    buffer[picks] = samples.to(buffer.device)
+    data_energy, sample_energy = energy_of_logits(data_logits.float()), energy(samples)
+    gap = data_energy.mean() - sample_energy.mean()
+    loss = settings.weight * gap
+    if settings.energy_l2 > 0:
+        loss = loss + settings.energy_l2 * (data_energy.pow(2).mean() + sample_energy.pow(2).mean())
+    return loss, gap.item()
+
+
+def _freeze_batch_norm(net: nn.Module) -> None:
+    """Every batch norm normalises with its running statistics and stops updating them (its affine part trains on)."""
+    for module in net.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.eval()
+
+
 def _set_bn_momentum(net: nn.Module, momentum: float) -> None:
     for module in net.modules():
         if isinstance(module, nn.modules.batchnorm._BatchNorm):
@@ -190,6 +305,14 @@ def train_fast(
     every epoch for the progress line only (it never steers training).
     """
     recipe = FastRecipe.from_extra(settings.extra)
+    energy_settings = recipe.energy
+    if energy_settings is not None:
+        if not isinstance(getattr(net, "classifier", None), nn.Module):
+            raise ValueError(
+                "model.train.extra.energy trains a joint energy model (arch jem); "
+                f"{type(net).__name__} has no classifier"
+            )
+        joint_model, net = net, net.classifier  # the classifier is trained; the JEM-20 readout is only its use
     device = module_device(net)
     generator = torch.Generator().manual_seed(settings.seed)
     torch.manual_seed(settings.seed)
@@ -229,6 +352,14 @@ def train_fast(
         **{f"ema/{k}": v for k, v in ema.module.state_dict().items()},
         **best_weights,
     }
+    if energy_settings is not None:
+        fresh_starts = (
+            class_gaussian_sampler(images, labels)
+            if energy_settings.buffer_init == "class_gaussian"
+            else uniform_sampler(tuple(images.shape[1:]))
+        )
+        replay_buffer = fresh_starts(energy_settings.buffer_size, torch.Generator().manual_seed(settings.seed + 13))
+        method_state["replay_buffer"] = replay_buffer  # part of the resume state: a resumed run samples the same
 
     saved = TrainingProgress(0, 0.0)
     if resume is not None and resume.path.is_file():
@@ -238,8 +369,11 @@ def train_fast(
     stopped_early = False
     for epoch in range(saved.epochs_done, settings.epochs):
         net.train()
+        energy_phase = energy_settings is not None and epoch >= energy_settings.start_epoch
+        if energy_phase:
+            _freeze_batch_norm(net)
         order = torch.randperm(len(images), generator=generator)
-        sums = {"loss": 0.0, "accuracy": 0.0}
+        sums = {"loss": 0.0, "accuracy": 0.0, "energy_gap": 0.0}
         epoch_start = time.perf_counter()
         for step in range(steps_per_epoch):
             batch = order[step * settings.batch_size : (step + 1) * settings.batch_size]
@@ -253,6 +387,12 @@ def train_fast(
             with autocast():
                 logits = net(x)
             loss = criterion(logits.float(), y)
+            if energy_phase:
+                energy_loss, gap = contrastive_energy(
+                    net, logits, replay_buffer, energy_settings, fresh_starts, generator, autocast, memory_format
+                )
+                loss = loss + energy_loss
+                sums["energy_gap"] += gap
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
@@ -261,10 +401,14 @@ def train_fast(
             ema.update(net, step=global_step)
             sums["loss"] += loss.item()
             sums["accuracy"] += float((logits.argmax(1) == y).float().mean())
+        mean_gap = sums["energy_gap"] / steps_per_epoch
+        energy_text = f", energy gap E(data) - E(samples) {mean_gap:.3f}" if energy_phase else ""
         line = (
             f"epoch {epoch + 1}/{settings.epochs}: train loss {sums['loss'] / steps_per_epoch:.4f}, "
             f"train accuracy {100 * sums['accuracy'] / steps_per_epoch:.1f}%"
-            f"{' (adversarial)' if adversarial else ''}, {time.perf_counter() - epoch_start:.0f} s"
+            f"{' (adversarial)' if adversarial else ''}"
+            f"{energy_text}"
+            f", {time.perf_counter() - epoch_start:.0f} s"
         )
         ema.module.eval()
         if adversarial:
@@ -312,3 +456,5 @@ def train_fast(
     net.load_state_dict(final.state_dict())
     net.to(memory_format=torch.contiguous_format)
     net.eval()
+    if energy_settings is not None:
+        joint_model.eval()

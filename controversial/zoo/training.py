@@ -438,129 +438,6 @@ def train_adversarial(
     _minibatch_training(net, len(images), settings, progress, batch_loss, describe, resume)
 
 
-def class_gaussian_sampler(
-    images: torch.Tensor, labels: torch.Tensor
-) -> Callable[[int, torch.Generator], torch.Tensor]:
-    """Draws from per-class diagonal Gaussians fitted to the training images, clamped to [0, 1] (JEM++'s
-    initialisation).
-
-    Langevin chains started there are near the data from the first step, so a few steps suffice.
-    """
-    classes = labels.unique()
-    means = torch.stack([images[labels == c].mean(0) for c in classes])
-    stds = torch.stack([images[labels == c].std(0) for c in classes])
-
-    def sample(count: int, generator: torch.Generator) -> torch.Tensor:
-        picks = torch.randint(len(classes), (count,), generator=generator)
-        noise = torch.randn((count, *images.shape[1:]), generator=generator)
-        return (means[picks] + stds[picks] * noise).clamp(0, 1)
-
-    return sample
-
-
-@dataclass(frozen=True)
-class JEMExtra:
-    sgld_steps: int = 20
-    sgld_step_size: float = 0.25
-    sgld_noise: float = 0.005
-    reinit_prob: float = 0.05
-    energy_weight: float = 1.0
-    buffer_size: int = 10000
-    energy_l2: float = 0.0
-    ce_epochs: int = 0
-    buffer_init: str = "uniform"
-    bfloat16: bool = False
-
-
-def train_jem(
-    net: nn.Module,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    settings: TrainSettings,
-    progress: Progress,
-    resume: ResumeFile | None = None,
-) -> None:
-    """JEM (Grathwohl et al. 2020): cross-entropy on the classifier plus the energy's contrastive term.
-
-    The generative term ``E(x_data) - E(x_sample)`` lowers the energy of training images and raises
-    it on samples from ``extra.sgld_steps`` Langevin steps (``sgld_step_size``, ``sgld_noise``)
-    started from a replay buffer of ``buffer_size`` images, each start replaced by a fresh one
-    with probability ``reinit_prob``; ``energy_weight`` scales the term. The classifier is trained
-    on unrefined images, as in the paper; the refined readout is the model's output afterwards.
-    The buffer is part of the resume state, so a resumed run samples exactly as an uninterrupted one.
-
-    What keeps short chains stable (JEM++, SADA-JEM, and the JEM authors' advice): ``buffer_init``
-    ``class_gaussian`` starts and refreshes chains from per-class Gaussians instead of uniform noise;
-    ``energy_l2`` penalises the squared energies of data and samples; the first ``ce_epochs`` epochs
-    train the classifier alone (a cross-entropy warm start). ``bfloat16`` runs the network under
-    bfloat16 autocast, about twice as fast on CPUs with AVX-512 BF16.
-    """
-    from controversial.zoo.archs.jem import energy_of_logits, langevin
-
-    extra: JEMExtra = options(settings)
-    steps, step_size, noise, reinit_prob = extra.sgld_steps, extra.sgld_step_size, extra.sgld_noise, extra.reinit_prob
-    weight, energy_l2, ce_epochs, buffer_size = extra.energy_weight, extra.energy_l2, extra.ce_epochs, extra.buffer_size
-    buffer_init, use_bfloat16 = extra.buffer_init, extra.bfloat16
-    if buffer_size < settings.batch_size:
-        raise ValueError(
-            f"train.extra.buffer_size ({buffer_size}) must be at least train.batch_size ({settings.batch_size})"
-        )
-    if buffer_init == "uniform":
-
-        def fresh_starts(count: int, generator: torch.Generator) -> torch.Tensor:
-            return torch.rand((count, *images.shape[1:]), generator=generator)
-    elif buffer_init == "class_gaussian":
-        fresh_starts = class_gaussian_sampler(images, labels)
-    else:
-        raise ValueError(f"train.extra.buffer_init '{buffer_init}' unknown; allowed: uniform, class_gaussian")
-    buffer = fresh_starts(buffer_size, torch.Generator().manual_seed(settings.seed + 1))
-
-    def autocast():
-        return torch.autocast("cpu", dtype=torch.bfloat16, enabled=use_bfloat16)
-
-    def energy(x: torch.Tensor) -> torch.Tensor:
-        with autocast():
-            return net.energy(x).float()
-
-    def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
-        x, y = augment(images[batch], settings, generator), labels[batch]
-        with autocast():
-            logits = net.classifier(x).float()
-        classification = F.cross_entropy(logits, y)
-        figures = {"classification": classification.item(), "accuracy": float((logits.argmax(1) == y).float().mean())}
-        if epoch < ce_epochs:
-            return classification, {**figures, "energy_gap": 0.0}
-        # distinct slots: with repeated indices, which sample ``buffer[picks] = samples`` keeps
-        # depends on thread scheduling, and a resumed run would no longer match an uninterrupted one
-        picks = torch.randperm(buffer_size, generator=generator)[: len(batch)]
-        fresh = torch.rand(len(batch), generator=generator) < reinit_prob
-        starts = torch.where(fresh[:, None, None, None], fresh_starts(len(batch), generator), buffer[picks])
-        noises = [noise * torch.randn(x.shape, generator=generator) for _ in range(steps)]
-        net.eval()  # sampling sees the network as it will be used (no dropout)
-        samples = langevin(energy, starts, step_size, noises, create_graph=False)
-        net.train()
-        buffer[picks] = samples
-        data_energy, sample_energy = energy_of_logits(logits), energy(samples)
-        energy_gap = data_energy.mean() - sample_energy.mean()
-        loss = classification + weight * energy_gap
-        if energy_l2 > 0:
-            loss = loss + energy_l2 * (data_energy.pow(2).mean() + sample_energy.pow(2).mean())
-        if not torch.isfinite(loss):
-            raise FloatingPointError(
-                f"JEM training diverged in epoch {epoch + 1}, step {step + 1} (non-finite loss); the resume file "
-                "holds the last finished epoch: resume from it with a lower lr or fewer sgld_steps"
-            )
-        return loss, {**figures, "energy_gap": energy_gap.item()}
-
-    def describe(means: dict[str, float]) -> str:
-        return (
-            f"cross-entropy {means['classification']:.4f}, energy gap E(data) - E(samples) {means['energy_gap']:.3f}, "
-            f"train accuracy {100 * means['accuracy']:.1f}%"
-        )
-
-    _minibatch_training(net, len(images), settings, progress, batch_loss, describe, resume, {"replay_buffer": buffer})
-
-
 TRAINING_METHODS: dict[str, TrainingMethod] = {
     "supervised": TrainingMethod(train_supervised, resumable=True),
     "supervised_negatives": TrainingMethod(train_supervised_negatives, resumable=True, extra=NegativesExtra),
@@ -569,7 +446,6 @@ TRAINING_METHODS: dict[str, TrainingMethod] = {
     "capsule": TrainingMethod(train_capsule, resumable=True, extra=CapsuleExtra),
     "derive": TrainingMethod(derive_from_checkpoint, extra=DeriveExtra),
     "adversarial": TrainingMethod(train_adversarial, resumable=True, extra=AdversarialExtra),
-    "jem": TrainingMethod(train_jem, resumable=True, extra=JEMExtra),
     "fast": TrainingMethod(train_fast, resumable=True, extra=FastRecipe, monitored=True, any_device=True),
 }
 
@@ -654,3 +530,30 @@ def robustness_metrics(
     which = f"first {n}" if stride == 1 else f"every {stride}th of the {n * stride}"
     attack = f"{norm} eps {eps:g}, {steps} steps of {step_size:.3g}, random start, {which} test images"
     return {"pgd_attack": attack, "pgd_accuracy": accuracy, "clean_accuracy_same_images": clean}
+
+
+def energy_metrics(
+    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, n: int = 1000, seed: int = 0
+) -> dict[str, Any]:
+    """For a joint energy model (one with ``energy`` and ``classifier``; empty for the others): how well its
+    energy tells ``n`` test images (evenly spaced) from ``n`` uniform-noise images, as an AUROC, and the
+    accuracy of its classifier without the refinement, on the whole test set.
+
+    The AUROC is the probability that a noise image gets a higher energy than a test image (ties count
+    half): the Mann-Whitney U statistic over the product of the sample sizes.
+    """
+    if not (callable(getattr(net, "energy", None)) and isinstance(getattr(net, "classifier", None), nn.Module)):
+        return {}
+    from scipy.stats import mannwhitneyu
+
+    test_images, _, stride = evenly_spaced(images, labels, n)
+    noise = torch.rand(test_images.shape, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        test_energy, noise_energy = net.energy(test_images), net.energy(noise)
+        unrefined = collect_logits(net.classifier, images)
+    auroc = mannwhitneyu(noise_energy.double().numpy(), test_energy.double().numpy()).statistic / (n * len(noise))
+    return {
+        "energy_noise_auroc": float(auroc),
+        "energy_noise_auroc_images": f"every {stride}th test image against as many uniform-noise images (seed {seed})",
+        "test_accuracy_unrefined": float((unrefined.argmax(1) == labels).double().mean()),
+    }

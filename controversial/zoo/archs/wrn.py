@@ -5,6 +5,8 @@ timm's ResNets start with an ImageNet stem (7x7 stride-2 conv and max-pool), whi
 of ``(depth - 4) / 6`` basic blocks of widths 16k, 32k and 64k (the last two start with stride 2),
 then norm, ReLU, global average pooling and a linear readout. ``norm: none`` drops every
 batch norm, as JEM does, so that SGLD samples never pass through batch statistics.
+``stem_stride: 2`` makes the stem halve the image (32x32 -> 16x16), which cuts every later layer's
+cost by four: what a model differentiated through many Langevin steps (JEM-20) needs on a CPU.
 """
 
 from __future__ import annotations
@@ -60,16 +62,19 @@ class WideResNet(nn.Module):
         dropout: float = 0.0,
         norm: str = "batch",
         dataset: str = "cifar10",
+        stem_stride: int = 1,
     ) -> None:
         super().__init__()
         if (depth - 4) % 6 or depth < 10:
             raise ValueError(f"WRN depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, ...), got {depth}")
         if norm not in NORMS:
             raise ValueError(f"unknown WRN norm '{norm}'; allowed: {', '.join(NORMS)}")
+        if stem_stride not in (1, 2):
+            raise ValueError(f"WRN stem_stride must be 1 or 2, got {stem_stride}")
         blocks_per_group = (depth - 4) // 6
         widths = [16, 16 * widen_factor, 32 * widen_factor, 64 * widen_factor]
         self.normalize = Normalize.for_dataset(dataset)
-        self.stem = nn.Conv2d(1 if dataset == "mnist" else 3, widths[0], 3, padding=1, bias=False)
+        self.stem = nn.Conv2d(1 if dataset == "mnist" else 3, widths[0], 3, stride=stem_stride, padding=1, bias=False)
         blocks: list[nn.Module] = []
         for group, (c_in, c_out) in enumerate(pairwise(widths)):
             for index in range(blocks_per_group):
