@@ -199,3 +199,11 @@ def test_energy_auroc_is_the_share_of_noise_test_pairs_ordered_correctly():
     assert metrics["energy_noise_auroc"] == pytest.approx(float(pairs.mean()), abs=1e-12)
     assert 0 <= metrics["test_accuracy_unrefined"] <= 1
     assert energy_metrics(create_arch("vgg16_bn", **TINY_VGG), images, labels) == {}
+
+
+def test_a_non_finite_loss_stops_training_with_advice_instead_of_saving_nan_weights():
+    images, labels = _coloured_squares(32)
+    images[5] = float("nan")
+    torch.manual_seed(0)
+    with pytest.raises(FloatingPointError, match=r"diverged in epoch 1, step \d+ .* resume from it with a lower lr"):
+        train_fast(create_arch("vgg16_bn", **TINY_VGG), images, labels, _settings(), lambda _: None)
