@@ -235,7 +235,7 @@ def test_help_lists_every_option_with_default_and_meaning(monkeypatch, capsys, t
     text = capsys.readouterr().out
     assert "synthesis.threshold=0.75" in text and "accept when the hard score" in text and "in (0, 1]" in text
     assert "abs__vgg" in text and "abs__vgg16" not in text and "vgg16__wrn" in text  # same dataset, both trained
-    assert "vgg16__pcn_cifar10" in text and "vgg16__jem" not in text  # jem has no checkpoint yet
+    assert "vgg16__pcn_cifar10" in text and "jem__wrn" in text and "wrn__jem" in text  # every trained pair
     assert not any(tmp_path.iterdir())
 
 
