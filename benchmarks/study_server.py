@@ -115,6 +115,7 @@ class Server:
         ]
         self.base, self.logs, self.process, self.starts = f"http://127.0.0.1:{port}", logs, None, 0
         self.cpu_s = 0.0  # CPU seconds used by the server processes that have ended
+        self.startup_cpu_s = 0.0  # of which (and of the running one) spent before each became healthy
 
     def _cpu(self) -> float:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -136,6 +137,7 @@ class Server:
                 raise RuntimeError(f"server exited; see {log.name}")
             try:
                 if httpx.get(f"{self.base}/api/health", timeout=1).status_code == 200:
+                    self.startup_cpu_s += self._cpu()
                     return time.monotonic()
             except httpx.HTTPError:
                 time.sleep(0.05)
@@ -373,9 +375,13 @@ def report_human(args: argparse.Namespace, run: HumanRun, marks: dict, database_
         f"verification: {exact}/{acknowledged} acknowledged answers stored exactly once with the sent ratings; "
         f"{rows} rows in the table; {len(run.errors)} participant errors"
     )
+    n = max(len(run.samples), 1)
+    serving = marks["server_cpu_s"] - marks["server_startup_cpu_s"]
     print(
         f"server CPU: {marks['server_cpu_s']:.0f} s for {len(run.samples)} answers and {run.started} arrivals, "
-        f"{1000 * marks['server_cpu_s'] / max(len(run.samples), 1):.1f} ms per answer (start-up included)"
+        f"{1000 * marks['server_cpu_s'] / n:.1f} ms per answer with start-up, {1000 * serving / n:.1f} ms without; "
+        f"load generator CPU: {1000 * marks['client_cpu_s'] / n:.1f} ms per answer; load average "
+        f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
     )
     for error in run.errors[:5]:
         print("  error:", error)
@@ -517,9 +523,11 @@ def main() -> int:
     server.start()
     try:
         if human_mode:
+            client_cpu = time.process_time()
             run, marks = asyncio.run(human_load(server, bundle, args))
+            marks["client_cpu_s"] = time.process_time() - client_cpu
             server.stop()
-            marks["server_cpu_s"] = server.cpu_s
+            marks["server_cpu_s"], marks["server_startup_cpu_s"] = server.cpu_s, server.startup_cpu_s
             ok = report_human(args, run, marks, database_url, n_trials)
         else:
             ok = saturate(server, bundle, args, database_url, n_trials)
