@@ -26,6 +26,7 @@ cores, so figures include the load generator's own scheduling delays.
 from __future__ import annotations
 
 import argparse
+import gc
 import asyncio
 import itertools
 import os
@@ -313,6 +314,17 @@ async def admin_export(base: str, at: float) -> tuple[float, float, int]:
     raise AssertionError("unreachable")
 
 
+async def loop_lag(stop_at: float, tick: float = 0.01) -> list[tuple[float, float]]:
+    """(time, seconds late) of a 10 ms timer in the load generator's own event loop: how much of a measured
+    latency can be the generator's delay in noticing a reply rather than the server's."""
+    lags = []
+    while time.monotonic() < stop_at:
+        began = time.monotonic()
+        await asyncio.sleep(tick)
+        lags.append((time.monotonic(), time.monotonic() - began - tick))
+    return lags
+
+
 async def killer(server: Server, at: float) -> tuple[float, float]:
     await asyncio.sleep(max(0.0, at - time.monotonic()))
     killed = server.kill()
@@ -331,9 +343,11 @@ async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> 
         human(server.base, tls, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
         for i in range(args.participants)
     ]
+    lag = asyncio.create_task(loop_lag(stop_at))
     export = asyncio.create_task(admin_export(server.base, t0 + args.duration / 2))
     kill = asyncio.create_task(killer(server, t0 + args.kill_at * args.duration))
     await asyncio.gather(*tasks)
+    lags = await lag
     export_began, export_ended, export_bytes = await export
     killed, up = await kill
     marks = {
@@ -342,6 +356,7 @@ async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> 
         "export": (export_began, export_ended, export_bytes),
         "killed": killed,
         "up": up,
+        "lags": [late for at, late in lags if at > t0 + args.ramp],
     }
     return run, marks
 
@@ -383,6 +398,7 @@ def report_human(args: argparse.Namespace, run: HumanRun, marks: dict, database_
         f"load generator CPU: {1000 * marks['client_cpu_s'] / n:.1f} ms per answer; load average "
         f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
     )
+    print(f"load generator's event-loop lag (10 ms timer), p50/p95/p99 ms: {percentiles(marks['lags'])}")
     for error in run.errors[:5]:
         print("  error:", error)
     ok = exact == acknowledged == rows and not run.errors and run.started == args.participants
@@ -521,6 +537,7 @@ def main() -> int:
     n_trials = sum(t.kind != "demo" for t in load_bundle(bundle).trials)
     server = Server(bundle, database_url, args.port, work)
     server.start()
+    gc.freeze()  # the generator's own long-lived objects out of the collector's reach (fewer pauses in its loop)
     try:
         if human_mode:
             client_cpu = time.process_time()

@@ -23,10 +23,9 @@ import math
 import random
 import secrets
 import time
-from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, AsyncIterator, Iterator
+from typing import Annotated, Any, Iterator
 
 from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -143,14 +142,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     if settings.allow_test_ids:
         log.warning("allow_test_ids is on: any made-up PROLIFIC_PID is accepted (pilots and tests only)")
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        yield
-        writer.close()  # answers already queued are committed and acknowledged first
-
-    app = FastAPI(
-        title=f"controversial study {bundle.label}", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan
-    )
+    app = FastAPI(title=f"controversial study {bundle.label}", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.bundle = bundle
     app.state.engine = engine
     app.state.sessions = sessions
