@@ -118,12 +118,15 @@ class GroupCommitWriter:
 def _commit(connection: Connection, transaction: RootTransaction) -> None:
     try:
         transaction.commit()
+    except BaseException:  # SQLAlchemy leaves the driver's transaction open: discard the connection, which
+        connection.invalidate()  # closes it and so rolls the batch back, rather than reuse it
+        raise
     finally:
         connection.close()
 
 
 def _roll_back(connection: Connection, transaction: RootTransaction) -> None:
-    if connection.closed:  # a failed commit closed it: the pool rolled it back
+    if connection.closed:  # a failed commit discarded it
         return
     try:
         if transaction.is_active:
