@@ -20,7 +20,9 @@ latency p50/p95/p99 in steady state, while the export streams, and across the ou
 think time; SIGKILL when ``--kill-at`` of all answers are acknowledged. Reports throughput.
 
 Latency is measured by the client, on the same machine as the server: client and server share its
-cores, so figures include the load generator's own scheduling delays.
+cores, so figures include the load generator's own scheduling delays (it prints its event-loop lag). In
+``human`` mode each participant speaks HTTP/1.1 over one keep-alive connection of its own through the
+small ``Browser`` client below, which costs far less CPU than 1,000 httpx clients did.
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ import argparse
 import gc
 import asyncio
 import itertools
+import json
 import os
 import random
 import secrets
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -212,14 +214,71 @@ class HumanRun:
     errors: list[str] = field(default_factory=list)
 
 
-async def persistent(client: httpx.AsyncClient, run: HumanRun, method: str, url: str, body=None) -> httpx.Response:
+@dataclass
+class Reply:
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode()
+
+    def json(self):
+        return json.loads(self.content)
+
+
+class Browser:
+    """A minimal HTTP/1.1 client over one keep-alive connection, as a browser tab keeps: JSON in, JSON out.
+
+    Why not httpx here: 1,000 httpx clients in one process cost the generator 2.3-4.2 ms of CPU per
+    answer on the two cores it shares with the server, more than the server itself, and their event
+    loop ran late by up to hundreds of ms, which the latencies then included (docs/human_study.md, 7).
+    """
+
+    def __init__(self, host: str, port: int, timeout: float = 60) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body=None) -> Reply:
+        try:
+            return await asyncio.wait_for(self._exchange(method, path, body), self.timeout)
+        except BaseException:
+            self.close()  # a broken or half-read connection is never reused
+            raise
+
+    async def _exchange(self, method: str, path: str, body) -> Reply:
+        if self.reader is not None and self.reader.at_eof():  # the server closed it while idle (keep-alive
+            self.close()  # timeout): open a new one, as browsers and httpx do, instead of failing a request
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        payload = b"" if body is None else json.dumps(body).encode()
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Length: {len(payload)}\r\n"
+        head += "Content-Type: application/json\r\n\r\n" if body is not None else "\r\n"
+        self.writer.write(head.encode() + payload)
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+        headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
+        content = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return Reply(status, content)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def persistent(client: Browser, run: HumanRun, method: str, url: str, body=None) -> Reply:
     """One request, retried like the page does (network errors, 5xx) with capped backoff."""
     for attempt in itertools.count():
         try:
-            reply = await client.request(method, url, json=body)
+            reply = await client.request(method, url, body)
             if reply.status_code < 500:
                 return reply
-        except httpx.TransportError:
+        except (OSError, EOFError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError, IndexError):
             pass
         run.retries += 1
         await asyncio.sleep(min(0.25 * 2**attempt, 4.0))
@@ -228,7 +287,6 @@ async def persistent(client: httpx.AsyncClient, run: HumanRun, method: str, url:
 
 async def human(
     base: str,
-    tls: ssl.SSLContext,
     run: HumanRun,
     index: int,
     start_at: float,
@@ -241,14 +299,16 @@ async def human(
     rng = random.Random(index)
     pid = prolific_like_id(rng)
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
-    # One client per participant: a shared pool of 1,000 connections made the load generator itself the
-    # bottleneck (httpcore scans every pooled connection for each request).
-    async with httpx.AsyncClient(base_url=base, timeout=60, verify=tls) as client:
-        await _take_study(client, run, pid, rng, stop_at, categories, instructed)
+    host, port = base.removeprefix("http://").split(":")
+    browser = Browser(host, int(port))
+    try:
+        await _take_study(browser, run, pid, rng, stop_at, categories, instructed)
+    finally:
+        browser.close()
 
 
 async def _take_study(
-    client: httpx.AsyncClient,
+    client: Browser,
     run: HumanRun,
     pid: str,
     rng: random.Random,
@@ -338,9 +398,8 @@ async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> 
     run = HumanRun()
     t0 = time.monotonic()
     stop_at = t0 + args.duration
-    tls = ssl.create_default_context()  # unused on http://, but httpx builds one per client unless given one
     tasks = [
-        human(server.base, tls, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
+        human(server.base, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
         for i in range(args.participants)
     ]
     lag = asyncio.create_task(loop_lag(stop_at))
