@@ -20,19 +20,22 @@ latency p50/p95/p99 in steady state, while the export streams, and across the ou
 think time; SIGKILL when ``--kill-at`` of all answers are acknowledged. Reports throughput.
 
 Latency is measured by the client, on the same machine as the server: client and server share its
-cores, so figures include the load generator's own scheduling delays.
+cores, so figures include the load generator's own scheduling delays (it prints its event-loop lag). In
+``human`` mode each participant speaks HTTP/1.1 over one keep-alive connection of its own through the
+small ``Browser`` client below, which costs far less CPU than 1,000 httpx clients did.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import asyncio
 import itertools
+import json
 import os
 import random
 import secrets
 import signal
-import ssl
 import subprocess
 import sys
 import tempfile
@@ -115,6 +118,7 @@ class Server:
         ]
         self.base, self.logs, self.process, self.starts = f"http://127.0.0.1:{port}", logs, None, 0
         self.cpu_s = 0.0  # CPU seconds used by the server processes that have ended
+        self.startup_cpu_s = 0.0  # of which (and of the running one) spent before each became healthy
 
     def _cpu(self) -> float:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -136,6 +140,7 @@ class Server:
                 raise RuntimeError(f"server exited; see {log.name}")
             try:
                 if httpx.get(f"{self.base}/api/health", timeout=1).status_code == 200:
+                    self.startup_cpu_s += self._cpu()
                     return time.monotonic()
             except httpx.HTTPError:
                 time.sleep(0.05)
@@ -209,14 +214,71 @@ class HumanRun:
     errors: list[str] = field(default_factory=list)
 
 
-async def persistent(client: httpx.AsyncClient, run: HumanRun, method: str, url: str, body=None) -> httpx.Response:
+@dataclass
+class Reply:
+    status_code: int
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        return self.content.decode()
+
+    def json(self):
+        return json.loads(self.content)
+
+
+class Browser:
+    """A minimal HTTP/1.1 client over one keep-alive connection, as a browser tab keeps: JSON in, JSON out.
+
+    Why not httpx here: 1,000 httpx clients in one process cost the generator 2.3-4.2 ms of CPU per
+    answer on the two cores it shares with the server, more than the server itself, and their event
+    loop ran late by up to hundreds of ms, which the latencies then included (docs/human_study.md, 7).
+    """
+
+    def __init__(self, host: str, port: int, timeout: float = 60) -> None:
+        self.host, self.port, self.timeout = host, port, timeout
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def request(self, method: str, path: str, body=None) -> Reply:
+        try:
+            return await asyncio.wait_for(self._exchange(method, path, body), self.timeout)
+        except BaseException:
+            self.close()  # a broken or half-read connection is never reused
+            raise
+
+    async def _exchange(self, method: str, path: str, body) -> Reply:
+        if self.reader is not None and self.reader.at_eof():  # the server closed it while idle (keep-alive
+            self.close()  # timeout): open a new one, as browsers and httpx do, instead of failing a request
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        payload = b"" if body is None else json.dumps(body).encode()
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}:{self.port}\r\nContent-Length: {len(payload)}\r\n"
+        head += "Content-Type: application/json\r\n\r\n" if body is not None else "\r\n"
+        self.writer.write(head.encode() + payload)
+        lines = (await self.reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+        headers = {k.strip().lower(): v.strip() for k, v in headers.items()}
+        content = await self.reader.readexactly(int(headers.get("content-length", "0")))
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        return Reply(status, content)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def persistent(client: Browser, run: HumanRun, method: str, url: str, body=None) -> Reply:
     """One request, retried like the page does (network errors, 5xx) with capped backoff."""
     for attempt in itertools.count():
         try:
-            reply = await client.request(method, url, json=body)
+            reply = await client.request(method, url, body)
             if reply.status_code < 500:
                 return reply
-        except httpx.TransportError:
+        except (OSError, EOFError, asyncio.LimitOverrunError, asyncio.TimeoutError, ValueError, IndexError):
             pass
         run.retries += 1
         await asyncio.sleep(min(0.25 * 2**attempt, 4.0))
@@ -225,7 +287,6 @@ async def persistent(client: httpx.AsyncClient, run: HumanRun, method: str, url:
 
 async def human(
     base: str,
-    tls: ssl.SSLContext,
     run: HumanRun,
     index: int,
     start_at: float,
@@ -238,14 +299,16 @@ async def human(
     rng = random.Random(index)
     pid = prolific_like_id(rng)
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
-    # One client per participant: a shared pool of 1,000 connections made the load generator itself the
-    # bottleneck (httpcore scans every pooled connection for each request).
-    async with httpx.AsyncClient(base_url=base, timeout=60, verify=tls) as client:
-        await _take_study(client, run, pid, rng, stop_at, categories, instructed)
+    host, port = base.removeprefix("http://").split(":")
+    browser = Browser(host, int(port))
+    try:
+        await _take_study(browser, run, pid, rng, stop_at, categories, instructed)
+    finally:
+        browser.close()
 
 
 async def _take_study(
-    client: httpx.AsyncClient,
+    client: Browser,
     run: HumanRun,
     pid: str,
     rng: random.Random,
@@ -311,6 +374,17 @@ async def admin_export(base: str, at: float) -> tuple[float, float, int]:
     raise AssertionError("unreachable")
 
 
+async def loop_lag(stop_at: float, tick: float = 0.01) -> list[tuple[float, float]]:
+    """(time, seconds late) of a 10 ms timer in the load generator's own event loop: how much of a measured
+    latency can be the generator's delay in noticing a reply rather than the server's."""
+    lags = []
+    while time.monotonic() < stop_at:
+        began = time.monotonic()
+        await asyncio.sleep(tick)
+        lags.append((time.monotonic(), time.monotonic() - began - tick))
+    return lags
+
+
 async def killer(server: Server, at: float) -> tuple[float, float]:
     await asyncio.sleep(max(0.0, at - time.monotonic()))
     killed = server.kill()
@@ -324,14 +398,15 @@ async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> 
     run = HumanRun()
     t0 = time.monotonic()
     stop_at = t0 + args.duration
-    tls = ssl.create_default_context()  # unused on http://, but httpx builds one per client unless given one
     tasks = [
-        human(server.base, tls, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
+        human(server.base, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
         for i in range(args.participants)
     ]
+    lag = asyncio.create_task(loop_lag(stop_at))
     export = asyncio.create_task(admin_export(server.base, t0 + args.duration / 2))
     kill = asyncio.create_task(killer(server, t0 + args.kill_at * args.duration))
     await asyncio.gather(*tasks)
+    lags = await lag
     export_began, export_ended, export_bytes = await export
     killed, up = await kill
     marks = {
@@ -340,6 +415,7 @@ async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> 
         "export": (export_began, export_ended, export_bytes),
         "killed": killed,
         "up": up,
+        "lags": [late for at, late in lags if at > t0 + args.ramp],
     }
     return run, marks
 
@@ -373,10 +449,15 @@ def report_human(args: argparse.Namespace, run: HumanRun, marks: dict, database_
         f"verification: {exact}/{acknowledged} acknowledged answers stored exactly once with the sent ratings; "
         f"{rows} rows in the table; {len(run.errors)} participant errors"
     )
+    n = max(len(run.samples), 1)
+    serving = marks["server_cpu_s"] - marks["server_startup_cpu_s"]
     print(
         f"server CPU: {marks['server_cpu_s']:.0f} s for {len(run.samples)} answers and {run.started} arrivals, "
-        f"{1000 * marks['server_cpu_s'] / max(len(run.samples), 1):.1f} ms per answer (start-up included)"
+        f"{1000 * marks['server_cpu_s'] / n:.1f} ms per answer with start-up, {1000 * serving / n:.1f} ms without; "
+        f"load generator CPU: {1000 * marks['client_cpu_s'] / n:.1f} ms per answer; load average "
+        f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
     )
+    print(f"load generator's event-loop lag (10 ms timer), p50/p95/p99 ms: {percentiles(marks['lags'])}")
     for error in run.errors[:5]:
         print("  error:", error)
     ok = exact == acknowledged == rows and not run.errors and run.started == args.participants
@@ -515,11 +596,14 @@ def main() -> int:
     n_trials = sum(t.kind != "demo" for t in load_bundle(bundle).trials)
     server = Server(bundle, database_url, args.port, work)
     server.start()
+    gc.freeze()  # the generator's own long-lived objects out of the collector's reach (fewer pauses in its loop)
     try:
         if human_mode:
+            client_cpu = time.process_time()
             run, marks = asyncio.run(human_load(server, bundle, args))
+            marks["client_cpu_s"] = time.process_time() - client_cpu
             server.stop()
-            marks["server_cpu_s"] = server.cpu_s
+            marks["server_cpu_s"], marks["server_startup_cpu_s"] = server.cpu_s, server.startup_cpu_s
             ok = report_human(args, run, marks, database_url, n_trials)
         else:
             ok = saturate(server, bundle, args, database_url, n_trials)

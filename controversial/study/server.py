@@ -31,12 +31,13 @@ from fastapi import Depends, FastAPI, Header, HTTPException, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response as HttpResponse, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from sqlalchemy import select, text
+from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from controversial.records.csvfile import csv_chunks
 from controversial.study.admin_token import check_admin_token
+from controversial.study.answers import NewAnswer, answering_participant, store_answer
 from controversial.study.bundle import WEB_DIR, load_bundle
 from controversial.study.db import (
     Participant,
@@ -48,6 +49,7 @@ from controversial.study.db import (
     token_digest,
     utcnow,
 )
+from controversial.study.group_commit import GroupCommitWriter
 from controversial.study.guards import BodyLimit, RateLimiter, SecurityHeaders
 from controversial.study.order import participant_order
 from controversial.study.pnas_export import TABLES
@@ -59,6 +61,9 @@ log = logging.getLogger(__name__)
 PROLIFIC_COMPLETION_URL = "https://app.prolific.co/submissions/complete?cc={code}"
 DEFAULT_VENDOR_DIR = Path(__file__).resolve().parents[2] / "human_study" / "node_modules"
 _NO_STORE = {"Cache-Control": "no-store"}
+UNKNOWN_SESSION = (
+    "unknown session: it may have been continued in another browser; reload the study from the Prolific link"
+)
 
 
 @dataclass(frozen=True)
@@ -119,6 +124,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
     database_url = settings.database_url or default_database_url(bundle.root)
     engine = make_engine(database_url)
     sessions = session_factory(engine)
+    writer = GroupCommitWriter(engine, client_errors=(HTTPException,))
     read_sessions = session_factory(make_read_engine(database_url, engine))
     limiter = RateLimiter(settings.sessions_per_minute, settings.session_burst)
     categories = bundle.spec.categories
@@ -161,11 +167,7 @@ def create_app(settings: ServerSettings) -> FastAPI:
             select(Participant).where(Participant.token_hash == token_digest(token), Participant.study == bundle.label)
         )
         if participant is None:
-            raise ApiError(
-                404,
-                "unknown session: it may have been continued in another browser; "
-                "reload the study from the Prolific link",
-            )
+            raise ApiError(404, UNKNOWN_SESSION)
         return participant
 
     def public_trial(position: int, stimulus_id: str) -> dict[str, Any]:
@@ -330,72 +332,54 @@ def create_app(settings: ServerSettings) -> FastAPI:
                 )
         return [ratings[c] for c in categories]
 
-    def refuse_change(session: Session, participant: Participant, position: int) -> ApiError:
-        participant.n_refused += 1
-        session.commit()
-        log.warning("participant %s: a different answer for position %d was refused", participant.id, position)
-        return ApiError(
-            409, f"position {position} was already answered with different ratings; answers cannot be changed"
-        )
-
     @app.post("/api/sessions/{token}/responses")
-    def submit(token: str, body: ResponseRequest, session: DB) -> JSONResponse:
+    async def submit(token: str, body: ResponseRequest) -> JSONResponse:
         """Store one answered trial, committed before replying; a repeat of the same answer is a no-op."""
-        participant = participant_for(session, token)
-        if participant.completed_at is not None:
-            raise ApiError(409, "this session is already complete; no more answers are accepted")
-        if participant.consented_at is None:
-            raise ApiError(409, "consent has not been recorded for this session")
-        order = json.loads(participant.order_json)
-        if body.position > len(order):
-            raise ApiError(422, f"position: must be between 1 and {len(order)}")
-        if body.stimulus_id not in bundle.key:
-            raise ApiError(422, f"stimulus_id: unknown stimulus {body.stimulus_id!r}")
-        stimulus_id, kind, repetition = order[body.position - 1]
-        if body.stimulus_id != stimulus_id:
-            raise ApiError(
-                422,
-                f"stimulus_id: {body.stimulus_id!r} is not the stimulus at position {body.position} of this session",
-            )
-        if body.first_reaction_rt_ms > body.rt_ms:
-            raise ApiError(422, "first_reaction_rt_ms: must not exceed rt_ms")
-        values = check_ratings(body.ratings)
-        encoded = json.dumps(values)
-        now = time.time()
-        last = participant.last_activity_s
-        session.add(
-            Response(
-                participant_id=participant.id,
-                position=body.position,
-                stimulus_id=stimulus_id,
-                kind=kind,
-                image_repetition=repetition,
-                ratings_json=encoded,
-                rt_ms=float(body.rt_ms),
-                first_reaction_rt_ms=float(body.first_reaction_rt_ms),
-                interval_ms=None if last is None else round((now - last) * 1000.0, 1),
-            )
-        )
-        participant.last_activity_s = now
-        participant.n_answered += 1
-        try:  # the common case costs one insert, one update and the commit; duplicates are rare
-            session.commit()
-            status_code, status = 201, "stored"
-        except IntegrityError:  # answered before (a retry, or a concurrent duplicate): compare with what is stored
-            session.rollback()
-            existing = session.scalar(
-                select(Response.ratings_json).where(
-                    Response.participant_id == participant.id, Response.position == body.position
+        token_hash = token_digest(token)
+
+        def job(connection: Connection) -> tuple[str, int, int, int]:  # runs on the writer, in its batch
+            participant = answering_participant(connection, bundle.label, token_hash)
+            if participant is None:
+                raise ApiError(404, UNKNOWN_SESSION)
+            if participant.completed:
+                raise ApiError(409, "this session is already complete; no more answers are accepted")
+            if not participant.consented:
+                raise ApiError(409, "consent has not been recorded for this session")
+            order = participant.order
+            if body.position > len(order):
+                raise ApiError(422, f"position: must be between 1 and {len(order)}")
+            if body.stimulus_id not in bundle.key:
+                raise ApiError(422, f"stimulus_id: unknown stimulus {body.stimulus_id!r}")
+            stimulus_id, kind, repetition = order[body.position - 1]
+            if body.stimulus_id != stimulus_id:
+                raise ApiError(
+                    422,
+                    f"stimulus_id: {body.stimulus_id!r} is not the stimulus at position {body.position} "
+                    "of this session",
                 )
+            if body.first_reaction_rt_ms > body.rt_ms:
+                raise ApiError(422, "first_reaction_rt_ms: must not exceed rt_ms")
+            answer = NewAnswer(
+                body.position,
+                stimulus_id,
+                kind,
+                repetition,
+                json.dumps(check_ratings(body.ratings)),
+                float(body.rt_ms),
+                float(body.first_reaction_rt_ms),
             )
-            if existing is None:
-                raise
-            if existing != encoded:
-                raise refuse_change(session, participant, body.position) from None
-            status_code, status = 200, "duplicate"
+            outcome = store_answer(connection, participant, answer, time.time())
+            return outcome, participant.id, participant.n_answered + (outcome == "stored"), len(order)
+
+        outcome, participant_id, n_done, n_total = await writer.run(job)
+        if outcome == "refused":
+            log.warning("participant %s: a different answer for position %d was refused", participant_id, body.position)
+            raise ApiError(
+                409, f"position {body.position} was already answered with different ratings; answers cannot be changed"
+            )
         return JSONResponse(
-            {"status": status, "n_done": participant.n_answered, "n_total": len(order)},
-            status_code=status_code,
+            {"status": outcome, "n_done": n_done, "n_total": n_total},
+            status_code=201 if outcome == "stored" else 200,
             headers=_NO_STORE,
         )
 
