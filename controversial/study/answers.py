@@ -103,4 +103,3 @@ def store_answer(
         return "duplicate"
     connection.execute(_COUNT_REFUSAL, {"participant_id": participant.id})
     return "refused"
-
