@@ -40,6 +40,7 @@ class ModelConfig:
     paper_name: str = ""
     description: str = ""
     differences: str = ""
+    synthesis_init: str = "noise"  # noise | test_image: where synthesis starts under init=auto
     train: TrainSettings = field(default_factory=TrainSettings)
 
 

@@ -88,6 +88,11 @@ class ModelSettings(Settings):
     paper_name: str = ""
     description: str = ""
     differences: str = ""
+    synthesis_init: Literal["noise", "test_image"] = Field(
+        "noise",
+        description="where synthesis starts under init=auto: noise, or test_image for a model whose input "
+        "gradient leads nowhere from uniform noise (the JEM)",
+    )
     train: TrainOptions = Field(default_factory=TrainOptions)
 
     @field_validator("dataset")
@@ -159,8 +164,10 @@ class SynthesizeSettings(Settings):
     retry_lookahead: bool = Field(
         True, description="a retry also runs later attempts' seeds while the batch stays small"
     )
-    init: Literal["noise", "test_image"] = Field(
-        "noise", description="noise (uniform) | test_image (random test images)"
+    init: Literal["auto", "noise", "test_image"] = Field(
+        "auto",
+        description="auto (noise, unless a model declares synthesis_init: test_image) | noise (uniform) | "
+        "test_image (random test images)",
     )
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
     synthesis: SynthesisOptions = Field(default_factory=SynthesisOptions)
@@ -176,6 +183,14 @@ class SynthesizeSettings(Settings):
     @model_validator(mode="after")
     def _a_pair(self) -> SynthesizeSettings:
         return _check_pair(self)
+
+    @property
+    def start(self) -> Literal["noise", "test_image"]:
+        """The initialisation this run uses: ``init`` itself, or under ``auto`` what the models declare."""
+        if self.init != "auto":
+            return self.init
+        declared = {self.model_a.synthesis_init, self.model_b.synthesis_init}
+        return "test_image" if "test_image" in declared else "noise"
 
 
 class RankNaturalSettings(Settings):

@@ -130,6 +130,21 @@ def test_a_jem_checkpoint_synthesizes_byte_identical_images_with_the_same_seed(t
     assert torch.equal(runs[0].images, runs[1].images) and torch.equal(runs[0].hard, runs[1].hard)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "start"),
+    [
+        (["model_a=jem", "model_b=wrn"], "test_image"),  # the JEM declares it needs a data start
+        (["model_a=wrn", "model_b=jem"], "test_image"),
+        (["model_a=vgg16", "model_b=wrn"], "noise"),  # the paper's start for everyone else
+        (["model_a=jem", "model_b=wrn", "init=noise"], "noise"),  # an explicit init always wins
+        (["model_a=vgg16", "model_b=wrn", "init=test_image"], "test_image"),
+    ],
+)
+def test_init_auto_starts_from_test_images_only_where_a_model_declares_it(overrides, start):
+    from testkit import settings_for
+
+    assert settings_for("synthesize", overrides).start == start
+
 # --- KDE on CIFAR-shaped data ------------------------------------------------------------------
 
 

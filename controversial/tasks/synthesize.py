@@ -53,7 +53,7 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
         "checkpoint_b_sha256": _sha256(Path(cfg.model_b.checkpoint)),
         "seed": cfg.seed,
         "seeds_per_cell": cfg.seeds_per_cell,
-        "init": cfg.init,
+        "init": cfg.start,
         "synthesis": cfg.synthesis.model_dump(),
         "optimizer": cfg.optimizer.model_dump(by_alias=True),
     }
@@ -169,7 +169,7 @@ def _synthesize_pair(
             continue
         attempts = f"{attempt + 1}" if last_attempt == attempt else f"{attempt + 1}-{last_attempt + 1}"
         elements = [Element(a, b, seed) for (a, b), seed in work]
-        initial, inits = _initial_images(elements, info.image_shape, cfg.init, info.name, cfg.data)
+        initial, inits = _initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data)
         targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
         bar = Progress(
             settings.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress
