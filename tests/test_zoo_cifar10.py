@@ -145,6 +145,7 @@ def test_init_auto_starts_from_test_images_only_where_a_model_declares_it(overri
 
     assert settings_for("synthesize", overrides).start == start
 
+
 # --- KDE on CIFAR-shaped data ------------------------------------------------------------------
 
 
