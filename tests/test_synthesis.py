@@ -60,6 +60,24 @@ def test_stop_score_freezes_elements_that_are_already_good_enough(tiny_pair):
     assert result.steps.tolist() == [1, 1, 1, 1]
 
 
+def test_stall_rule_stops_elements_whose_hard_score_stops_rising_and_only_those(tiny_pair):
+    targets, initial = _problem(4)
+    never_quiet = dict(stop_score=None, tolerance_levels=0.0, patience=10_000)
+    # A gain no score can make: every element stops stall_steps after step 0 (its first best).
+    result = synthesize_batch(
+        tiny_pair, targets, initial, SynthesisSettings(max_steps=50, stall_steps=7, stall_gain=1.0, **never_quiet)
+    )
+    assert result.stalled.all() and not result.converged.any() and result.steps.tolist() == [8, 8, 8, 8]
+    # The default gain: elements climb well past stall_steps, stop once they plateau, and lose little.
+    free = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(max_steps=60, **never_quiet))
+    ruled = synthesize_batch(
+        tiny_pair, targets, initial, SynthesisSettings(max_steps=60, stall_steps=10, **never_quiet)
+    )
+    assert not free.stalled.any() and (free.steps == 60).all()
+    assert ruled.stalled.all() and (ruled.steps > 30).all() and (ruled.steps < 60).all()  # measured: 46-56
+    assert (free.hard - ruled.hard).abs().max() < 0.02  # measured: at most 0.005
+
+
 class _NaNWhenMarked(nn.Module):
     """Returns NaN logits for images whose top-left pixel is bright: a model that blows up."""
 

@@ -10,6 +10,10 @@ Optionally (``stop_score``), an element also stops once the hard score of its cu
 reaches a level comfortably above the acceptance threshold: the paper's convergence rule rarely
 fires within 1000 Adam steps, and this cuts synthesis time several-fold on a CPU. Set it to None
 for the published procedure.
+
+Optionally (``stall_steps``), an element also stops once its hard score has not risen by
+``stall_gain`` above its best for that many steps: a cell stuck in a poor local optimum is better
+retried from a new start (the task's next attempt) than run on to ``max_steps``.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ class SynthesisSettings:
     tolerance_levels: float = 0.5  # a quiet step moves no pixel by more than this many 8-bit levels
     threshold: float = 0.75  # acceptance: hard score of the 8-bit image
     stop_score: float | None = 0.9  # freeze an element once its current hard score reaches this (None: never)
+    stall_steps: int | None = None  # freeze an element whose hard score has not gained stall_gain for this many steps
+    stall_gain: float = 0.01
     parametrization: str = "pixel"
     fourier_decay: float = 1.0
     jitter: int = 0
@@ -61,6 +67,7 @@ class BatchResult:
     probabilities: torch.Tensor
     steps: torch.Tensor
     converged: torch.Tensor
+    stalled: torch.Tensor  # stopped by the stall rule (``stall_steps``)
     failures: list[str]  # "" when the element finished normally
     model_seconds: float
     total_seconds: float
@@ -114,6 +121,9 @@ def synthesize_batch(
     best_smooth = torch.full((n,), -torch.inf, device=device)
     steps = torch.zeros(n, dtype=torch.long, device=device)
     converged = torch.zeros(n, dtype=torch.bool, device=device)
+    stalled = torch.zeros(n, dtype=torch.bool, device=device)
+    best_hard = torch.full((n,), -torch.inf, device=device)
+    last_gain = torch.zeros(n, dtype=torch.long, device=device)  # step at which best_hard last rose by stall_gain
     failures = [""] * n
     # The optimisation state holds the active elements only, so a step costs what its live batch
     # costs: ``rows`` maps them to the batch, ``params`` and the optimiser state are compacted as
@@ -157,7 +167,14 @@ def synthesize_batch(
             reached = (
                 current_hard >= settings.stop_score if settings.stop_score is not None else torch.zeros_like(finite)
             )
-            keep = ~(newly_converged | reached | ~finite)
+            gained = current_hard >= best_hard[rows] + settings.stall_gain
+            best_hard[rows[gained]] = current_hard[gained]
+            last_gain[rows[gained]] = step
+            newly_stalled = torch.zeros_like(finite)
+            if settings.stall_steps is not None:
+                newly_stalled = ~newly_converged & ~reached & (step - last_gain[rows] >= settings.stall_steps)
+                stalled[rows[newly_stalled]] = True
+            keep = ~(newly_converged | reached | newly_stalled | ~finite)
             if not bool(keep.all()):
                 rows, previous, quiet_steps = rows[keep], previous[keep], quiet_steps[keep]
                 params, optimizer = _compact(params, optimizer, settings.optimizer, keep)
@@ -174,7 +191,16 @@ def synthesize_batch(
     for index in torch.nonzero(never_finite).squeeze(1).tolist():
         failures[index] = failures[index] or "no finite score during optimisation"
     return BatchResult(
-        final, hard, smooth, probabilities, steps, converged, failures, model_seconds, time.perf_counter() - start_time
+        final,
+        hard,
+        smooth,
+        probabilities,
+        steps,
+        converged,
+        stalled,
+        failures,
+        model_seconds,
+        time.perf_counter() - start_time,
     )
 
 

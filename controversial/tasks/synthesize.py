@@ -234,12 +234,13 @@ def _synthesize_pair(
             step=global_step,
         )
         log.info(
-            "attempt %s: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward)",
+            "attempt %s: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward%s)",
             attempts,
             n_accepted,
             len(pairs),
             result.total_seconds,
             100 * result.model_seconds / max(result.total_seconds, 1e-9),
+            f"; {int(result.stalled.sum())} image(s) stopped as stalled" if bool(result.stalled.any()) else "",
         )
 
     grid_path = out_dir / "grid.png"
