@@ -178,6 +178,14 @@ def test_a_run_dir_recorded_with_synthesis_alpha_resumes_as_sharpness(tmp_path):
     runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {"sharpness": 1.0, "threshold": 0.75}})
 
 
+def test_a_run_dir_recorded_before_the_stall_rule_resumes_without_it_only(tmp_path):
+    (tmp_path / runstate.SETTINGS_NAME).write_text('{"seed": 0, "synthesis": {"threshold": 0.75}}')
+    without = {"seed": 0, "synthesis": {"threshold": 0.75, "stall_steps": None, "stall_gain": 0.01}}
+    runstate.check_run_settings(tmp_path, without)
+    with pytest.raises(UserError, match="stall_steps': 50"):
+        runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {**without["synthesis"], "stall_steps": 50}})
+
+
 def test_the_run_dir_lock_excludes_a_second_writer(tmp_path):
     with runstate.exclusive_run_dir(tmp_path):
         fd = os.open(tmp_path / runstate.LOCK_NAME, os.O_RDWR)

@@ -72,8 +72,8 @@ def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
         synthesis = previous.get("synthesis", {})
         if "alpha" in synthesis:  # recorded before synthesis.alpha was renamed to synthesis.sharpness
             synthesis["sharpness"] = synthesis.pop("alpha")
-        if "stall_steps" not in synthesis:  # recorded before the stall rule existed: runs without it
-            synthesis.update(stall_steps=None, stall_gain=0.01)
+        if "stall_steps" in current.get("synthesis", {}) and "stall_steps" not in synthesis:
+            synthesis.update(stall_steps=None, stall_gain=0.01)  # recorded before the stall rule: runs without it
         if previous != current:
             changed = sorted(k for k in previous.keys() | current.keys() if previous.get(k) != current.get(k))
             details = "; ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
