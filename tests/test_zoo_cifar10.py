@@ -158,6 +158,10 @@ def test_a_cells_test_image_start_depends_on_its_pair_seed_and_classes_and_nothi
         _start_seed(Element(3, 5, seed=1), ("vgg16", "jem")),
     ]
     assert len({_start_seed(cell, ("vgg16", "jem")), *others}) == 5
+    # Every cell of a pair gets its own photo (torch's generator keeps only the seed's low 32 bits).
+    seeds = [_start_seed(Element(a, b, seed=0), ("vgg16", "jem")) for a in range(10) for b in range(10) if a != b]
+    picks = {int(torch.randint(10_000, (1,), generator=torch.Generator().manual_seed(s))) for s in seeds}
+    assert len(picks) >= 85
 
 
 # --- KDE on CIFAR-shaped data ------------------------------------------------------------------

@@ -70,10 +70,11 @@ class Element:
 
 
 def _start_seed(element: Element, pair_names: tuple[str, str]) -> int:
-    """The seed of a cell's test-image start: its seed and classes, and the model pair, so that one cell
-    starts from different photos in different pairs (a study would otherwise show near-duplicates)."""
-    pair = zlib.crc32("\0".join(pair_names).encode())
-    return (element.seed * 100 + element.class_a * 10 + element.class_b) * 2**32 + pair
+    """The seed of a cell's test-image start: its seed, its classes and the model pair, so that one cell
+    starts from different photos in different pairs (a study would otherwise show near-duplicates).
+    A 32-bit hash, because torch's CPU generator keeps only the low 32 bits of a seed."""
+    key = f"{element.seed}:{element.class_a}:{element.class_b}:{pair_names[0]}:{pair_names[1]}"
+    return zlib.crc32(key.encode())
 
 
 def _initial_images(
