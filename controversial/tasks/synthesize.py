@@ -15,6 +15,7 @@ import hashlib
 import logging
 import statistics
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,8 +69,21 @@ class Element:
     seed: int
 
 
+def _start_seed(element: Element, pair_names: tuple[str, str]) -> int:
+    """The seed of a cell's test-image start: its seed, its classes and the model pair, so that one cell
+    starts from different photos in different pairs (a study would otherwise show near-duplicates).
+    A 32-bit hash, because torch's CPU generator keeps only the low 32 bits of a seed."""
+    key = f"{element.seed}:{element.class_a}:{element.class_b}:{pair_names[0]}:{pair_names[1]}"
+    return zlib.crc32(key.encode())
+
+
 def _initial_images(
-    elements: list[Element], shape: tuple[int, int, int], init: str, dataset: str, data_cfg: DataSettings
+    elements: list[Element],
+    shape: tuple[int, int, int],
+    init: str,
+    dataset: str,
+    data_cfg: DataSettings,
+    pair_names: tuple[str, str],
 ) -> tuple[torch.Tensor, list[str]]:
     if init == "noise":
         return noise_images([(c.class_a, c.class_b) for c in elements], [c.seed for c in elements], shape), [
@@ -78,13 +92,7 @@ def _initial_images(
     if init == "test_image":
         images, _ = load_uint8(dataset, "test", data_cfg.root, data_cfg.download)
         picks = [
-            int(
-                torch.randint(
-                    len(images),
-                    (1,),
-                    generator=torch.Generator().manual_seed(c.seed * 100 + c.class_a * 10 + c.class_b),
-                )
-            )
+            int(torch.randint(len(images), (1,), generator=torch.Generator().manual_seed(_start_seed(c, pair_names))))
             for c in elements
         ]
         return images[picks].float() / 255, [f"test_image:{i}" for i in picks]
@@ -169,7 +177,7 @@ def _synthesize_pair(
             continue
         attempts = f"{attempt + 1}" if last_attempt == attempt else f"{attempt + 1}-{last_attempt + 1}"
         elements = [Element(a, b, seed) for (a, b), seed in work]
-        initial, inits = _initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data)
+        initial, inits = _initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data, (name_a, name_b))
         targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
         bar = Progress(
             settings.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress
