@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import hydra
+import yaml
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
@@ -55,6 +56,7 @@ INPUT_ERRORS = (
     IsADirectoryError,
     PermissionError,
     UnicodeError,
+    yaml.YAMLError,  # a hand-edited config file; the message names the file, line and column
 )
 
 
@@ -98,6 +100,8 @@ def error_message(error: BaseException) -> str:
             text += ": " + str(error.__cause__).splitlines()[0]
     elif isinstance(error, OSError) and error.filename and str(error.filename) not in str(error.strerror or ""):
         text = f"{error.strerror or error}: {error.filename}"
+    elif isinstance(error, yaml.YAMLError):
+        text = f"malformed YAML (quote a value that contains ': '): {error}"
     elif isinstance(error, OmegaConfBaseException) and "Missing mandatory value: " in str(error):
         key = str(error).split("Missing mandatory value: ")[-1].split()[0].rstrip(",")
         text = f"{key} is required: pass {key}=..."

@@ -149,9 +149,12 @@ class SynthesisOptions(Settings):
     threshold: Probability = Field(0.75, description="accept when the hard score of the 8-bit image reaches this")
     stop_score: Probability | None = Field(0.9, description="stop an image early at this hard score; null: never")
     stall_steps: Count | None = Field(
-        None, description="stop an image whose hard score has not gained stall_gain in this many steps; null: never"
+        None, description="stop an image whose watched score has not gained stall_gain in this many steps; null: never"
     )
-    stall_gain: Probability = Field(0.01, description="the gain in hard score that resets the stall count")
+    stall_gain: float = Field(0.01, gt=0, description="the gain in the watched score that resets the stall count")
+    stall_on: Literal["hard", "smooth"] = Field(
+        "hard", description="the watched score: hard (Eq. 2, a probability) | smooth (Eq. 4, in logit units)"
+    )
     parametrization: Literal["pixel", "fourier"] = Field(
         "pixel", description="pixel (sigmoid) | fourier (decorrelated)"
     )

@@ -13,12 +13,13 @@ import typing
 from pathlib import Path
 
 import pytest
+import yaml
 from annotated_types import Ge, Gt, Le, Lt
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ValidationError
 from testkit import settings_for
 
-from controversial.cli import command_line, describe_validation_error
+from controversial.cli import command_line, describe_validation_error, report
 from controversial.help import _annotated_metadata, _model_field
 from controversial.records.manifest import MANIFEST_COLUMNS, ManifestRow, write_manifest
 from controversial.records.responses import HUMAN_COLUMNS
@@ -268,3 +269,13 @@ def test_train_device_is_cpu_or_cuda():
     with pytest.raises(ValidationError) as refused:
         settings_for("train", ["device=mps"])
     assert "device=mps: 'mps' is not one of: cpu, cuda" in describe_validation_error(refused.value)
+
+
+def test_a_malformed_config_file_is_a_user_error_naming_the_file_and_line(tmp_path, capsys):
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\ndescription: trained this way: badly\n")
+    with pytest.raises(yaml.YAMLError) as caught:
+        yaml.safe_load(path.open())
+    assert report(caught.value, "train") == 2
+    message = capsys.readouterr().err
+    assert message.startswith("error: malformed YAML") and "mine.yaml" in message and "line 2" in message

@@ -1,6 +1,7 @@
 """Sweeps: unordered model pairs, launcher configs, and resumable run dirs (incl. kill -9)."""
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -184,6 +185,14 @@ def test_a_run_dir_recorded_before_the_stall_rule_resumes_without_it_only(tmp_pa
     runstate.check_run_settings(tmp_path, without)
     with pytest.raises(UserError, match="stall_steps': 50"):
         runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {**without["synthesis"], "stall_steps": 50}})
+
+
+def test_a_run_dir_recorded_before_stall_on_resumes_watching_the_hard_score_only(tmp_path):
+    recorded = {"seed": 0, "synthesis": {"threshold": 0.75, "stall_steps": 50, "stall_gain": 0.01}}
+    (tmp_path / runstate.SETTINGS_NAME).write_text(json.dumps(recorded))
+    runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {**recorded["synthesis"], "stall_on": "hard"}})
+    with pytest.raises(UserError, match="stall_on"):
+        runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {**recorded["synthesis"], "stall_on": "smooth"}})
 
 
 def test_the_run_dir_lock_excludes_a_second_writer(tmp_path):

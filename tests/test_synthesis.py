@@ -78,6 +78,27 @@ def test_stall_rule_stops_elements_whose_hard_score_stops_rising_and_only_those(
     assert (free.hard - ruled.hard).abs().max() < 0.02  # measured: at most 0.005
 
 
+def test_stall_rule_on_the_smooth_score_follows_the_objective_not_the_probability(tiny_pair):
+    targets, initial = _problem(4)
+    never_quiet = dict(stop_score=None, tolerance_levels=0.0, patience=10_000, max_steps=60)
+    impossible = synthesize_batch(
+        tiny_pair, targets, initial, SynthesisSettings(stall_steps=7, stall_gain=1e6, stall_on="smooth", **never_quiet)
+    )
+    assert impossible.stalled.all() and impossible.steps.tolist() == [8, 8, 8, 8]
+    # Past a hard score of about 0.9 the probabilities saturate but the logits (the smooth score) keep rising:
+    # the hard watch stops every element (measured: 34-37 steps), the smooth watch none.
+    on_hard, on_smooth = (
+        synthesize_batch(
+            tiny_pair, targets, initial, SynthesisSettings(stall_steps=10, stall_gain=0.05, stall_on=on, **never_quiet)
+        )
+        for on in ("hard", "smooth")
+    )
+    assert on_hard.stalled.all() and (on_hard.steps < 45).all()
+    assert not on_smooth.stalled.any() and (on_smooth.steps == 60).all()
+    with pytest.raises(ValueError, match="stall_on"):
+        synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(stall_steps=10, stall_on="soft"))
+
+
 class _NaNWhenMarked(nn.Module):
     """Returns NaN logits for images whose top-left pixel is bright: a model that blows up."""
 

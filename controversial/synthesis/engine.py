@@ -11,9 +11,11 @@ reaches a level comfortably above the acceptance threshold: the paper's converge
 fires within 1000 Adam steps, and this cuts synthesis time several-fold on a CPU. Set it to None
 for the published procedure.
 
-Optionally (``stall_steps``), an element also stops once its hard score has not risen by
-``stall_gain`` above its best for that many steps: a cell stuck in a poor local optimum is better
-retried from a new start (the task's next attempt) than run on to ``max_steps``.
+Optionally (``stall_steps``), an element also stops once its watched score (``stall_on``: the hard
+score, or the smooth objective) has not risen by ``stall_gain`` above its best for that many steps:
+a cell stuck in a poor local optimum is better retried from a new start (the task's next attempt)
+than run on to ``max_steps``. The smooth score suits starts far from the data (noise), where the
+hard score sits near zero for tens of steps while the objective is still climbing.
 """
 
 from __future__ import annotations
@@ -49,8 +51,9 @@ class SynthesisSettings:
     tolerance_levels: float = 0.5  # a quiet step moves no pixel by more than this many 8-bit levels
     threshold: float = 0.75  # acceptance: hard score of the 8-bit image
     stop_score: float | None = 0.9  # freeze an element once its current hard score reaches this (None: never)
-    stall_steps: int | None = None  # freeze an element whose hard score has not gained stall_gain for this many steps
+    stall_steps: int | None = None  # freeze an element whose watched score has not gained stall_gain for this many steps
     stall_gain: float = 0.01
+    stall_on: str = "hard"  # the watched score: hard (a probability) | smooth (the objective, in logit units)
     parametrization: str = "pixel"
     fourier_decay: float = 1.0
     jitter: int = 0
@@ -122,8 +125,10 @@ def synthesize_batch(
     steps = torch.zeros(n, dtype=torch.long, device=device)
     converged = torch.zeros(n, dtype=torch.bool, device=device)
     stalled = torch.zeros(n, dtype=torch.bool, device=device)
-    best_hard = torch.full((n,), -torch.inf, device=device)
-    last_gain = torch.zeros(n, dtype=torch.long, device=device)  # step at which best_hard last rose by stall_gain
+    if settings.stall_on not in ("hard", "smooth"):
+        raise ValueError(f"stall_on must be 'hard' or 'smooth', got {settings.stall_on!r}")
+    best_watched = torch.full((n,), -torch.inf, device=device)
+    last_gain = torch.zeros(n, dtype=torch.long, device=device)  # step at which best_watched last rose by stall_gain
     failures = [""] * n
     # The optimisation state holds the active elements only, so a step costs what its live batch
     # costs: ``rows`` maps them to the batch, ``params`` and the optimiser state are compacted as
@@ -167,8 +172,9 @@ def synthesize_batch(
             reached = (
                 current_hard >= settings.stop_score if settings.stop_score is not None else torch.zeros_like(finite)
             )
-            gained = current_hard >= best_hard[rows] + settings.stall_gain
-            best_hard[rows[gained]] = current_hard[gained]
+            watched = current_hard if settings.stall_on == "hard" else objective.detach()
+            gained = finite & (watched >= best_watched[rows] + settings.stall_gain)
+            best_watched[rows[gained]] = watched[gained]
             last_gain[rows[gained]] = step
             newly_stalled = torch.zeros_like(finite)
             if settings.stall_steps is not None:

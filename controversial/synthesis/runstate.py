@@ -59,6 +59,10 @@ def remove_stale_temp_files(run_dir: Path) -> list[Path]:
     return stale
 
 
+# Synthesis settings added after runs were recorded, with the value those runs had in effect.
+ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {"stall_steps": None, "stall_gain": 0.01, "stall_on": "hard"}
+
+
 def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
     """Record the result-relevant settings, or refuse to resume a dir made with different ones.
 
@@ -72,8 +76,9 @@ def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
         synthesis = previous.get("synthesis", {})
         if "alpha" in synthesis:  # recorded before synthesis.alpha was renamed to synthesis.sharpness
             synthesis["sharpness"] = synthesis.pop("alpha")
-        if "stall_steps" in current.get("synthesis", {}) and "stall_steps" not in synthesis:
-            synthesis.update(stall_steps=None, stall_gain=0.01)  # recorded before the stall rule: runs without it
+        for key, value in ADDED_SYNTHESIS_DEFAULTS.items():  # recorded before the key existed: it had this value
+            if key in current.get("synthesis", {}) and key not in synthesis:
+                synthesis[key] = value
         if previous != current:
             changed = sorted(k for k in previous.keys() | current.keys() if previous.get(k) != current.get(k))
             details = "; ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
