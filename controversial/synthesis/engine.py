@@ -51,7 +51,7 @@ class SynthesisSettings:
     tolerance_levels: float = 0.5  # a quiet step moves no pixel by more than this many 8-bit levels
     threshold: float = 0.75  # acceptance: hard score of the 8-bit image
     stop_score: float | None = 0.9  # freeze an element once its current hard score reaches this (None: never)
-    stall_steps: int | None = None  # freeze an element whose watched score has not gained stall_gain for this many steps
+    stall_steps: int | None = None  # freeze an element whose watched score gains < stall_gain in this many steps
     stall_gain: float = 0.01
     stall_on: str = "hard"  # the watched score: hard (a probability) | smooth (the objective, in logit units)
     parametrization: str = "pixel"
