@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # this checkout's package, not whichever one is installed
 sys.path.insert(0, str(ROOT / "tests"))
 
-from controversial.data import dataset_info  # noqa: E402
+from controversial.datasets import dataset_info  # noqa: E402
 from controversial.zoo.readout import CalibratedModel  # noqa: E402
 from controversial.synthesis.engine import (  # noqa: E402
     BatchResult,

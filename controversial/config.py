@@ -15,7 +15,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from controversial.zoo.training import TrainSettings, training_method
+from controversial.zoo.train_settings import TrainSettings
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
@@ -50,6 +50,9 @@ def model_config_files(conf_dir: Path = CONF_DIR) -> list[Path]:
 
 def load_model_config(path: Path):
     """A model YAML merged onto the schema; a wrong key or type (``train.extra`` included) names the file."""
+    # Imported here, not at the top: the registry needs torch, and the study server reads conf/ without it.
+    from controversial.zoo.training import training_method
+
     try:
         node = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path))
         training_method(node.train.method).options(node.train.extra)

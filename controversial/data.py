@@ -13,13 +13,13 @@ import hashlib
 import io
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
+from controversial.datasets import DATASETS, dataset_info
 from controversial.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -29,33 +29,8 @@ CACHE_DIR_ENV = "CONTROVERSIAL_CACHE_DIR"  # where decoded image folders are cac
 SPLITS = ("train", "test")
 
 
-@dataclass(frozen=True)
-class DatasetInfo:
-    name: str
-    image_shape: tuple[int, int, int]
-    class_names: tuple[str, ...]
-    display_name: str
-
-
-DATASETS: dict[str, DatasetInfo] = {
-    "mnist": DatasetInfo("mnist", (1, 28, 28), tuple(str(d) for d in range(10)), "MNIST"),
-    "cifar10": DatasetInfo(
-        "cifar10",
-        (3, 32, 32),
-        ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
-        "CIFAR10",
-    ),
-}
-
-
 class DatasetNotFoundError(UserError, FileNotFoundError):
     """Raised with the list of places searched and the ways to point the project at the data."""
-
-
-def dataset_info(name: str) -> DatasetInfo:
-    if name not in DATASETS:
-        raise ValueError(f"unknown dataset '{name}'; known: {', '.join(DATASETS)}")
-    return DATASETS[name]
 
 
 def resolve_data_root(root: str | os.PathLike | None = None) -> Path:

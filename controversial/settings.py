@@ -16,11 +16,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from controversial.data import DATASETS
+from controversial.datasets import DATASETS
 from controversial.records.names import Scheme
 from controversial.synthesis.stimuli import Inversion
-from controversial.zoo.readout import CALIBRATION_METHODS
-from controversial.zoo.training import AUGMENTATIONS, TRAINING_METHODS, TrainSettings
+from controversial.zoo.train_settings import AUGMENTATION_NAMES, CALIBRATION_METHODS, TrainSettings
 
 Probability = Annotated[float, Field(gt=0, le=1)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
@@ -54,25 +53,29 @@ class ModelDataSettings(Settings):
 
 
 class TrainOptions(Settings):
-    method: str = Field("supervised", description=f"training method: {', '.join(TRAINING_METHODS)}")
+    method: str = Field("supervised", description="training method (a key of zoo.training.TRAINING_METHODS)")
     epochs: int = Field(3, ge=0, description="passes over the training set (0: methods without epochs)")
     batch_size: Count = Field(128, description="images per optimisation step")
     lr: float = Field(1e-3, gt=0, description="learning rate")
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay")
     seed: Seed = 0
     max_shift: int = Field(0, ge=0, description="random translation augmentation, in pixels")
-    augment: str = Field("shift", description=f"how max_shift is applied: {', '.join(AUGMENTATIONS)}")
+    augment: str = Field("shift", description=f"how max_shift is applied: {', '.join(AUGMENTATION_NAMES)}")
     extra: dict[str, Any] = Field(default_factory=dict, description="method-specific settings")
 
     @field_validator("method")
     @classmethod
     def _known_method(cls, value: str) -> str:
+        # Imported here, not at the top: the registry needs torch (and families may add to it), while
+        # commands that never train or load a model (the study server) read these settings too.
+        from controversial.zoo.training import TRAINING_METHODS
+
         return _one_of(value, TRAINING_METHODS)
 
     @field_validator("augment")
     @classmethod
     def _known_augment(cls, value: str) -> str:
-        return _one_of(value, AUGMENTATIONS)
+        return _one_of(value, AUGMENTATION_NAMES)
 
     def typed(self) -> TrainSettings:
         return TrainSettings(**self.model_dump())

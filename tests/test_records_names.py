@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from controversial.data import DATASETS
+from controversial.datasets import DATASETS
 from controversial.records.names import (
     PNAS_MODELS,
     StimulusNameError,

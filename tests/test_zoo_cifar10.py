@@ -296,3 +296,14 @@ def test_bundled_robust_models_resist_their_attack_and_the_standard_model_does_n
 
     assert robust_accuracy(name) >= 0.3
     assert robust_accuracy("wrn") <= 0.1
+
+
+def test_settings_validate_against_the_names_the_implementations_use() -> None:
+    """The torch-free name lists that settings check must match what training and calibration implement."""
+    from controversial.zoo.readout import fit_calibration
+    from controversial.zoo.train_settings import AUGMENTATION_NAMES, CALIBRATION_METHODS
+
+    assert tuple(AUGMENTATIONS) == AUGMENTATION_NAMES
+    logits, labels = torch.randn(40, 10), torch.arange(40) % 10
+    for method in CALIBRATION_METHODS:
+        assert fit_calibration(method, logits, labels).method == method

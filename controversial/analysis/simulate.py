@@ -17,7 +17,7 @@ import numpy as np
 
 from controversial.records.responses import RATING_SCALE, write_human_ratings, write_model_responses
 from controversial.analysis.study import Stimulus
-from controversial.data import DATASETS
+from controversial.datasets import DATASETS
 from controversial.records.names import natural_filename, stimulus_filename
 
 CLASS_NAMES: dict[str, tuple[str, ...]] = {info.display_name: info.class_names for info in DATASETS.values()}

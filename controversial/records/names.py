@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
-from controversial.data import DATASETS
+from controversial.datasets import DATASETS
 
 Scheme = Literal["project", "pnas2020"]
 SCHEMES: tuple[str, ...] = ("project", "pnas2020")

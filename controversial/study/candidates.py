@@ -11,7 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
-from controversial.data import dataset_info
+from controversial.datasets import dataset_info
 from controversial.records.names import natural_filename
 from controversial.analysis.study import NATURAL
 from controversial.study.design import Pool

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 from PIL import Image
 
-from controversial.data import dataset_info
+from controversial.datasets import dataset_info
 from controversial.records.names import natural_filename
 from controversial.records.study import KeyEntry, TrialSpec
 from controversial.study.bundle import BundleError, StudySpec, write_bundle

@@ -10,7 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
-from controversial.data import dataset_info, load_uint8
+from controversial.data import load_uint8
+from controversial.datasets import dataset_info
 from controversial.progress import Progress
 from controversial.settings import Invocation, RankNaturalSettings
 from controversial.synthesis.engine import ordered_class_pairs

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from controversial.data import dataset_info, load_uint8
+from controversial.data import load_uint8
+from controversial.datasets import dataset_info
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename

@@ -15,7 +15,7 @@ from torch import nn
 
 from controversial import __version__
 from controversial.atomic import atomic_write_bytes
-from controversial.data import dataset_info
+from controversial.datasets import dataset_info
 from controversial.zoo.inference import fold_batch_norms, use_preferred_memory_format
 from controversial.zoo.readout import Calibration, CalibratedModel
 from controversial.zoo.registry import arch_spec

@@ -26,7 +26,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -40,9 +40,7 @@ from torch.optim.swa_utils import update_bn
 from controversial.zoo.archs.jem import energy_of_logits, langevin
 from controversial.zoo.attacks import NORMS, ball_start, module_device, per_image_norm, pgd_accuracy, project
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
-
-if TYPE_CHECKING:
-    from controversial.zoo.training import TrainSettings
+from controversial.zoo.train_settings import TrainSettings
 
 
 Progress = Callable[[str], None]

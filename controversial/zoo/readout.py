@@ -14,8 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from controversial.zoo.protocol import StatefulNet
-
-CALIBRATION_METHODS = ("cross_entropy", "median")
+from controversial.zoo.train_settings import CALIBRATION_METHODS
 
 
 @dataclass(frozen=True)

@@ -24,22 +24,10 @@ from torch import nn
 from controversial.zoo.fast_training import FastRecipe, batch_augment, train_fast
 from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import IDENTITY, Calibration, fit_calibration, sigmoid_nll
+from controversial.zoo.train_settings import TrainSettings
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainSettings:
-    method: str = "supervised"  # a key of TRAINING_METHODS
-    epochs: int = 3
-    batch_size: int = 128
-    lr: float = 1e-3
-    weight_decay: float = 0.0
-    seed: int = 0
-    max_shift: int = 0  # random translation augmentation, in pixels
-    augment: str = "shift"  # a key of AUGMENTATIONS: how max_shift is applied
-    extra: dict[str, Any] = field(default_factory=dict)  # method-specific: the method's ``extra`` schema
 
 
 Progress = Callable[[str], None]

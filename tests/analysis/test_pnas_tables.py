@@ -10,7 +10,7 @@ import pytest
 
 from controversial.records.csvfile import InputError
 from controversial.records.responses import HUMAN_COLUMNS, MODEL_COLUMNS, replication
-from controversial.data import DATASETS
+from controversial.datasets import DATASETS
 
 from test_analyze_task import SMALL, run_analyze
 

@@ -1,0 +1,34 @@
+"""The datasets the models are trained on, as plain data: names, image shapes and class names.
+
+Kept apart from ``controversial.data`` (which loads the images with torch) so that commands that only
+need the names, such as the study server, start without importing torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    image_shape: tuple[int, int, int]
+    class_names: tuple[str, ...]
+    display_name: str
+
+
+DATASETS: dict[str, DatasetInfo] = {
+    "mnist": DatasetInfo("mnist", (1, 28, 28), tuple(str(d) for d in range(10)), "MNIST"),
+    "cifar10": DatasetInfo(
+        "cifar10",
+        (3, 32, 32),
+        ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+        "CIFAR10",
+    ),
+}
+
+
+def dataset_info(name: str) -> DatasetInfo:
+    if name not in DATASETS:
+        raise ValueError(f"unknown dataset '{name}'; known: {', '.join(DATASETS)}")
+    return DATASETS[name]
