@@ -111,6 +111,12 @@ def _configure_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def is_in_memory(url: str) -> bool:
+    """A SQLite database that lives in one process's memory (``sqlite://``, ``sqlite:///:memory:``)."""
+    parsed = make_url(url)
+    return parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:")
+
+
 def make_engine(url: str) -> Engine:
     """An engine for ``url`` with the schema created; SQLite gets the durability settings above."""
     parsed = make_url(url)

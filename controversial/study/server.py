@@ -35,7 +35,6 @@ from sqlalchemy import Connection, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from controversial.records.csvfile import csv_chunks
 from controversial.study.admin_token import check_admin_token
 from controversial.study.answers import NewAnswer, answering_participant, store_answer
 from controversial.study.bundle import WEB_DIR, load_bundle
@@ -43,12 +42,13 @@ from controversial.study.db import (
     Participant,
     Response,
     default_database_url,
+    is_in_memory,
     make_engine,
-    make_read_engine,
     session_factory,
     token_digest,
     utcnow,
 )
+from controversial.study.export_process import ExportFailed, ExportRequest, TableExport
 from controversial.study.group_commit import GroupCommitWriter
 from controversial.study.guards import BodyLimit, RateLimiter, SecurityHeaders
 from controversial.study.order import participant_order
@@ -122,10 +122,14 @@ def create_app(settings: ServerSettings) -> FastAPI:
         check_admin_token(settings.admin_token)
     bundle = load_bundle(settings.bundle_dir)
     database_url = settings.database_url or default_database_url(bundle.root)
+    if is_in_memory(database_url):
+        raise ValueError(
+            f"database_url={database_url}: an in-memory database loses every answer when the server stops, and the "
+            "admin export (a separate process) cannot read it; use a file (the default) or a database server"
+        )
     engine = make_engine(database_url)
     sessions = session_factory(engine)
     writer = GroupCommitWriter(engine, client_errors=(HTTPException,))
-    read_sessions = session_factory(make_read_engine(database_url, engine))
     limiter = RateLimiter(settings.sessions_per_minute, settings.session_burst)
     categories = bundle.spec.categories
     allowed_ratings = set(bundle.spec.rating_levels)
@@ -412,18 +416,18 @@ def create_app(settings: ServerSettings) -> FastAPI:
             )
 
     @app.get("/admin/{name}", dependencies=[Depends(require_admin)])
-    def admin_table(name: str, include_incomplete: Annotated[bool, Query()] = False) -> StreamingResponse:
-        """Stream one export table from a read-only snapshot; participants keep writing meanwhile."""
+    async def admin_table(name: str, include_incomplete: Annotated[bool, Query()] = False) -> StreamingResponse:
+        """Stream one export table from a read-only snapshot, built in a child process (export_process.py)
+        so that participants' answers never wait for it."""
         if name not in TABLES:
             raise ApiError(404, f"no such export {name!r}; available: {', '.join(TABLES)}")
-        columns, rows = TABLES[name]
-
-        def chunks() -> Iterator[str]:
-            with read_sessions() as session, session.begin():
-                yield from csv_chunks(columns, rows(session, bundle, include_incomplete, settings.quality))
-
+        request = ExportRequest(str(bundle.root), database_url, name, include_incomplete, settings.quality)
+        try:
+            export = await TableExport.start(request)
+        except ExportFailed as error:
+            raise ApiError(500, f"export failed: {error}") from None
         return StreamingResponse(
-            chunks(),
+            export.chunks(),
             media_type="text/csv",
             headers={**_NO_STORE, "Content-Disposition": f'attachment; filename="{name}"'},
         )

@@ -17,6 +17,9 @@ from controversial.study.bundle import load_bundle
 from controversial.study.db import Base, Response
 from controversial.records.study import RESPONSE_COLUMNS
 from controversial.study.server import ServerSettings, create_app
+from controversial.study.pnas_export import TABLES
+from controversial.study.quality import QualitySettings
+from controversial.records.csvfile import csv_text
 from controversial.study.scripted_participants import instructions
 
 TOKEN = "test-admin-token-0123456789-abcdefghijkl"
@@ -274,6 +277,19 @@ def test_admin_token_is_required(client, small_bundle, tmp_path):
     with TestClient(no_admin) as other:
         reply = admin(other, "/admin/responses.csv")
         assert reply.status_code == 403 and "disabled" in reply.json()["detail"]
+
+
+def test_admin_export_from_its_child_process_equals_the_in_process_table(client, app, small_bundle):
+    finish(client, start(client, "alice"))
+    partial = start(client, "carol")
+    client.post(f"/api/sessions/{partial['token']}/responses", json=answer(partial["trials"][0]))
+    bundle = load_bundle(small_bundle)
+    for name, (columns, rows) in TABLES.items():
+        reply = admin(client, f"/admin/{name}?include_incomplete=true")
+        with app.state.sessions() as session:
+            expected = csv_text(columns, rows(session, bundle, True, QualitySettings()))
+        assert reply.status_code == 200, reply.text
+        assert reply.text == expected and expected.count("\n") > 1  # answers, not just a header
 
 
 def test_admin_export_is_pnas_format_and_readable_by_the_analysis(client, small_bundle, tmp_path):
