@@ -50,7 +50,14 @@ from controversial.analysis.separation import ReferencePanel  # noqa: E402
 from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_participants  # noqa: E402
 from controversial.study.adaptive import Batch, evidence, next_batch  # noqa: E402
 from controversial.analysis.study import NATURAL  # noqa: E402
-from controversial.study.design import DesignConstraints, Pool, check_design, select_design  # noqa: E402
+from controversial.study.design import (  # noqa: E402
+    HELD_OUT_SEED_OFFSET,
+    DesignConstraints,
+    Pool,
+    check_design,
+    design_weights,
+    select_design,
+)
 
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
 
@@ -126,7 +133,14 @@ class Study:
         key = (found.candidates, tuple(np.round([*noise.sd, *noise.gain], 1)), n2)
         if key not in self.cache:
             self.cache[key] = next_batch(
-                self.pool, self.P, found, self.args.constraints, max(n2, 2), step_fraction=0.05, max_exchanges=20
+                self.pool,
+                self.P,
+                found,
+                self.args.constraints,
+                max(n2, 2),
+                n_panel=self.args.panel,
+                step_fraction=0.05,
+                max_exchanges=20,
             ).chosen
         return self.cache[key]
 
@@ -166,6 +180,7 @@ def main() -> None:
     parser.add_argument("--adaptive-sims", type=int, default=10, help="simulated adaptive studies per count")
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--plan", type=int, default=20, help="participants the optimal design is planned for")
+    parser.add_argument("--panel", type=int, default=256, help="reference participants per truth (plan.n_panel)")
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--truths", default="all", help="comma-separated model names, or all")
     parser.add_argument("--seed", type=int, default=0)
@@ -183,7 +198,7 @@ def main() -> None:
     args.constraints = DesignConstraints(n_stimuli=820, natural_per_class=10, min_per_pair=2, class_tolerance=0.1)
     rng = np.random.default_rng(args.seed)
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
-    panel = ReferencePanel(P, pool.conditions, args.noise, 16, seed=args.seed)
+    panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed)
     optimal = select_design(pool, panel, args.constraints, args.plan, seed=args.seed)
     assert not check_design(pool, args.constraints, optimal.chosen.tolist())
     designs = {"paper": paper_design(pool, rng), "random": random_design(pool, rng), "optimal": optimal.chosen}
@@ -191,13 +206,19 @@ def main() -> None:
         f"pool: {len(pool.conditions)} candidates ({int(pool.natural.sum())} natural); optimal design in "
         f"{time.perf_counter() - start:.0f} s"
     )
+    # Every design is scored on a second panel: the optimal one was chosen to fit the first, noise included.
+    del panel
+    check = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed + HELD_OUT_SEED_OFFSET)
+    print(
+        f"  optimal: weakest expected z at {args.plan} participants {optimal.weakest:.2f} on the panel it was chosen on"
+    )
     for label, design in designs.items():
-        z = panel.separation(_weights(design, len(pool.conditions))).z(args.plan)
+        z = check.separation(design_weights(design, len(pool.conditions))).z(args.plan)
         print(
-            f"  {label}: weakest expected z at {args.plan} participants {np.nanmin(z):.2f}; "
+            f"  {label}: weakest expected z at {args.plan} participants {np.nanmin(z):.2f} on a fresh panel; "
             f"mean over truths of the truth's weakest z {np.nanmean(np.nanmin(z, axis=1)):.2f}"
         )
-    _predicted(panel, designs, names, len(pool.conditions), args)
+    _predicted(check, designs, names, len(pool.conditions), args)
     per_pair = {c: sum(pool.conditions[i] == c for i in optimal.chosen) for c in sorted(set(pool.conditions))}
     print(
         "  optimal: stimuli per condition "
@@ -250,11 +271,14 @@ def _population(
 def _predicted(panel: ReferencePanel, designs: dict, names: tuple[str, ...], n: int, args: argparse.Namespace) -> None:
     """The criterion's own prediction: participants needed for the truth to beat every rival (Sidak over 45)."""
     print()
-    print("Predicted by the criterion (no simulation): participants needed for the truth to beat every rival")
+    print(
+        "Predicted by the criterion on a fresh panel (no simulation): "
+        "participants needed for the truth to beat every rival"
+    )
     print("| truth | " + " | ".join(designs) + " |")
     print("|---|" + "---|" * len(designs))
     needed = {
-        label: panel.separation(_weights(d, n))
+        label: panel.separation(design_weights(d, n))
         .participants_needed(0.05, args.power, 45)
         .max(axis=1, where=~np.eye(len(names), dtype=bool), initial=0)
         for label, d in designs.items()
@@ -267,12 +291,6 @@ def _predicted(panel: ReferencePanel, designs: dict, names: tuple[str, ...], n: 
         )
     print("| **mean** | " + " | ".join(f"{np.mean(np.minimum(v, 1000)):.1f}" for v in needed.values()) + " |")
     print()
-
-
-def _weights(design: np.ndarray, n: int) -> np.ndarray:
-    w = np.zeros(n)
-    w[design] = 1
-    return w
 
 
 def _cell(cell: tuple[int | None, str]) -> str:

@@ -490,7 +490,9 @@ class DesignPlan(Settings):
     gain: tuple[float, float] = Field((0.7, 1.3), description="participant gain range (no pilot)")
     pilot_ratings: str | None = Field(None, description="pilot ratings (PNAS format): fit the noise model to them")
     pilot_model_responses: str | None = Field(None, description="model responses for the pilot's images")
-    n_panel: int = Field(16, ge=2, description="simulated reference participants per assumed truth")
+    n_panel: int = Field(
+        256, ge=2, description="simulated reference participants per truth (fewer: the optimiser fits their noise)"
+    )
     temperature: float = Field(0.5, gt=0, description="smooth minimum over pairs, in z units")
     max_exchanges: int = Field(200, ge=0, description="exchange steps after greedy selection")
 

@@ -90,7 +90,7 @@ def next_batch(
     found: Evidence,
     constraints: DesignConstraints,
     n_participants: int,
-    n_panel: int = 16,
+    n_panel: int = 256,
     seed: int = 0,
     **design_options: float,
 ) -> Design:

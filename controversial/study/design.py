@@ -29,6 +29,7 @@ from typing import Sequence
 import numpy as np
 
 from controversial.analysis.separation import ReferencePanel, Separation, softmin
+from controversial.analysis.simulate import ParticipantNoise
 from controversial.analysis.study import NATURAL
 from controversial.errors import UserError
 
@@ -68,6 +69,36 @@ class Design:
     n_participants: int
     objective: float  # smooth minimum of z at n_participants
     weakest: float  # the hard minimum
+
+
+def design_weights(chosen: Sequence[int] | np.ndarray, n_pool: int) -> np.ndarray:
+    """The 0/1 weight vector of a chosen set over a pool of ``n_pool`` candidates (``ReferencePanel.separation``)."""
+    weights = np.zeros(n_pool)
+    weights[np.asarray(chosen, dtype=np.int64)] = 1
+    return weights
+
+
+HELD_OUT_SEED_OFFSET = 7919  # the second panel's seed is the first's plus this: other simulated participants
+
+
+def held_out_separation(
+    chosen: Sequence[int] | np.ndarray,
+    probabilities: np.ndarray,
+    conditions: Sequence[str],
+    noise: ParticipantNoise,
+    n_panel: int,
+    truths: Sequence[int] | None = None,
+    seed: int = 0,
+) -> Separation:
+    """A chosen set's separations on a second reference panel, with other simulated participants.
+
+    The optimiser picks the set that scores best on its panel, that panel's chance fluctuations included,
+    so the set's figures on that panel flatter it, and the more the smaller the panel and the noisier the
+    participants (docs/design.md, section 6). A fresh panel predicts it as fairly as any set chosen
+    without looking at that panel.
+    """
+    check = ReferencePanel(probabilities, conditions, noise, n_panel, truths, seed + HELD_OUT_SEED_OFFSET)
+    return check.separation(design_weights(chosen, len(conditions)))
 
 
 class _Counts:

@@ -21,7 +21,7 @@ from controversial.settings import DesignPlan, DesignStudySettings, Invocation, 
 from controversial.study.adaptive import Batch, evidence
 from controversial.study.bundle import load_bundle
 from controversial.study.candidates import Candidates, build_candidates
-from controversial.study.design import Design, DesignConstraints, DesignError, select_design
+from controversial.study.design import Design, DesignConstraints, DesignError, held_out_separation, select_design
 from controversial.study.export import DEFAULT_WEB_SOURCE, check_web_texts, write_selection
 from controversial.study.selection import SelectionError, collect_sweep
 from controversial.tasks.export_study import export_settings
@@ -133,20 +133,26 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         noise, truths = found.noise.noise(), list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     panel = ReferencePanel(probabilities, candidates.pool.conditions, noise, plan.n_panel, truths, cfg.seed)
+    candidate_truths = panel.truths
     n = plan.n_participants
     design = select_design(
         candidates.pool, panel, constraints, n, plan.temperature, max_exchanges=plan.max_exchanges, seed=cfg.seed
     )
+    del panel  # its memory, before the second panel is drawn
+    predicted = held_out_separation(
+        design.chosen, probabilities, candidates.pool.conditions, noise, plan.n_panel, truths, cfg.seed
+    )
     n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
-    rows = pair_report(design.separation, names, n, plan.alpha, plan.power, n_comparisons)
+    rows = pair_report(predicted, names, n, plan.alpha, plan.power, n_comparisons)
     needed = [r["participants_needed"] for r in rows]
     summary = {
         "batch": batch,
         "criterion": "maximin expected bootstrap z over (truth, rival) pairs",
         "planned_participants": n,
-        "weakest_z": design.weakest,
+        "weakest_z": float(np.nanmin(predicted.z(n))),
+        "weakest_z_on_the_selection_panel": design.weakest,
         "noise": {"sd": list(noise.sd), "gain": list(noise.gain), "source": noise_source},
-        "candidate_truths": [names[t] for t in panel.truths],
+        "candidate_truths": [names[t] for t in candidate_truths],
         "alpha": plan.alpha,
         "power": plan.power,
         "correction": plan.correction,

@@ -9,7 +9,16 @@ import pytest
 
 from controversial.analysis.separation import ReferencePanel, softmin
 from controversial.analysis.simulate import ParticipantNoise, simulate_models
-from controversial.study.design import DesignConstraints, DesignError, Pool, check_design, select_design
+from controversial.study.design import (
+    HELD_OUT_SEED_OFFSET,
+    DesignConstraints,
+    DesignError,
+    Pool,
+    check_design,
+    design_weights,
+    held_out_separation,
+    select_design,
+)
 
 
 def pool_of(models) -> Pool:  # type: ignore[no-untyped-def]
@@ -88,3 +97,18 @@ def test_impossible_requests_fail_before_choosing(medium):
         select_design(pool, panel, DesignConstraints(n_stimuli=100, natural_per_class=5), 10)
     problems = check_design(pool, DesignConstraints(n_stimuli=3, natural_per_class=0, min_per_pair=1), [0, 0, 1])
     assert any("twice" in p for p in problems) and any("fewer than 1" in p for p in problems)
+
+
+def test_the_chosen_set_is_predicted_on_a_panel_it_was_not_chosen_on(medium):
+    """The optimiser fits its panel's noise, so the set's own figures flatter it; predictions come from a
+    second panel (other simulated participants) and differ from the selection panel's."""
+    models, pool, panel = medium
+    constraints = DesignConstraints(n_stimuli=60, natural_per_class=2, min_per_pair=3, class_tolerance=0.1)
+    design = select_design(pool, panel, constraints, 12, seed=0)
+    held_out = held_out_separation(design.chosen, models.probabilities, pool.conditions, ParticipantNoise(), 8, seed=0)
+    other = ReferencePanel(
+        models.probabilities, pool.conditions, ParticipantNoise(), n_panel=8, seed=HELD_OUT_SEED_OFFSET
+    ).separation(design_weights(design.chosen, len(pool.conditions)))
+    np.testing.assert_allclose(held_out.z(12), other.z(12))
+    assert not np.allclose(held_out.z(12), design.separation.z(12), equal_nan=True)
+    assert np.nanmin(design.separation.z(12)) == pytest.approx(design.weakest)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 import torch
 
 from controversial.study.bundle import load_bundle
@@ -47,6 +48,8 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
     report = json.loads((tmp_path / "run" / "design.json").read_text())
     assert {(r["truth"], r["rival"]) for r in report["pairs"]} == {(t, j) for t in MODELS for j in MODELS if t != j}
     assert all(np.isfinite(r["z"]) for r in report["pairs"]) and report["candidate_truths"] == list(MODELS)
+    assert report["weakest_z"] == pytest.approx(min(r["z"] for r in report["pairs"]))  # on the held-out panel
+    assert report["weakest_z_on_the_selection_panel"] != report["weakest_z"]
     assert min(report["stimuli_per_condition"][c] for c in ("abs|kde", "abs|vgg", "kde|vgg")) >= 2
     assert sorted(report["chosen"]) == sorted(e.image for e in bundle.key.values() if e.kind != "attention")
     assert (tmp_path / "run" / "design.md").read_text().startswith("# Study design, batch 1")
