@@ -114,7 +114,8 @@ def test_serve_study_export_mode_writes_the_three_files(small_bundle, tmp_path):
         rows = list(csv.reader(handle))
     assert tuple(rows[0]) == RESPONSE_COLUMNS and len(rows) == 1 + 33 * 10
     assert (tmp_path / "out" / "attention.csv").read_text().count("\n") == 1 + 2
-    participants = list(csv.DictReader((tmp_path / "out" / "participants.csv").open()))
+    with (tmp_path / "out" / "participants.csv").open() as handle:
+        participants = list(csv.DictReader(handle))
     # a script answers faster than the server's clock allows a person: flagged, by the server's clock
     assert [(p["prolific_pid"], p["status"], p["flags"]) for p in participants] == [(pid, "completed", "too_fast")]
 
