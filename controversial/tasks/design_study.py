@@ -181,7 +181,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         np.random.default_rng(cfg.seed + batch),
     )
     print(
-        f"batch {batch}: {len(chosen)} stimuli, weakest pairwise z {design.weakest:.2f} at {n} participants; "
+        f"batch {batch}: {len(chosen)} stimuli, weakest pairwise z {summary['weakest_z']:.2f} at {n} participants; "
         f"participants needed {summary['participants_needed'] or 'more than any count (stimulus variance)'} "
         f"-> {path} (report: {out / 'design.md'})"
     )
@@ -203,7 +203,8 @@ def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, ca
         f"# Study design, batch {summary['batch']}",
         "",
         f"- criterion: {summary['criterion']}; planned participants {summary['planned_participants']}; "
-        f"weakest z {summary['weakest_z']:.2f}",
+        f"weakest z {summary['weakest_z']:.2f} (predicted on a second reference panel; "
+        f"{summary['weakest_z_on_the_selection_panel']:.2f} on the panel the set was chosen on)",
         f"- noise model: sd {summary['noise']['sd']}, gain {summary['noise']['gain']} ({summary['noise']['source']})",
         f"- candidate truths: {', '.join(summary['candidate_truths'])}",
         f"- participants needed for power {summary['power']} at alpha {summary['alpha']} ({summary['correction']}): "
