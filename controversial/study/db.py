@@ -121,7 +121,7 @@ def make_engine(url: str) -> Engine:
     """An engine for ``url`` with the schema created; SQLite gets the durability settings above."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if parsed.database and parsed.database != ":memory:":
+        if not is_in_memory(url):
             Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
         # Every transaction takes SQLite's write lock, so one pooled connection loses no concurrency, and
         # threads queue on the pool (woken at once) instead of in SQLite's sleeping busy handler.

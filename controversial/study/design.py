@@ -330,8 +330,7 @@ def _select_once(
         counts.update(int(n), +1)
         chosen.append(int(n))
     chosen += _seed(pool, constraints, counts, rng, chosen)
-    w = np.zeros(N)
-    w[chosen] = 1
+    w = design_weights(chosen, N)
     step = max(1, int(round(step_fraction * constraints.n_stimuli)))
     fixed_set = set(int(n) for n in fixed)
     repairs = 0

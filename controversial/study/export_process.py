@@ -27,8 +27,7 @@ from anyio.abc import Process
 import controversial
 from controversial.records.csvfile import csv_chunks
 from controversial.study.bundle import load_bundle
-from controversial.study.db import make_engine, make_read_engine, session_factory
-from controversial.study.pnas_export import TABLES
+from controversial.study.pnas_export import TABLES, snapshot
 from controversial.study.quality import QualitySettings
 
 log = logging.getLogger(__name__)
@@ -65,14 +64,8 @@ def table_chunks(request: ExportRequest) -> Iterator[str]:
         raise ExportFailed(f"no such export {request.table!r}; available: {', '.join(TABLES)}")
     columns, rows = TABLES[request.table]
     bundle = load_bundle(request.bundle_dir)
-    engine = make_engine(request.database_url)
-    reader = make_read_engine(request.database_url, engine)
-    try:
-        with session_factory(reader)() as session, session.begin():
-            yield from csv_chunks(columns, rows(session, bundle, request.include_incomplete, request.quality))
-    finally:
-        reader.dispose()
-        engine.dispose()
+    with snapshot(request.database_url) as session:
+        yield from csv_chunks(columns, rows(session, bundle, request.include_incomplete, request.quality))
 
 
 class TableExport:

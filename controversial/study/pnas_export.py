@@ -15,6 +15,7 @@ Run all three inside one read transaction to get one consistent snapshot.
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 from itertools import groupby
 from typing import Callable, Iterator, Sequence
 
@@ -23,10 +24,24 @@ from sqlalchemy.orm import Session
 
 from controversial.records.study import ATTENTION_COLUMNS, PARTICIPANT_COLUMNS, RESPONSE_COLUMNS
 from controversial.study.bundle import StudyBundle
-from controversial.study.db import Participant, Response
+from controversial.study.db import Participant, Response, make_engine, make_read_engine, session_factory
 from controversial.study.quality import QualitySettings, TrialRecord, assess
 
 _BATCH = 2000  # responses fetched per round trip while streaming
+
+
+@contextmanager
+def snapshot(database_url: str) -> Iterator[Session]:
+    """One read-only transaction on the database: every table read inside it sees the same answers, and a
+    running server keeps writing meanwhile (``make_read_engine``)."""
+    engine = make_engine(database_url)
+    reader = make_read_engine(database_url, engine)
+    try:
+        with session_factory(reader)() as session, session.begin():
+            yield session
+    finally:
+        reader.dispose()
+        engine.dispose()
 
 
 def subject_code(participant: Participant, batch: int = 1) -> str:

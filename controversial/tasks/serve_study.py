@@ -15,8 +15,8 @@ from controversial.settings import Invocation, ServeStudySettings
 from controversial.study.admin_token import AdminTokenError, read_admin_token, write_admin_token
 from controversial.study.bundle import load_bundle
 from controversial.records.csvfile import csv_chunks
-from controversial.study.db import default_database_url, make_engine, make_read_engine, session_factory
-from controversial.study.pnas_export import TABLES
+from controversial.study.db import default_database_url
+from controversial.study.pnas_export import TABLES, snapshot
 from controversial.study.quality import QualitySettings
 from controversial.study.server import DEFAULT_VENDOR_DIR, ServerSettings, create_app
 
@@ -35,19 +35,14 @@ def export_csvs(
     Reads through the read-only engine, so exporting next to a running server does not block it.
     """
     bundle = load_bundle(study_dir)
-    url = database_url or default_database_url(bundle.root)
-    engine = make_engine(url)
-    reader = make_read_engine(url, engine)
     out_dir = Path(out_dir)
     written = {}
-    with session_factory(reader)() as session, session.begin():
+    with snapshot(database_url or default_database_url(bundle.root)) as session:
         for name, (columns, rows) in TABLES.items():
             with atomic_write(out_dir / name, "w", encoding="utf-8", newline="") as handle:
                 for chunk in csv_chunks(columns, rows(session, bundle, include_incomplete, quality)):
                     handle.write(chunk)
             written[name] = out_dir / name
-    reader.dispose()
-    engine.dispose()
     log.info("exported %s to %s", ", ".join(written), out_dir)
     return written
 
