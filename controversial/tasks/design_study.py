@@ -133,7 +133,6 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         noise, truths = found.noise.noise(), list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     panel = ReferencePanel(probabilities, candidates.pool.conditions, noise, plan.n_panel, truths, cfg.seed)
-    candidate_truths = panel.truths
     n = plan.n_participants
     design = select_design(
         candidates.pool, panel, constraints, n, plan.temperature, max_exchanges=plan.max_exchanges, seed=cfg.seed
@@ -152,7 +151,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         "weakest_z": float(np.nanmin(predicted.z(n))),
         "weakest_z_on_the_selection_panel": design.weakest,
         "noise": {"sd": list(noise.sd), "gain": list(noise.gain), "source": noise_source},
-        "candidate_truths": [names[t] for t in candidate_truths],
+        "candidate_truths": [names[t] for t in predicted.truths],
         "alpha": plan.alpha,
         "power": plan.power,
         "correction": plan.correction,
