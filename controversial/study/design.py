@@ -259,6 +259,49 @@ def _best_swap(
     return None
 
 
+def _repair_swap(
+    panel: ReferencePanel,
+    pool: Pool,
+    counts: _Counts,
+    w: np.ndarray,
+    fixed: set[int],
+    n_participants: int,
+    temperature: float,
+) -> tuple[int, int] | None:
+    """An exchange that strictly shrinks the class-balance deficit, for when greedy growth is stuck.
+
+    Growth gets stuck when a class is short of its minimum count and every unchosen stimulus that
+    targets it also targets a class already at its maximum (on a single pair's 90 cells: the few
+    cells between two short classes are taken). Swapping a chosen stimulus that targets no short
+    class for the best unchosen one that targets a short class shrinks the deficit by one or two, so
+    repairs end; the cheapest removal and the best addition by the criterion are preferred.
+    """
+    short = counts.targets < counts.lo
+    if not short.any():
+        return None
+    unchosen = np.flatnonzero((w == 0) & ~pool.natural)
+    covering = unchosen[short[pool.targets[unchosen]].any(axis=1)]
+    members = np.array(
+        [
+            n
+            for n in np.flatnonzero(w)
+            if n not in fixed and not pool.natural[n] and not short[pool.targets[n]].any() and counts.can_remove(int(n))
+        ],
+        dtype=np.int64,
+    )
+    if len(covering) == 0 or len(members) == 0:
+        return None
+    removal_order = members[np.argsort(-_score(panel.z_after(w, members, n_participants, sign=-1), temperature))]
+    addition_order = covering[np.argsort(-_score(panel.z_after(w, covering, n_participants), temperature))]
+    for into in addition_order:
+        for out in removal_order:
+            targets = counts.targets.copy()
+            targets[pool.targets[out]] -= 1
+            if (targets[pool.targets[into]] < counts.hi).all():
+                return int(out), int(into)
+    return None
+
+
 def select_design(
     pool: Pool,
     panel: ReferencePanel,
@@ -333,25 +376,20 @@ def _select_once(
     w = design_weights(chosen, N)
     step = max(1, int(round(step_fraction * constraints.n_stimuli)))
     fixed_set = set(int(n) for n in fixed)
-    repairs = 0
     while not counts.full():
         candidates = _feasible(counts, np.flatnonzero(w == 0))
-        if len(candidates) == 0:  # the class balance painted itself into a corner: undo a random choice
-            removable = [
-                n
-                for n in np.flatnonzero(w)
-                if n not in fixed_set
-                and not pool.natural[n]
-                and counts.per_pair[counts.pair_of[n]] > constraints.min_per_pair
-            ]
-            repairs += 1
-            if not removable or repairs > 10 * constraints.n_stimuli:
+        if len(candidates) == 0:  # the class balance painted itself into a corner: trade for a deficit class
+            swap = _repair_swap(panel, pool, counts, w, fixed_set, n_participants, temperature)
+            if swap is None:
                 raise DesignError(
-                    "no candidate fits the remaining constraints; enlarge the pool or relax class_tolerance"
+                    f"no candidate fits the remaining constraints (target counts per class "
+                    f"{counts.targets.tolist()}, allowed [{counts.lo}, {counts.hi}]); enlarge the pool or "
+                    "relax class_tolerance"
                 )
-            out = int(rng.choice(removable))
+            out, into = swap
             counts.update(out, -1)
-            w[out] = 0
+            counts.update(into, +1)
+            w[out], w[into] = 0, 1
             continue
         scores = _score(panel.z_after(w, candidates, n_participants), temperature)
         added = 0

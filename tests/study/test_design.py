@@ -112,3 +112,30 @@ def test_the_chosen_set_is_predicted_on_a_panel_it_was_not_chosen_on(medium):
     np.testing.assert_allclose(held_out.z(12), other.z(12))
     assert not np.allclose(held_out.z(12), design.separation.z(12), equal_nan=True)
     assert np.nanmin(design.separation.z(12)) == pytest.approx(design.weakest)
+
+
+def test_one_pairs_cells_fill_the_class_balance_even_when_growth_corners_itself():
+    """A single model pair's 90 cells, where the cells between two classes score best and every other cell of those
+    classes scores worst: greedy growth takes the two best cells early, fills the other classes to their maximum,
+    and is then left with no cell that can lift the two short classes. The repair exchange must still end balanced
+    (this stopped ``design_study.py`` on the main job's sweep at the default class_tolerance)."""
+    cells = [(a, b) for a in range(10) for b in range(10) if a != b]
+    natural_per_class = 2
+    conditions = ("a|b",) * len(cells) + ("natural",) * (10 * natural_per_class)
+    targets = np.array(cells + [(-1, -1)] * (10 * natural_per_class))
+    true_class = np.array([-1] * len(cells) + [c for c in range(10) for _ in range(natural_per_class)])
+    pool = Pool(conditions, targets, true_class)
+    p = np.full((3, len(conditions), 10), 0.01)
+    for n, (a, b) in enumerate(cells):
+        short = {a, b} & {0, 1}
+        strength = 0.95 if short == {0, 1} else 0.3 if short else 0.9
+        p[0, n, a] = p[1, n, b] = strength
+        p[2, n, (a + b) % 10] = 0.6
+    for n in range(len(cells), len(conditions)):
+        p[:, n, true_class[n]] = 0.9
+    p += np.random.default_rng(0).uniform(0, 0.02, p.shape)
+    constraints = DesignConstraints(n_stimuli=10 * natural_per_class + 54, natural_per_class=natural_per_class)
+    for seed in range(3):
+        panel = ReferencePanel(p, conditions, ParticipantNoise(), n_panel=8, seed=seed)
+        design = select_design(pool, panel, constraints, 30, seed=seed)
+        assert check_design(pool, constraints, design.chosen.tolist()) == []
