@@ -139,6 +139,7 @@ class Study:
                 self.args.constraints,
                 max(n2, 2),
                 n_panel=self.args.panel,
+                shared_sd=self.args.plan_shared_sd,
                 step_fraction=0.05,
                 max_exchanges=20,
             ).chosen
@@ -191,6 +192,12 @@ def main() -> None:
         default=4.0,
         help="sd of the population's shared deviation from the truth (logit units; the planner does not know it)",
     )
+    parser.add_argument(
+        "--plan-shared-sd",
+        type=float,
+        default=0.0,
+        help="shared deviation sd the optimal design plans with (0: the plain noise model; ReferencePanel.shared_sd)",
+    )
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
     args = parser.parse_args()
     start = time.perf_counter()
@@ -198,7 +205,7 @@ def main() -> None:
     args.constraints = DesignConstraints(n_stimuli=820, natural_per_class=10, min_per_pair=2, class_tolerance=0.1)
     rng = np.random.default_rng(args.seed)
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
-    panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed)
+    panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
     optimal = select_design(pool, panel, args.constraints, args.plan, seed=args.seed)
     assert not check_design(pool, args.constraints, optimal.chosen.tolist())
     designs = {"paper": paper_design(pool, rng), "random": random_design(pool, rng), "optimal": optimal.chosen}
@@ -310,9 +317,10 @@ def _table(rows: list, args, elapsed: float) -> None:  # type: ignore[no-untyped
         means.append(f"{np.mean(values):.1f}" + (f" (> x counted as {2 * max(GRID)})" if capped else ""))
     print("| **mean** | | " + " | ".join(means) + " |")
     print()
+    planned_with = f"a shared deviation of sd {args.plan_shared_sd:g}" if args.plan_shared_sd else "plain noise"
     print(
         f"Population: shared deviation sd {args.shared_sd:g}, own noise sd {list(args.noise.sd)} (logit units); "
-        f"the optimal design planned for {args.plan} participants with the plain noise model. "
+        f"the optimal design planned for {args.plan} participants with {planned_with}. "
         f"Power >= {args.power} with {args.sims} simulated studies per count ({args.adaptive_sims} adaptive), "
         f"{args.resamples} bootstrap resamples each; grid {list(GRID)}. Monte-Carlo SE of a power of 0.8: "
         f"{np.sqrt(0.16 / args.sims):.3f} ({np.sqrt(0.16 / args.adaptive_sims):.3f} adaptive). "

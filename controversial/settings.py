@@ -493,6 +493,12 @@ class DesignPlan(Settings):
     n_panel: int = Field(
         256, ge=2, description="simulated reference participants per truth (fewer: the optimiser fits their noise)"
     )
+    shared_sd: float = Field(
+        0.0, ge=0, description="sd of a deviation from the truth that people share (logit units); 0: none"
+    )
+    populations: int = Field(
+        4, ge=1, description="with shared_sd > 0: simulated populations per truth, each with its own deviation"
+    )
     temperature: float = Field(0.5, gt=0, description="smooth minimum over pairs, in z units")
     max_exchanges: int = Field(200, ge=0, description="exchange steps after greedy selection")
 

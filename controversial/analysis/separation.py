@@ -28,7 +28,7 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import norm
 
-from controversial.analysis.simulate import ParticipantNoise, simulate_participants
+from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_participants
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,24 @@ class Separation:
     participant_var: np.ndarray  # (T, M)
     stimulus_var_limit: np.ndarray  # (T, M): stimulus variance with infinitely many participants
     stimulus_noise: np.ndarray  # (T, M): its 1/S part times S
+
+    def pooled(self) -> Separation:
+        """One row per distinct truth: each component averaged over that truth's simulated populations."""
+        truths = tuple(dict.fromkeys(self.truths))
+        if len(truths) == len(self.truths):
+            return self
+        rows = [[i for i, t in enumerate(self.truths) if t == u] for u in truths]
+
+        def mean(a: np.ndarray) -> np.ndarray:
+            return np.stack([a[r].mean(axis=0) for r in rows])
+
+        return Separation(
+            truths,
+            mean(self.effect),
+            mean(self.participant_var),
+            mean(self.stimulus_var_limit),
+            mean(self.stimulus_noise),
+        )
 
     def z(self, n_participants: float) -> np.ndarray:
         """Expected test statistic (effect / bootstrap SE) with ``n_participants`` participants."""
@@ -79,6 +97,12 @@ class ReferencePanel:
 
     ``probabilities`` (M, N, K): every model on every candidate; ``conditions`` (N,): bootstrap
     strata; ``truths``: which models may have generated the ratings (default: every model).
+
+    ``shared_sd > 0``: people deviate from the truth in a way they share (``simulate.shared_deviation``,
+    as the paper found: every model below the lower noise ceiling). One draw of that deviation would be
+    taken for the truth itself and fitted by the optimiser, so each truth gets ``populations`` simulated
+    populations, each with its own draw and ``n_panel`` participants; ``truths`` then lists every truth
+    once per population (rows of every result), and ``Separation.pooled`` averages them per truth.
     """
 
     def __init__(
@@ -89,10 +113,15 @@ class ReferencePanel:
         n_panel: int = 16,
         truths: Sequence[int] | None = None,
         seed: int = 0,
+        shared_sd: float = 0.0,
+        populations: int = 4,
     ) -> None:
         p = np.asarray(probabilities, dtype=np.float64)
         self.M, self.N, self.K = p.shape
-        self.truths = tuple(range(self.M)) if truths is None else tuple(int(t) for t in truths)
+        base = tuple(range(self.M)) if truths is None else tuple(int(t) for t in truths)
+        if populations < 1:
+            raise ValueError(f"populations must be at least 1, got {populations}")
+        self.truths = base if shared_sd == 0 else tuple(t for t in base for _ in range(populations))
         if len(conditions) != self.N:
             raise ValueError(f"conditions has {len(conditions)} entries for {self.N} stimuli")
         if n_panel < 2:
@@ -106,7 +135,11 @@ class ReferencePanel:
         self.svv = (p * p).sum(axis=2)
         su, suu, suv = [], [], []
         for t, child in zip(self.truths, seeds):
-            y = simulate_participants(p[t], n_panel, noise, seed=child)  # (R, N, K)
+            percept = p[t]
+            if shared_sd > 0:  # this population's own deviation from the truth, common to its participants
+                deviation_seed, child = child.spawn(2)
+                percept = shared_deviation(p[t], shared_sd, deviation_seed)
+            y = simulate_participants(percept, n_panel, noise, seed=child)  # (R, N, K)
             su.append(y.sum(axis=2))
             suu.append((y * y).sum(axis=2))
             suv.append(np.einsum("rnk,mnk->rmn", y, p))

@@ -92,11 +92,18 @@ def next_batch(
     n_participants: int,
     n_panel: int = 256,
     seed: int = 0,
+    shared_sd: float = 0.0,
     **design_options: float,
 ) -> Design:
     """The next batch's stimuli: maximin separation of the remaining candidate truths from every rival."""
     panel = ReferencePanel(
-        probabilities, pool.conditions, found.noise.noise(), n_panel, truths=found.candidates, seed=seed
+        probabilities,
+        pool.conditions,
+        found.noise.noise(),
+        n_panel,
+        truths=found.candidates,
+        seed=seed,
+        shared_sd=shared_sd,
     )
     options: dict = dict(design_options)
     return select_design(pool, panel, constraints, n_participants, seed=seed, **options)

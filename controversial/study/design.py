@@ -89,16 +89,21 @@ def held_out_separation(
     n_panel: int,
     truths: Sequence[int] | None = None,
     seed: int = 0,
+    shared_sd: float = 0.0,
+    populations: int = 4,
 ) -> Separation:
-    """A chosen set's separations on a second reference panel, with other simulated participants.
+    """A chosen set's separations on a second reference panel, with other simulated participants (and, with a
+    shared deviation, other simulated populations, averaged per truth: ``Separation.pooled``).
 
     The optimiser picks the set that scores best on its panel, that panel's chance fluctuations included,
     so the set's figures on that panel flatter it, and the more the smaller the panel and the noisier the
     participants (docs/design.md, section 6). A fresh panel predicts it as fairly as any set chosen
     without looking at that panel.
     """
-    check = ReferencePanel(probabilities, conditions, noise, n_panel, truths, seed + HELD_OUT_SEED_OFFSET)
-    return check.separation(design_weights(chosen, len(conditions)))
+    check = ReferencePanel(
+        probabilities, conditions, noise, n_panel, truths, seed + HELD_OUT_SEED_OFFSET, shared_sd, populations
+    )
+    return check.separation(design_weights(chosen, len(conditions))).pooled()
 
 
 class _Counts:

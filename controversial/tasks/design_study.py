@@ -132,14 +132,25 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         found = evidence(batches, names, cfg.adaptive.screen_alpha, seed=cfg.seed)
         noise, truths = found.noise.noise(), list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
-    panel = ReferencePanel(probabilities, candidates.pool.conditions, noise, plan.n_panel, truths, cfg.seed)
+    pool = candidates.pool
+    panel = ReferencePanel(
+        probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
+    )
     n = plan.n_participants
     design = select_design(
         candidates.pool, panel, constraints, n, plan.temperature, max_exchanges=plan.max_exchanges, seed=cfg.seed
     )
     del panel  # its memory, before the second panel is drawn
     predicted = held_out_separation(
-        design.chosen, probabilities, candidates.pool.conditions, noise, plan.n_panel, truths, cfg.seed
+        design.chosen,
+        probabilities,
+        candidates.pool.conditions,
+        noise,
+        plan.n_panel,
+        truths,
+        cfg.seed,
+        plan.shared_sd,
+        plan.populations,
     )
     n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
     rows = pair_report(predicted, names, n, plan.alpha, plan.power, n_comparisons)
@@ -149,8 +160,13 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         "criterion": "maximin expected bootstrap z over (truth, rival) pairs",
         "planned_participants": n,
         "weakest_z": float(np.nanmin(predicted.z(n))),
-        "weakest_z_on_the_selection_panel": design.weakest,
-        "noise": {"sd": list(noise.sd), "gain": list(noise.gain), "source": noise_source},
+        "weakest_z_on_the_selection_panel": float(np.nanmin(design.separation.pooled().z(n))),
+        "noise": {
+            "sd": list(noise.sd),
+            "gain": list(noise.gain),
+            "shared_sd": plan.shared_sd,
+            "source": noise_source,
+        },
         "candidate_truths": [names[t] for t in predicted.truths],
         "alpha": plan.alpha,
         "power": plan.power,

@@ -8,7 +8,7 @@ import pytest
 from controversial.analysis.bootstrap import bootstrap
 from controversial.analysis.noise_fit import fit_noise
 from controversial.analysis.separation import ReferencePanel, critical_z, softmin
-from controversial.analysis.simulate import ParticipantNoise, simulate_models, simulate_participants
+from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_models, simulate_participants
 
 
 @pytest.fixture(scope="module")
@@ -81,3 +81,40 @@ def test_noise_fit_recovers_gain_and_sd(tiny):
     fit = fit_noise(ratings, models.probabilities)
     assert fit.reference == 2
     assert np.allclose(fit.gain, 1.4, atol=0.15) and np.allclose(fit.sd, 0.6, atol=0.12)
+
+
+def test_a_shared_deviation_is_planned_for_over_several_simulated_populations(tiny):
+    """With people sharing a deviation from the truth, the pooled prediction (every truth once, components averaged
+    over its simulated populations) matches simulated studies that each draw a population and its participants and
+    are analysed by the analysis's bootstrap; and it is smaller than the plain model's, whose effect it would
+    overstate. With no shared deviation the panel is unchanged, whatever ``populations`` says."""
+    models, conditions = tiny
+    P, N = models.probabilities, len(conditions)
+    w = (np.random.default_rng(0).random(N) < 0.7).astype(float)
+    plain = ReferencePanel(P, conditions, ParticipantNoise(), n_panel=24, seed=0)
+    assert np.array_equal(
+        plain.separation(w).z(6),
+        ReferencePanel(P, conditions, ParticipantNoise(), n_panel=24, seed=0, populations=7).separation(w).z(6),
+        equal_nan=True,
+    )
+    shared = ReferencePanel(P, conditions, ParticipantNoise(), n_panel=24, seed=0, shared_sd=2.0, populations=8)
+    per_population = shared.separation(w)
+    assert per_population.truths == tuple(t for t in range(3) for _ in range(8))
+    separation = per_population.pooled()
+    assert separation.truths == (0, 1, 2) and separation.effect.shape == (3, 3)
+    S, truth = 6, 1
+    chosen = np.flatnonzero(w)
+    effects, ses = [], []
+    for k in range(30):
+        percept = shared_deviation(P[truth][chosen], 2.0, seed=200 + k)
+        ratings = simulate_participants(percept, S, ParticipantNoise(), seed=100 + k)
+        dist = bootstrap(
+            ratings, P[:, chosen], models.names, [conditions[i] for i in chosen], 300, seed=k, ceilings=False
+        )
+        effects.append(dist.estimates[truth] - dist.estimates[:3])
+        ses.append((dist.samples[:, [truth]] - dist.samples[:, :3]).std(axis=0))
+    rivals = [j for j in range(3) if j != truth]
+    predicted_se = separation.effect[truth] / separation.z(S)[truth]
+    assert np.allclose(separation.effect[truth, rivals], np.mean(effects, axis=0)[rivals], rtol=0.1)
+    assert np.allclose(predicted_se[rivals], np.mean(ses, axis=0)[rivals], rtol=0.25)
+    assert (separation.effect[truth, rivals] < plain.separation(w).effect[truth, rivals]).all()

@@ -17,7 +17,9 @@ from .helpers import fake_mnist_test, make_sweep
 MODELS = ("abs", "kde", "vgg")
 
 
-def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch):
+@pytest.mark.parametrize("shared_sd", [0.0, 1.5])
+def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch, shared_sd):
+    """With a shared deviation planned for, every (truth, rival) is still reported once: pooled over populations."""
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "kde"), ("abs", "vgg"), ("kde", "vgg")))
     write_tiny_checkpoints(tmp_path / "models" / "mnist", MODELS, "mnist")
     images, labels = fake_mnist_test("mnist", n_per_class=6)
@@ -37,6 +39,8 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
         "budget.class_tolerance=0.5",
         "plan.n_participants=6",
         "plan.n_panel=4",
+        f"plan.shared_sd={shared_sd}",
+        "plan.populations=2",
         "plan.max_exchanges=5",
         "display.size=56",
         "n_demo=0",
@@ -46,7 +50,8 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
     kinds = [bundle.key[t.stimulus_id].kind for t in bundle.trials if t.image_repetition == 0]
     assert len(bundle.trials) == 43 and kinds.count("natural") == 10 and kinds.count("controversial") == 30
     report = json.loads((tmp_path / "run" / "design.json").read_text())
-    assert {(r["truth"], r["rival"]) for r in report["pairs"]} == {(t, j) for t in MODELS for j in MODELS if t != j}
+    assert [(r["truth"], r["rival"]) for r in report["pairs"]] == [(t, j) for t in MODELS for j in MODELS if t != j]
+    assert report["noise"]["shared_sd"] == shared_sd
     assert all(np.isfinite(r["z"]) for r in report["pairs"]) and report["candidate_truths"] == list(MODELS)
     assert report["weakest_z"] == pytest.approx(min(r["z"] for r in report["pairs"]))  # on the held-out panel
     assert report["weakest_z_on_the_selection_panel"] != report["weakest_z"]
