@@ -121,7 +121,8 @@ class ReferencePanel:
         base = tuple(range(self.M)) if truths is None else tuple(int(t) for t in truths)
         if populations < 1:
             raise ValueError(f"populations must be at least 1, got {populations}")
-        self.truths = base if shared_sd == 0 else tuple(t for t in base for _ in range(populations))
+        self.populations = 1 if shared_sd == 0 else populations
+        self.truths = tuple(t for t in base for _ in range(self.populations))
         if len(conditions) != self.N:
             raise ValueError(f"conditions has {len(conditions)} entries for {self.N} stimuli")
         if n_panel < 2:
@@ -212,7 +213,8 @@ class ReferencePanel:
         return _mask_self(out)
 
     def z_after(self, weights: np.ndarray, candidates: np.ndarray, n_participants: float, sign: int = 1) -> np.ndarray:
-        """z(S) of every (truth, rival) pair after adding (``sign`` +1) or removing (-1) each candidate, (C, T, M).
+        """z(S) of every (truth, rival) pair after adding (``sign`` +1) or removing (-1) each candidate, (C, T, M),
+        one row per distinct truth (pooled over its populations, as ``Separation.pooled``).
 
         Effect and participant variance are exact; the stimulus variance is updated to first order
         (the candidates' gradients at the current set), which is what makes this cheap.
@@ -255,13 +257,20 @@ class ReferencePanel:
         )
         limit = (base_limit.sum(-1)[..., None] - old_limit + new_limit).transpose(2, 0, 1)  # (C, T, M)
         noise = (base_noise.sum(-1)[..., None] - old_noise + new_noise).transpose(2, 0, 1)
+        effect, pvar, noise, limit = (self._pool(a) for a in (effect, pvar, noise, limit))
         with np.errstate(invalid="ignore", divide="ignore"):
             z = effect / np.sqrt((pvar + noise) / n_participants + limit)
         return self._mask(z)
 
+    def _pool(self, a: np.ndarray) -> np.ndarray:
+        """(..., T * populations, M) -> (..., T, M): the mean over each truth's populations (rows are grouped)."""
+        if self.populations == 1:
+            return a
+        return a.reshape(*a.shape[:-2], -1, self.populations, a.shape[-1]).mean(axis=-2)
+
     def _mask(self, z: np.ndarray) -> np.ndarray:
         z = np.array(z, dtype=np.float64)
-        for i, t in enumerate(self.truths):
+        for i, t in enumerate(self.truths[:: self.populations]):
             z[..., i, t] = np.nan
         return z
 

@@ -65,7 +65,7 @@ class DesignConstraints:
 @dataclass(frozen=True)
 class Design:
     chosen: np.ndarray  # sorted pool indices
-    separation: Separation
+    separation: Separation  # one row per truth (pooled over simulated populations)
     n_participants: int
     objective: float  # smooth minimum of z at n_participants
     weakest: float  # the hard minimum
@@ -253,7 +253,7 @@ def _best_swap(
             gains = _score(panel.z_after(w, candidates, n_participants), temperature)
             for n in candidates[np.argsort(-gains, kind="stable")[:width]]:
                 w[n] = 1
-                value = float(_score(panel.separation(w).z(n_participants), temperature))
+                value = float(_score(panel.separation(w).pooled().z(n_participants), temperature))
                 w[n] = 0
                 if value > current + 1e-9 and (best is None or value > best[2]):
                     best = (out, int(n), value)
@@ -406,7 +406,7 @@ def _select_once(
                 added += 1
                 if added == step:
                     break
-    current = float(_score(panel.separation(w).z(n_participants), temperature))
+    current = float(_score(panel.separation(w).pooled().z(n_participants), temperature))
     swaps = 0
     while swaps < max_exchanges:
         improved = _best_swap(panel, pool, counts, w, fixed_set, n_participants, temperature, current, exchange_width)
@@ -417,7 +417,7 @@ def _select_once(
         counts.update(best, +1)
         w[out], w[best] = 0, 1
         swaps += 1
-    separation = panel.separation(w)
+    separation = panel.separation(w).pooled()
     z = separation.z(n_participants)
     log.info(
         "design: %d stimuli, weakest pairwise z %.2f at %d participants (%d exchanges)",

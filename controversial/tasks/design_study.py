@@ -160,7 +160,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         "criterion": "maximin expected bootstrap z over (truth, rival) pairs",
         "planned_participants": n,
         "weakest_z": float(np.nanmin(predicted.z(n))),
-        "weakest_z_on_the_selection_panel": float(np.nanmin(design.separation.pooled().z(n))),
+        "weakest_z_on_the_selection_panel": design.weakest,
         "noise": {
             "sd": list(noise.sd),
             "gain": list(noise.gain),

@@ -47,17 +47,22 @@ def test_updates_match_exact_recomputation(tiny):
     stays within 10 % of recomputing from scratch, even on a 25-stimulus set where one stimulus matters most."""
     models, conditions = tiny
     N = len(conditions)
-    panel = ReferencePanel(models.probabilities, conditions, ParticipantNoise(), n_panel=8, seed=1)
+    plain = ReferencePanel(models.probabilities, conditions, ParticipantNoise(), n_panel=8, seed=1)
+    shared = ReferencePanel(
+        models.probabilities, conditions, ParticipantNoise(), n_panel=8, seed=1, shared_sd=1.0, populations=3
+    )
     w = np.zeros(N)
     w[::2] = 1
     add, remove = np.flatnonzero(w == 0)[:4], np.flatnonzero(w)[:4]
-    for candidates, sign in ((add, 1), (remove, -1)):
-        fast = panel.z_after(w, candidates, 10, sign)
-        for i, n in enumerate(candidates):
-            trial = w.copy()
-            trial[n] += sign
-            exact = panel.separation(trial).z(10)
-            assert np.allclose(fast[i], exact, rtol=0.1, equal_nan=True)
+    for panel in (plain, shared):  # with populations: one row per truth, pooled as Separation.pooled
+        for candidates, sign in ((add, 1), (remove, -1)):
+            fast = panel.z_after(w, candidates, 10, sign)
+            assert fast.shape == (len(candidates), 3, 3)
+            for i, n in enumerate(candidates):
+                trial = w.copy()
+                trial[n] += sign
+                exact = panel.separation(trial).pooled().z(10)
+                assert np.allclose(fast[i], exact, rtol=0.1, equal_nan=True)
 
 
 def test_participants_needed_is_the_smallest_count_reaching_the_target(tiny):
