@@ -140,6 +140,7 @@ class Study:
                 max(n2, 2),
                 n_panel=self.args.panel,
                 shared_sd=self.args.plan_shared_sd,
+                temperature=self.args.temperature,
                 step_fraction=0.05,
                 max_exchanges=20,
             ).chosen
@@ -181,6 +182,7 @@ def main() -> None:
     parser.add_argument("--adaptive-sims", type=int, default=10, help="simulated adaptive studies per count")
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--plan", type=int, default=20, help="participants the optimal design is planned for")
+    parser.add_argument("--temperature", type=float, default=0.5, help="smooth minimum over pairs (plan.temperature)")
     parser.add_argument("--panel", type=int, default=256, help="reference participants per truth (plan.n_panel)")
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--truths", default="all", help="comma-separated model names, or all")
@@ -206,7 +208,7 @@ def main() -> None:
     rng = np.random.default_rng(args.seed)
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
     panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
-    optimal = select_design(pool, panel, args.constraints, args.plan, seed=args.seed)
+    optimal = select_design(pool, panel, args.constraints, args.plan, args.temperature, seed=args.seed)
     assert not check_design(pool, args.constraints, optimal.chosen.tolist())
     designs = {"paper": paper_design(pool, rng), "random": random_design(pool, rng), "optimal": optimal.chosen}
     print(
