@@ -90,8 +90,12 @@ class TableExport:
         )
         try:
             assert process.stdin is not None
-            await process.stdin.send(request.to_json())
-            await process.stdin.aclose()
+            try:
+                await process.stdin.send(request.to_json())
+                await process.stdin.aclose()
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError):  # it died before reading the request
+                await _check_exit(process)
+                raise ExportFailed("the export process exited before reading its request") from None
             first_chunk = await _receive(process)
             if not first_chunk:
                 await _check_exit(process)

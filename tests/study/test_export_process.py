@@ -45,12 +45,28 @@ def test_a_child_that_fails_midway_aborts_the_stream(small_bundle, tmp_path, mon
     real_open_process = anyio.open_process
 
     async def fake_open_process(command, **kwargs):  # a child that writes part of a table, then fails
-        script = "head -c 10 /dev/zero; echo 'RuntimeError: disk gone' >&2; exit 3"
+        script = "cat > /dev/null; head -c 10 /dev/zero; echo 'RuntimeError: disk gone' >&2; exit 3"
         return await real_open_process(["sh", "-c", script], **kwargs)
 
     monkeypatch.setattr(export_process.anyio, "open_process", fake_open_process)
     with pytest.raises(ExportFailed, match="disk gone"):
         anyio.run(export_all)
+
+
+def test_a_child_that_dies_before_reading_its_request_reports_why(small_bundle, tmp_path, monkeypatch) -> None:
+    """A child that fails at start-up (an import error) closes its stdin before the request is written: that is
+    an ExportFailed with the child's reason, not a broken-pipe error (CI met this race under load)."""
+    request = ExportRequest(str(small_bundle), f"sqlite:///{tmp_path / 'r.db'}", "responses.csv")
+    real_open_process = anyio.open_process
+
+    async def fake_open_process(command, **kwargs):  # already gone when the request is sent
+        process = await real_open_process(["sh", "-c", "echo 'ImportError: no torch here' >&2; exit 1"], **kwargs)
+        await process.wait()
+        return process
+
+    monkeypatch.setattr(export_process.anyio, "open_process", fake_open_process)
+    with pytest.raises(ExportFailed, match="no torch here"):
+        anyio.run(TableExport.start, request)
 
 
 def test_the_request_travels_on_stdin_not_the_command_line(small_bundle, monkeypatch) -> None:
