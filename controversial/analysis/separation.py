@@ -42,22 +42,14 @@ class Separation:
     stimulus_noise: np.ndarray  # (T, M): its 1/S part times S
 
     def pooled(self) -> Separation:
-        """One row per distinct truth: each component averaged over that truth's simulated populations."""
+        """One row per distinct truth: each component averaged over that truth's simulated populations
+        (``ReferencePanel`` lists each truth once per population, its rows together)."""
         truths = tuple(dict.fromkeys(self.truths))
-        if len(truths) == len(self.truths):
+        populations = len(self.truths) // len(truths)
+        if populations == 1:
             return self
-        rows = [[i for i, t in enumerate(self.truths) if t == u] for u in truths]
-
-        def mean(a: np.ndarray) -> np.ndarray:
-            return np.stack([a[r].mean(axis=0) for r in rows])
-
-        return Separation(
-            truths,
-            mean(self.effect),
-            mean(self.participant_var),
-            mean(self.stimulus_var_limit),
-            mean(self.stimulus_noise),
-        )
+        components = (self.effect, self.participant_var, self.stimulus_var_limit, self.stimulus_noise)
+        return Separation(truths, *(population_mean(a, populations) for a in components))
 
     def z(self, n_participants: float) -> np.ndarray:
         """Expected test statistic (effect / bootstrap SE) with ``n_participants`` participants."""
@@ -76,6 +68,13 @@ class Separation:
         with np.errstate(invalid="ignore", divide="ignore"):
             needed = np.ceil((self.participant_var + self.stimulus_noise) / room)
         return np.where(room > 0, np.maximum(needed, 2), np.inf)
+
+
+def population_mean(a: np.ndarray, populations: int) -> np.ndarray:
+    """(..., T * populations, M) -> (..., T, M): the mean over each truth's populations, whose rows are together."""
+    if populations == 1:
+        return a
+    return a.reshape(*a.shape[:-2], -1, populations, a.shape[-1]).mean(axis=-2)
 
 
 def critical_z(alpha: float, n_comparisons: int = 1) -> float:
@@ -257,16 +256,10 @@ class ReferencePanel:
         )
         limit = (base_limit.sum(-1)[..., None] - old_limit + new_limit).transpose(2, 0, 1)  # (C, T, M)
         noise = (base_noise.sum(-1)[..., None] - old_noise + new_noise).transpose(2, 0, 1)
-        effect, pvar, noise, limit = (self._pool(a) for a in (effect, pvar, noise, limit))
+        effect, pvar, noise, limit = (population_mean(a, self.populations) for a in (effect, pvar, noise, limit))
         with np.errstate(invalid="ignore", divide="ignore"):
             z = effect / np.sqrt((pvar + noise) / n_participants + limit)
         return self._mask(z)
-
-    def _pool(self, a: np.ndarray) -> np.ndarray:
-        """(..., T * populations, M) -> (..., T, M): the mean over each truth's populations (rows are grouped)."""
-        if self.populations == 1:
-            return a
-        return a.reshape(*a.shape[:-2], -1, self.populations, a.shape[-1]).mean(axis=-2)
 
     def _mask(self, z: np.ndarray) -> np.ndarray:
         z = np.array(z, dtype=np.float64)

@@ -225,6 +225,11 @@ def _score(z: np.ndarray, temperature: float) -> np.ndarray:
     return softmin(flat, temperature, axis=-1)
 
 
+def _removable(counts: _Counts, w: np.ndarray, fixed: set[int]) -> np.ndarray:
+    """Chosen stimuli that may leave the set: not fixed, and no constraint falls below its minimum."""
+    return np.array([n for n in np.flatnonzero(w) if n not in fixed and counts.can_remove(int(n))], dtype=np.int64)
+
+
 def _best_swap(
     panel: ReferencePanel,
     pool: Pool,
@@ -238,7 +243,7 @@ def _best_swap(
 ) -> tuple[int, int, float] | None:
     """The best improving exchange among the ``width`` cheapest removals x ``width`` best additions (exact check),
     taken for the first removal that has one."""
-    members = np.array([n for n in np.flatnonzero(w) if n not in fixed and counts.can_remove(int(n))], dtype=np.int64)
+    members = _removable(counts, w, fixed)
     if len(members) == 0:
         return None
     after_removal = _score(panel.z_after(w, members, n_participants, sign=-1), temperature)
@@ -286,14 +291,8 @@ def _repair_swap(
         return None
     unchosen = np.flatnonzero((w == 0) & ~pool.natural)
     covering = unchosen[short[pool.targets[unchosen]].any(axis=1)]
-    members = np.array(
-        [
-            n
-            for n in np.flatnonzero(w)
-            if n not in fixed and not pool.natural[n] and not short[pool.targets[n]].any() and counts.can_remove(int(n))
-        ],
-        dtype=np.int64,
-    )
+    members = _removable(counts, w, fixed)
+    members = members[~pool.natural[members] & ~short[pool.targets[members]].any(axis=1)]
     if len(covering) == 0 or len(members) == 0:
         return None
     removal_order = members[np.argsort(-_score(panel.z_after(w, members, n_participants, sign=-1), temperature))]

@@ -18,6 +18,23 @@ def tiny():
     return models, conditions
 
 
+def simulated_studies(models, conditions, w, truth, n_participants, shared_sd=0.0, n_studies=30):  # type: ignore[no-untyped-def]
+    """Mean over simulated studies (each its own population when ``shared_sd`` > 0, and its own participants),
+    analysed by the analysis's bootstrap: the truth's effect over every model and the bootstrap SE of it."""
+    P = models.probabilities
+    chosen = np.flatnonzero(w)
+    effects, ses = [], []
+    for k in range(n_studies):
+        percept = shared_deviation(P[truth][chosen], shared_sd, seed=200 + k)
+        ratings = simulate_participants(percept, n_participants, ParticipantNoise(), seed=100 + k)
+        dist = bootstrap(
+            ratings, P[:, chosen], models.names, [conditions[i] for i in chosen], 300, seed=k, ceilings=False
+        )
+        effects.append(dist.estimates[truth] - dist.estimates[: len(P)])
+        ses.append((dist.samples[:, [truth]] - dist.samples[:, : len(P)]).std(axis=0))
+    return np.mean(effects, axis=0), np.mean(ses, axis=0)
+
+
 def test_expected_separation_matches_brute_force_bootstrap(tiny):
     """Effect and bootstrap SE predicted for a subset agree with the mean over simulated studies analysed by
     the analysis's own bootstrap (the SE is what its test divides by)."""
@@ -27,19 +44,11 @@ def test_expected_separation_matches_brute_force_bootstrap(tiny):
     panel = ReferencePanel(P, conditions, ParticipantNoise(), n_panel=24, seed=0)
     separation = panel.separation(w)
     S, truth = 6, 1
-    chosen = np.flatnonzero(w)
-    effects, ses = [], []
-    for k in range(30):
-        ratings = simulate_participants(P[truth][chosen], S, ParticipantNoise(), seed=100 + k)
-        dist = bootstrap(
-            ratings, P[:, chosen], models.names, [conditions[i] for i in chosen], 300, seed=k, ceilings=False
-        )
-        effects.append(dist.estimates[truth] - dist.estimates[:3])
-        ses.append((dist.samples[:, [truth]] - dist.samples[:, :3]).std(axis=0))
+    effects, ses = simulated_studies(models, conditions, w, truth, S)
     rivals = [j for j in range(3) if j != truth]
     predicted_se = separation.effect[truth] / separation.z(S)[truth]
-    assert np.allclose(separation.effect[truth, rivals], np.mean(effects, axis=0)[rivals], rtol=0.08)
-    assert np.allclose(predicted_se[rivals], np.mean(ses, axis=0)[rivals], rtol=0.25)
+    assert np.allclose(separation.effect[truth, rivals], effects[rivals], rtol=0.08)
+    assert np.allclose(predicted_se[rivals], ses[rivals], rtol=0.25)
 
 
 def test_updates_match_exact_recomputation(tiny):
@@ -108,18 +117,9 @@ def test_a_shared_deviation_is_planned_for_over_several_simulated_populations(ti
     separation = per_population.pooled()
     assert separation.truths == (0, 1, 2) and separation.effect.shape == (3, 3)
     S, truth = 6, 1
-    chosen = np.flatnonzero(w)
-    effects, ses = [], []
-    for k in range(30):
-        percept = shared_deviation(P[truth][chosen], 2.0, seed=200 + k)
-        ratings = simulate_participants(percept, S, ParticipantNoise(), seed=100 + k)
-        dist = bootstrap(
-            ratings, P[:, chosen], models.names, [conditions[i] for i in chosen], 300, seed=k, ceilings=False
-        )
-        effects.append(dist.estimates[truth] - dist.estimates[:3])
-        ses.append((dist.samples[:, [truth]] - dist.samples[:, :3]).std(axis=0))
+    effects, ses = simulated_studies(models, conditions, w, truth, S, shared_sd=2.0)
     rivals = [j for j in range(3) if j != truth]
     predicted_se = separation.effect[truth] / separation.z(S)[truth]
-    assert np.allclose(separation.effect[truth, rivals], np.mean(effects, axis=0)[rivals], rtol=0.1)
-    assert np.allclose(predicted_se[rivals], np.mean(ses, axis=0)[rivals], rtol=0.25)
+    assert np.allclose(separation.effect[truth, rivals], effects[rivals], rtol=0.1)
+    assert np.allclose(predicted_se[rivals], ses[rivals], rtol=0.25)
     assert (separation.effect[truth, rivals] < plain.separation(w).effect[truth, rivals]).all()
