@@ -20,7 +20,8 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
 (a) paper: 20 per model pair, every class twice per side, + 10 natural images per class;
 (b) random: 720 random controversial + 100 random natural images;
 (c) optimal: ``controversial.study.design`` (maximin expected separation, planned for ``--plan``
-    participants; 10 natural per class, >= 2 per pair, class balance +-10 %);
+    participants; 10 natural per class, >= 2 per pair, class balance +-10 %; ``--criterion relative``:
+    each truth's weakest separation as a fraction of the paper design's);
 (d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
     their ratings and a new design for the rest (``controversial.study.adaptive``); pooled test.
 
@@ -51,11 +52,11 @@ from controversial.analysis.simulate import ParticipantNoise, shared_deviation, 
 from controversial.study.adaptive import Batch, evidence, next_batch  # noqa: E402
 from controversial.analysis.study import NATURAL  # noqa: E402
 from controversial.study.design import (  # noqa: E402
-    HELD_OUT_SEED_OFFSET,
     DesignConstraints,
     Pool,
     check_design,
     design_weights,
+    held_out_panel,
     select_design,
 )
 
@@ -141,6 +142,7 @@ class Study:
                 n_panel=self.args.panel,
                 shared_sd=self.args.plan_shared_sd,
                 temperature=self.args.temperature,
+                baseline=self.args.baseline,
                 step_fraction=0.05,
                 max_exchanges=20,
             ).chosen
@@ -200,6 +202,12 @@ def main() -> None:
         default=0.0,
         help="shared deviation sd the optimal design plans with (0: the plain noise model; ReferencePanel.shared_sd)",
     )
+    parser.add_argument(
+        "--criterion",
+        choices=("maximin", "relative"),
+        default="maximin",
+        help="relative: each truth's weakest z as a fraction of the paper design's (plan.criterion)",
+    )
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
     args = parser.parse_args()
     start = time.perf_counter()
@@ -207,17 +215,21 @@ def main() -> None:
     args.constraints = DesignConstraints(n_stimuli=820, natural_per_class=10, min_per_pair=2, class_tolerance=0.1)
     rng = np.random.default_rng(args.seed)
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
+    paper, random = paper_design(pool, rng), random_design(pool, rng)
+    args.baseline = paper if args.criterion == "relative" else None
     panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
-    optimal = select_design(pool, panel, args.constraints, args.plan, args.temperature, seed=args.seed)
+    optimal = select_design(
+        pool, panel, args.constraints, args.plan, args.temperature, seed=args.seed, baseline=args.baseline
+    )
     assert not check_design(pool, args.constraints, optimal.chosen.tolist())
-    designs = {"paper": paper_design(pool, rng), "random": random_design(pool, rng), "optimal": optimal.chosen}
+    designs = {"paper": paper, "random": random, "optimal": optimal.chosen}
     print(
         f"pool: {len(pool.conditions)} candidates ({int(pool.natural.sum())} natural); optimal design in "
         f"{time.perf_counter() - start:.0f} s"
     )
     # Every design is scored on a second panel: the optimal one was chosen to fit the first, noise included.
     del panel
-    check = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed + HELD_OUT_SEED_OFFSET)
+    check = held_out_panel(P, pool.conditions, args.noise, args.panel, seed=args.seed)
     print(
         f"  optimal: weakest expected z at {args.plan} participants {optimal.weakest:.2f} on the panel it was chosen on"
     )
@@ -322,7 +334,7 @@ def _table(rows: list, args, elapsed: float) -> None:  # type: ignore[no-untyped
     planned_with = f"a shared deviation of sd {args.plan_shared_sd:g}" if args.plan_shared_sd else "plain noise"
     print(
         f"Population: shared deviation sd {args.shared_sd:g}, own noise sd {list(args.noise.sd)} (logit units); "
-        f"the optimal design planned for {args.plan} participants with {planned_with}. "
+        f"the optimal design planned for {args.plan} participants with {planned_with}, criterion {args.criterion}. "
         f"Power >= {args.power} with {args.sims} simulated studies per count ({args.adaptive_sims} adaptive), "
         f"{args.resamples} bootstrap resamples each; grid {list(GRID)}. Monte-Carlo SE of a power of 0.8: "
         f"{np.sqrt(0.16 / args.sims):.3f} ({np.sqrt(0.16 / args.adaptive_sims):.3f} adaptive). "

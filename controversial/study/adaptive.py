@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -93,9 +93,10 @@ def next_batch(
     n_panel: int = 256,
     seed: int = 0,
     shared_sd: float = 0.0,
-    **design_options: float,
+    **design_options: Any,
 ) -> Design:
-    """The next batch's stimuli: maximin separation of the remaining candidate truths from every rival."""
+    """The next batch's stimuli: maximin separation of the remaining candidate truths from every rival
+    (``design_options``: ``select_design``'s, e.g. ``baseline`` for the relative criterion)."""
     panel = ReferencePanel(
         probabilities,
         pool.conditions,
@@ -105,5 +106,4 @@ def next_batch(
         seed=seed,
         shared_sd=shared_sd,
     )
-    options: dict = dict(design_options)
-    return select_design(pool, panel, constraints, n_participants, seed=seed, **options)
+    return select_design(pool, panel, constraints, n_participants, seed=seed, **design_options)

@@ -16,7 +16,13 @@ from controversial.records.names import natural_filename
 from controversial.analysis.study import NATURAL
 from controversial.study.design import Pool
 from controversial.study.display import png_to_uint8
-from controversial.study.selection import SelectionError, SweepStimulus, best_per_cell, select_natural
+from controversial.study.selection import (
+    SelectionError,
+    SweepStimulus,
+    best_per_cell,
+    select_controversial,
+    select_natural,
+)
 
 
 @dataclass(frozen=True)
@@ -57,3 +63,41 @@ def build_candidates(
     true_class = np.array([-1] * len(cells) + [int(test_labels[i]) for i in natural], dtype=np.int64)
     pool = Pool(conditions, targets, true_class, len(info.class_names))
     return Candidates(datasets[0], tuple(cells), tuple(natural), names, images, pool)
+
+
+@dataclass(frozen=True)
+class Balanced:
+    """The paper's kind of design within a candidate pool: ``per_pair`` balanced stimuli per model pair."""
+
+    chosen: np.ndarray  # sorted pool indices
+    per_pair: int
+
+
+def balanced_design(
+    stimuli: Sequence[SweepStimulus],
+    candidates: Candidates,
+    n_stimuli: int,
+    natural_per_class: int,
+    sources: Sequence[str] = ("synthetic",),
+) -> Balanced:
+    """What ``export_study.py`` would choose with the same budget: the most controversial balanced ``per_pair``
+    stimuli of every model pair (per_pair the largest multiple of the class count that fits ``n_stimuli``) and
+    ``natural_per_class`` of the pool's natural images per class; the yardstick of the relative criterion."""
+    pool = candidates.pool
+    n_classes = pool.n_classes
+    pairs = sorted(set(pool.conditions[i] for i in np.flatnonzero(~pool.natural)))
+    slots = n_stimuli - natural_per_class * n_classes
+    per_pair = min(max(slots, 0) // len(pairs) // n_classes * n_classes, n_classes * (n_classes - 1))
+    if per_pair == 0:
+        raise SelectionError(
+            f"a balanced design needs {n_classes} stimuli per model pair: {len(pairs)} pairs and "
+            f"{natural_per_class * n_classes} natural images do not fit n_stimuli={n_stimuli}"
+        )
+    index = {name: n for n, name in enumerate(candidates.names)}
+    controversial = [index[s.image_path.name] for s in select_controversial(stimuli, per_pair, n_classes, sources)]
+    natural = [
+        int(n)
+        for cls in range(n_classes)
+        for n in np.flatnonzero(pool.natural & (pool.true_class == cls))[:natural_per_class]
+    ]
+    return Balanced(np.sort(np.array(controversial + natural, dtype=np.int64)), per_pair)

@@ -5,6 +5,13 @@ z_tj(X) is the expected bootstrap test statistic of "truth t beats rival j". The
 the weakest pair, min over t != j of z_tj, optimised through its smooth minimum (temperature
 ``temperature`` in z units) so that every weak pair, not only the single weakest, pulls.
 
+Relative criterion (``baseline``): maximise instead the smallest ratio, over truths, of the truth's weakest
+z to the same quantity under a baseline design (the paper's balanced 20 per pair), so the gain is
+shared out and no truth is traded away to lift another: a ratio q >= 1 means every truth is at least as
+well separated as under the baseline, and, where participants' own variance dominates, needs about
+1/q^2 of its participants. The search then also starts once from the baseline itself, so the result
+never scores below it on the criterion.
+
 Optimisation: the maximin of correlation differences is neither linear nor submodular, so we use
 the standard pair for such criteria: greedy forward selection (each step adds the feasible
 candidates with the best criterion after adding; effect and participant variance exact, stimulus
@@ -81,8 +88,7 @@ def design_weights(chosen: Sequence[int] | np.ndarray, n_pool: int) -> np.ndarra
 HELD_OUT_SEED_OFFSET = 7919  # the second panel's seed is the first's plus this: other simulated participants
 
 
-def held_out_separation(
-    chosen: Sequence[int] | np.ndarray,
+def held_out_panel(
     probabilities: np.ndarray,
     conditions: Sequence[str],
     noise: ParticipantNoise,
@@ -91,19 +97,18 @@ def held_out_separation(
     seed: int = 0,
     shared_sd: float = 0.0,
     populations: int = 4,
-) -> Separation:
-    """A chosen set's separations on a second reference panel, with other simulated participants (and, with a
-    shared deviation, other simulated populations, averaged per truth: ``Separation.pooled``).
+) -> ReferencePanel:
+    """A second reference panel, with other simulated participants (and, with a shared deviation, other simulated
+    populations), to predict chosen sets on: ``panel.separation(design_weights(chosen, N)).pooled()``.
 
     The optimiser picks the set that scores best on its panel, that panel's chance fluctuations included,
     so the set's figures on that panel flatter it, and the more the smaller the panel and the noisier the
     participants (docs/design.md, section 6). A fresh panel predicts it as fairly as any set chosen
     without looking at that panel.
     """
-    check = ReferencePanel(
+    return ReferencePanel(
         probabilities, conditions, noise, n_panel, truths, seed + HELD_OUT_SEED_OFFSET, shared_sd, populations
     )
-    return check.separation(design_weights(chosen, len(conditions))).pooled()
 
 
 class _Counts:
@@ -219,10 +224,45 @@ def _seed(
     return chosen[len(fixed) :]
 
 
-def _score(z: np.ndarray, temperature: float) -> np.ndarray:
-    """Smooth minimum over the last two axes (truth, rival)."""
-    flat = z.reshape(*z.shape[:-2], -1)
-    return softmin(flat, temperature, axis=-1)
+@dataclass(frozen=True)
+class Criterion:
+    """What the optimiser maximises: the smooth minimum over (truth, rival) of z, each truth's row scaled by
+    ``truth_scale`` (None: unscaled, the maximin criterion; ``relative_criterion``: against a baseline)."""
+
+    temperature: float
+    truth_scale: np.ndarray | None = None  # (T,) one factor per truth row of a pooled Separation
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        """(..., T, M) z values -> (...) criterion values."""
+        if self.truth_scale is not None:
+            z = z * self.truth_scale[:, None]
+        flat = z.reshape(*z.shape[:-2], -1)
+        return softmin(flat, self.temperature, axis=-1)
+
+
+BASELINE_Z_FLOOR = 1.0  # a truth the baseline barely separates (z below this) is scaled as if it had this z
+
+
+def baseline_weakest(panel: ReferencePanel, baseline: Sequence[int] | np.ndarray, n_participants: int) -> np.ndarray:
+    """(T,) each truth's weakest z over rivals under the baseline design, on ``panel``, floored at BASELINE_Z_FLOOR."""
+    z = panel.separation(design_weights(baseline, panel.N)).pooled().z(n_participants)
+    return np.maximum(np.nanmin(z, axis=1), BASELINE_Z_FLOOR)
+
+
+def relative_criterion(
+    panel: ReferencePanel, baseline: Sequence[int] | np.ndarray, n_participants: int, temperature: float
+) -> Criterion:
+    """Each truth's z as a fraction of its weakest z under ``baseline``, times the mean of those weakest z, so that
+    the temperature keeps its z units and a baseline that separates every truth equally gives the plain maximin."""
+    weakest = baseline_weakest(panel, baseline, n_participants)
+    return Criterion(temperature, weakest.mean() / weakest)
+
+
+def ratio_to_baseline(separation: Separation, baseline: Separation, n_participants: int) -> np.ndarray:
+    """(T,) each truth's weakest z as a fraction of its weakest z under the baseline (both pooled, same truths)."""
+    ours = np.nanmin(separation.z(n_participants), axis=1)
+    theirs = np.maximum(np.nanmin(baseline.z(n_participants), axis=1), BASELINE_Z_FLOOR)
+    return ours / theirs
 
 
 def _removable(counts: _Counts, w: np.ndarray, fixed: set[int]) -> np.ndarray:
@@ -237,7 +277,7 @@ def _best_swap(
     w: np.ndarray,
     fixed: set[int],
     n_participants: int,
-    temperature: float,
+    criterion: Criterion,
     current: float,
     width: int,
 ) -> tuple[int, int, float] | None:
@@ -246,7 +286,7 @@ def _best_swap(
     members = _removable(counts, w, fixed)
     if len(members) == 0:
         return None
-    after_removal = _score(panel.z_after(w, members, n_participants, sign=-1), temperature)
+    after_removal = criterion(panel.z_after(w, members, n_participants, sign=-1))
     for out in members[np.argsort(-after_removal, kind="stable")[:width]]:
         out = int(out)
         counts.update(out, -1)
@@ -255,10 +295,10 @@ def _best_swap(
         candidates = candidates[candidates != out]
         best: tuple[int, int, float] | None = None
         if len(candidates):
-            gains = _score(panel.z_after(w, candidates, n_participants), temperature)
+            gains = criterion(panel.z_after(w, candidates, n_participants))
             for n in candidates[np.argsort(-gains, kind="stable")[:width]]:
                 w[n] = 1
-                value = float(_score(panel.separation(w).pooled().z(n_participants), temperature))
+                value = float(criterion(panel.separation(w).pooled().z(n_participants)))
                 w[n] = 0
                 if value > current + 1e-9 and (best is None or value > best[2]):
                     best = (out, int(n), value)
@@ -276,7 +316,7 @@ def _repair_swap(
     w: np.ndarray,
     fixed: set[int],
     n_participants: int,
-    temperature: float,
+    criterion: Criterion,
 ) -> tuple[int, int] | None:
     """An exchange that strictly shrinks the class-balance deficit, for when greedy growth is stuck.
 
@@ -295,8 +335,8 @@ def _repair_swap(
     members = members[~pool.natural[members] & ~short[pool.targets[members]].any(axis=1)]
     if len(covering) == 0 or len(members) == 0:
         return None
-    removal_order = members[np.argsort(-_score(panel.z_after(w, members, n_participants, sign=-1), temperature))]
-    addition_order = covering[np.argsort(-_score(panel.z_after(w, covering, n_participants), temperature))]
+    removal_order = members[np.argsort(-criterion(panel.z_after(w, members, n_participants, sign=-1)))]
+    addition_order = covering[np.argsort(-criterion(panel.z_after(w, covering, n_participants)))]
     for into in addition_order:
         for out in removal_order:
             targets = counts.targets.copy()
@@ -318,58 +358,56 @@ def select_design(
     seed: int = 0,
     fixed: Sequence[int] = (),
     restarts: int = 1,
+    baseline: Sequence[int] | np.ndarray | None = None,
 ) -> Design:
     """The constrained set maximising the (smooth) weakest pairwise separation with ``n_participants``.
 
     ``fixed``: pool indices that must be in the set (e.g. stimuli already shown in an earlier batch
     that should be kept); they count towards every constraint. ``restarts``: independent random
-    starts (seeds ``seed``, ``seed + 1``, ...); the best local optimum wins.
+    starts (seeds ``seed``, ``seed + 1``, ...); the best local optimum wins. ``baseline``: pool indices
+    of a reference design; the criterion becomes relative to it (module docstring), and when the
+    baseline meets every constraint and holds ``fixed``, the exchange search also starts from it.
     """
+    if panel.N != len(pool.conditions):
+        raise DesignError(f"the reference panel covers {panel.N} stimuli, the pool {len(pool.conditions)}")
+    criterion = Criterion(temperature)
+    starts: list[Sequence[int] | None] = [None] * max(1, restarts)
+    if baseline is not None:
+        criterion = relative_criterion(panel, baseline, n_participants, temperature)
+        if not check_design(pool, constraints, list(baseline)) and set(fixed) <= set(int(n) for n in baseline):
+            starts.append(baseline)
     designs = [
         _select_once(
             pool,
             panel,
             constraints,
             n_participants,
-            temperature,
+            criterion,
             step_fraction,
             max_exchanges,
             exchange_width,
             seed + k,
             fixed,
+            start,
         )
-        for k in range(max(1, restarts))
+        for k, start in enumerate(starts)
     ]
     return max(designs, key=lambda d: d.objective)
 
 
-def _select_once(
+def _grow(
     pool: Pool,
     panel: ReferencePanel,
     constraints: DesignConstraints,
+    counts: _Counts,
     n_participants: int,
-    temperature: float,
+    criterion: Criterion,
     step_fraction: float,
-    max_exchanges: int,
-    exchange_width: int,
-    seed: int,
+    rng: np.random.Generator,
     fixed: Sequence[int],
-) -> Design:
+) -> np.ndarray:
+    """Greedy forward selection from a small random feasible seed to a full set; returns its 0/1 weights."""
     N = len(pool.conditions)
-    if panel.N != N:
-        raise DesignError(f"the reference panel covers {panel.N} stimuli, the pool {N}")
-    counts = _Counts(pool, constraints)
-    if counts.n_controversial < 0:
-        raise DesignError(
-            f"n_stimuli={constraints.n_stimuli} is less than the {constraints.natural_per_class} x "
-            f"{pool.n_classes} natural images required"
-        )
-    if counts.n_controversial < constraints.min_per_pair * len(counts.pairs):
-        raise DesignError(
-            f"{counts.n_controversial} controversial slots cannot give {len(counts.pairs)} pairs "
-            f"min_per_pair={constraints.min_per_pair} each"
-        )
-    rng = np.random.default_rng(seed)
     chosen: list[int] = []
     for n in fixed:
         if not counts.can_add(int(n)):
@@ -383,7 +421,7 @@ def _select_once(
     while not counts.full():
         candidates = _feasible(counts, np.flatnonzero(w == 0))
         if len(candidates) == 0:  # the class balance painted itself into a corner: trade for a deficit class
-            swap = _repair_swap(panel, pool, counts, w, fixed_set, n_participants, temperature)
+            swap = _repair_swap(panel, pool, counts, w, fixed_set, n_participants, criterion)
             if swap is None:
                 raise DesignError(
                     f"no candidate fits the remaining constraints (target counts per class "
@@ -395,7 +433,7 @@ def _select_once(
             counts.update(into, +1)
             w[out], w[into] = 0, 1
             continue
-        scores = _score(panel.z_after(w, candidates, n_participants), temperature)
+        scores = criterion(panel.z_after(w, candidates, n_participants))
         added = 0
         for i in np.argsort(-scores, kind="stable"):
             n = int(candidates[i])
@@ -405,10 +443,46 @@ def _select_once(
                 added += 1
                 if added == step:
                     break
-    current = float(_score(panel.separation(w).pooled().z(n_participants), temperature))
+    return w
+
+
+def _select_once(
+    pool: Pool,
+    panel: ReferencePanel,
+    constraints: DesignConstraints,
+    n_participants: int,
+    criterion: Criterion,
+    step_fraction: float,
+    max_exchanges: int,
+    exchange_width: int,
+    seed: int,
+    fixed: Sequence[int],
+    start: Sequence[int] | None = None,
+) -> Design:
+    """One local optimum: greedy growth (or the given feasible ``start``), then improving exchanges."""
+    counts = _Counts(pool, constraints)
+    if counts.n_controversial < 0:
+        raise DesignError(
+            f"n_stimuli={constraints.n_stimuli} is less than the {constraints.natural_per_class} x "
+            f"{pool.n_classes} natural images required"
+        )
+    if counts.n_controversial < constraints.min_per_pair * len(counts.pairs):
+        raise DesignError(
+            f"{counts.n_controversial} controversial slots cannot give {len(counts.pairs)} pairs "
+            f"min_per_pair={constraints.min_per_pair} each"
+        )
+    if start is None:
+        rng = np.random.default_rng(seed)
+        w = _grow(pool, panel, constraints, counts, n_participants, criterion, step_fraction, rng, fixed)
+    else:
+        for n in start:
+            counts.update(int(n), +1)
+        w = design_weights(start, len(pool.conditions))
+    fixed_set = set(int(n) for n in fixed)
+    current = float(criterion(panel.separation(w).pooled().z(n_participants)))
     swaps = 0
     while swaps < max_exchanges:
-        improved = _best_swap(panel, pool, counts, w, fixed_set, n_participants, temperature, current, exchange_width)
+        improved = _best_swap(panel, pool, counts, w, fixed_set, n_participants, criterion, current, exchange_width)
         if improved is None:
             break
         out, best, current = improved
@@ -419,7 +493,8 @@ def _select_once(
     separation = panel.separation(w).pooled()
     z = separation.z(n_participants)
     log.info(
-        "design: %d stimuli, weakest pairwise z %.2f at %d participants (%d exchanges)",
+        "design (%s): %d stimuli, weakest pairwise z %.2f at %d participants (%d exchanges)",
+        "from the baseline" if start is not None else f"greedy, seed {seed}",
         int(w.sum()),
         float(np.nanmin(z)),
         n_participants,

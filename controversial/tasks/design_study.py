@@ -20,10 +20,18 @@ from controversial.records.responses import read_human_ratings, read_model_respo
 from controversial.settings import DesignPlan, DesignStudySettings, Invocation, PreviousBatch
 from controversial.study.adaptive import Batch, evidence
 from controversial.study.bundle import load_bundle
-from controversial.study.candidates import Candidates, build_candidates
-from controversial.study.design import Design, DesignConstraints, DesignError, held_out_separation, select_design
+from controversial.study.candidates import Balanced, Candidates, balanced_design, build_candidates
+from controversial.study.design import (
+    Design,
+    DesignConstraints,
+    DesignError,
+    design_weights,
+    held_out_panel,
+    ratio_to_baseline,
+    select_design,
+)
 from controversial.study.export import DEFAULT_WEB_SOURCE, check_web_texts, write_selection
-from controversial.study.selection import SelectionError, collect_sweep
+from controversial.study.selection import SelectionError, SweepStimulus, collect_sweep
 from controversial.tasks.export_study import export_settings
 from controversial.zoo.bundled import load_model
 
@@ -133,31 +141,31 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         noise, truths = found.noise.noise(), list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     pool = candidates.pool
+    baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion == "relative")
     panel = ReferencePanel(
         probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
     )
     n = plan.n_participants
     design = select_design(
-        candidates.pool, panel, constraints, n, plan.temperature, max_exchanges=plan.max_exchanges, seed=cfg.seed
+        pool,
+        panel,
+        constraints,
+        n,
+        plan.temperature,
+        max_exchanges=plan.max_exchanges,
+        seed=cfg.seed,
+        baseline=baseline.chosen if baseline is not None and plan.criterion == "relative" else None,
     )
     del panel  # its memory, before the second panel is drawn
-    predicted = held_out_separation(
-        design.chosen,
-        probabilities,
-        candidates.pool.conditions,
-        noise,
-        plan.n_panel,
-        truths,
-        cfg.seed,
-        plan.shared_sd,
-        plan.populations,
+    check = held_out_panel(
+        probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
     )
+    predicted = check.separation(design_weights(design.chosen, len(pool.conditions))).pooled()
     n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
     rows = pair_report(predicted, names, n, plan.alpha, plan.power, n_comparisons)
-    needed = [r["participants_needed"] for r in rows]
     summary = {
         "batch": batch,
-        "criterion": "maximin expected bootstrap z over (truth, rival) pairs",
+        "criterion": CRITERIA[plan.criterion],
         "planned_participants": n,
         "weakest_z": float(np.nanmin(predicted.z(n))),
         "weakest_z_on_the_selection_panel": design.weakest,
@@ -171,8 +179,19 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         "alpha": plan.alpha,
         "power": plan.power,
         "correction": plan.correction,
-        "participants_needed": None if None in needed else max(needed),
+        "participants_needed": _needed(rows),
+        "balanced_design": None,
     }
+    if baseline is not None:
+        balanced = check.separation(design_weights(baseline.chosen, len(pool.conditions))).pooled()
+        ratios = ratio_to_baseline(predicted, balanced, n)
+        summary["balanced_design"] = {
+            "per_pair": baseline.per_pair,
+            "stimuli": len(baseline.chosen),
+            "weakest_z": float(np.nanmin(balanced.z(n))),
+            "participants_needed": _needed(pair_report(balanced, names, n, plan.alpha, plan.power, n_comparisons)),
+            "weakest_z_ratio_per_truth": {names[t]: float(q) for t, q in zip(predicted.truths, ratios)},
+        }
     _write_report(out, summary, rows, design, candidates)
     chosen = [int(i) for i in design.chosen]
     n_con = len(candidates.controversial)
@@ -203,6 +222,49 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     return path
 
 
+CRITERIA = {
+    "maximin": "maximin expected bootstrap z over (truth, rival) pairs",
+    "relative": "maximin over truths of the truth's weakest expected z as a fraction of the balanced design's",
+}
+
+
+def _needed(rows: list[dict]) -> int | None:
+    """Participants for every (truth, rival) row to reach the power; None if some row cannot."""
+    needed = [r["participants_needed"] for r in rows]
+    return None if None in needed else max(needed)
+
+
+def _balanced(
+    stimuli: Sequence[SweepStimulus],
+    candidates: Candidates,
+    constraints: DesignConstraints,
+    sources: Sequence[str],
+    required: bool,
+) -> Balanced | None:
+    """The balanced design to compare with (and, for the relative criterion, to measure against)."""
+    try:
+        return balanced_design(stimuli, candidates, constraints.n_stimuli, constraints.natural_per_class, sources)
+    except SelectionError as error:
+        if required:
+            raise DesignError(f"plan.criterion=relative measures against the balanced design: {error}") from error
+        log.info("no balanced design to compare with: %s", error)
+        return None
+
+
+def _balanced_lines(balanced: dict | None) -> list[str]:
+    if balanced is None:
+        return ["- balanced design: none fits this budget (no comparison)"]
+    ratios = balanced["weakest_z_ratio_per_truth"]
+    worst = min(ratios, key=ratios.get)
+    return [
+        f"- balanced design ({balanced['per_pair']} per model pair, {balanced['stimuli']} stimuli, what "
+        f"export_study.py would choose): weakest z {balanced['weakest_z']:.2f}, participants needed "
+        f"{balanced['participants_needed'] or 'not reachable'}",
+        f"- each truth's weakest z as a fraction of the balanced design's: lowest {ratios[worst]:.2f} ({worst}), "
+        + ", ".join(f"{t} {q:.2f}" for t, q in ratios.items()),
+    ]
+
+
 def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, candidates: Candidates) -> None:
     conditions: dict[str, int] = {}
     for i in design.chosen:
@@ -224,6 +286,7 @@ def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, ca
         f"- candidate truths: {', '.join(summary['candidate_truths'])}",
         f"- participants needed for power {summary['power']} at alpha {summary['alpha']} ({summary['correction']}): "
         f"{summary['participants_needed'] or 'not reachable with these stimuli'}",
+        *_balanced_lines(summary["balanced_design"]),
         "",
         "| truth | rival | expected difference in mean r | z | power | participants needed |",
         "|---|---|---|---|---|---|",

@@ -16,7 +16,9 @@ from controversial.study.design import (
     Pool,
     check_design,
     design_weights,
-    held_out_separation,
+    held_out_panel,
+    ratio_to_baseline,
+    relative_criterion,
     select_design,
 )
 
@@ -30,23 +32,39 @@ def pool_of(models) -> Pool:  # type: ignore[no-untyped-def]
     return Pool(tuple(s.condition for s in models.stimuli), targets, true_class)
 
 
-def test_selection_matches_exhaustive_search_on_a_tiny_pool():
+@pytest.mark.parametrize("relative", [False, True], ids=["maximin", "relative to a baseline"])
+def test_selection_matches_exhaustive_search_on_a_tiny_pool(relative):
     """Greedy + exchange against every feasible 5-of-12 subset: the criterion it reports is the exact one, and the
-    set it finds is a 1-exchange local optimum within 1 % of the global one, above 95 % of all feasible sets."""
+    set it finds is a 1-exchange local optimum within 1 % of the global one, above 95 % of all feasible sets. The
+    relative criterion is checked the same way, with each truth's row divided by its weakest z under a baseline."""
     models = simulate_models(n_models=3, stimuli_per_pair=4, natural_per_class=0, seed=3)
     pool = pool_of(models)
     panel = ReferencePanel(models.probabilities, pool.conditions, ParticipantNoise(), n_panel=8, seed=0)
     constraints = DesignConstraints(n_stimuli=5, natural_per_class=0, min_per_pair=1, class_tolerance=5.0)
     n, temperature = 10, 0.5
+    baseline = [0, 1, 4, 8, 9] if relative else None
+    scale = np.ones(3)
+    if baseline is not None:
+        weakest = np.nanmin(panel.separation(design_weights(baseline, len(pool.conditions))).z(n), axis=1)
+        scale = weakest.mean() / weakest
     values = {}
     for subset in combinations(range(len(pool.conditions)), 5):
         if check_design(pool, constraints, list(subset)):
             continue
         w = np.zeros(len(pool.conditions))
         w[list(subset)] = 1
-        values[subset] = float(softmin(panel.separation(w).z(n).ravel(), temperature))
+        values[subset] = float(softmin((panel.separation(w).z(n) * scale[:, None]).ravel(), temperature))
     design = select_design(
-        pool, panel, constraints, n, temperature, step_fraction=0.0, exchange_width=12, restarts=3, seed=0
+        pool,
+        panel,
+        constraints,
+        n,
+        temperature,
+        step_fraction=0.0,
+        exchange_width=12,
+        restarts=3,
+        seed=0,
+        baseline=baseline,
     )
     assert not check_design(pool, constraints, design.chosen.tolist())
     assert design.objective == pytest.approx(values[tuple(design.chosen.tolist())], rel=1e-12)
@@ -105,7 +123,8 @@ def test_the_chosen_set_is_predicted_on_a_panel_it_was_not_chosen_on(medium):
     models, pool, panel = medium
     constraints = DesignConstraints(n_stimuli=60, natural_per_class=2, min_per_pair=3, class_tolerance=0.1)
     design = select_design(pool, panel, constraints, 12, seed=0)
-    held_out = held_out_separation(design.chosen, models.probabilities, pool.conditions, ParticipantNoise(), 8, seed=0)
+    check = held_out_panel(models.probabilities, pool.conditions, ParticipantNoise(), 8, seed=0)
+    held_out = check.separation(design_weights(design.chosen, len(pool.conditions))).pooled()
     other = ReferencePanel(
         models.probabilities, pool.conditions, ParticipantNoise(), n_panel=8, seed=HELD_OUT_SEED_OFFSET
     ).separation(design_weights(design.chosen, len(pool.conditions)))
@@ -139,3 +158,19 @@ def test_one_pairs_cells_fill_the_class_balance_even_when_growth_corners_itself(
         panel = ReferencePanel(p, conditions, ParticipantNoise(), n_panel=8, seed=seed)
         design = select_design(pool, panel, constraints, 30, seed=seed)
         assert check_design(pool, constraints, design.chosen.tolist()) == []
+
+
+def test_the_relative_criterion_leaves_no_truth_worse_than_its_baseline(medium):
+    """Against a feasible baseline, the relative design lifts every truth's weakest z above the baseline's (the plain
+    maximin leaves one truth below it here) and never scores below the baseline on its own criterion."""
+    _, pool, panel = medium
+    constraints = DesignConstraints(n_stimuli=60, natural_per_class=2, min_per_pair=3, class_tolerance=0.1)
+    baseline = select_design(pool, panel, constraints, 12, seed=5, max_exchanges=0)
+    maximin = select_design(pool, panel, constraints, 12, seed=0)
+    relative = select_design(pool, panel, constraints, 12, seed=0, baseline=baseline.chosen)
+    assert check_design(pool, constraints, relative.chosen.tolist()) == []
+    criterion = relative_criterion(panel, baseline.chosen, 12, 0.5)
+    assert criterion.truth_scale.mean() == pytest.approx(1.0, abs=0.05)
+    assert relative.objective >= float(criterion(baseline.separation.z(12)))
+    ratios = ratio_to_baseline(relative.separation, baseline.separation, 12)
+    assert ratios.min() > 1.0 and ratios.min() > ratio_to_baseline(maximin.separation, baseline.separation, 12).min()

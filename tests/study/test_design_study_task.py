@@ -17,9 +17,10 @@ from .helpers import fake_mnist_test, make_sweep
 MODELS = ("abs", "kde", "vgg")
 
 
-@pytest.mark.parametrize("shared_sd", [0.0, 1.5])
-def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch, shared_sd):
-    """With a shared deviation planned for, every (truth, rival) is still reported once: pooled over populations."""
+@pytest.mark.parametrize("shared_sd, criterion", [(0.0, "maximin"), (1.5, "maximin"), (0.0, "relative")])
+def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch, shared_sd, criterion):
+    """With a shared deviation planned for, every (truth, rival) is still reported once: pooled over populations.
+    Either criterion reports the balanced design (10 per pair here) beside the chosen one, on one held-out panel."""
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "kde"), ("abs", "vgg"), ("kde", "vgg")))
     write_tiny_checkpoints(tmp_path / "models" / "mnist", MODELS, "mnist")
     images, labels = fake_mnist_test("mnist", n_per_class=6)
@@ -40,6 +41,7 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
         "plan.n_participants=6",
         "plan.n_panel=4",
         f"plan.shared_sd={shared_sd}",
+        f"plan.criterion={criterion}",
         "plan.populations=2",
         "plan.max_exchanges=5",
         "display.size=56",
@@ -58,3 +60,9 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
     assert min(report["stimuli_per_condition"][c] for c in ("abs|kde", "abs|vgg", "kde|vgg")) >= 2
     assert sorted(report["chosen"]) == sorted(e.image for e in bundle.key.values() if e.kind != "attention")
     assert (tmp_path / "run" / "design.md").read_text().startswith("# Study design, batch 1")
+    balanced = report["balanced_design"]
+    assert report["criterion"].startswith("maximin over truths" if criterion == "relative" else "maximin expected")
+    assert balanced["per_pair"] == 10 and balanced["stimuli"] == 40
+    assert sorted(balanced["weakest_z_ratio_per_truth"]) == sorted(MODELS)
+    assert all(np.isfinite(q) and q > 0 for q in balanced["weakest_z_ratio_per_truth"].values())
+    assert "- balanced design (10 per model pair, 40 stimuli" in (tmp_path / "run" / "design.md").read_text()
