@@ -31,6 +31,7 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 import time
@@ -210,6 +211,8 @@ def main() -> None:
     )
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
     args = parser.parse_args()
+    logging.basicConfig(format="  %(message)s")
+    logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
     names, P, pool = load_pool(Path(args.pool))
     args.constraints = DesignConstraints(n_stimuli=820, natural_per_class=10, min_per_pair=2, class_tolerance=0.1)
