@@ -9,8 +9,8 @@ Relative criterion (``baseline``): maximise instead the smallest ratio, over tru
 z to the same quantity under a baseline design (the paper's balanced 20 per pair), so the gain is
 shared out and no truth is traded away to lift another: a ratio q >= 1 means every truth is at least as
 well separated as under the baseline, and, where participants' own variance dominates, needs about
-1/q^2 of its participants. The search then also starts once from the baseline itself, so the result
-never scores below it on the criterion.
+1/q^2 of its participants. Should the search end below the baseline itself on this criterion, it
+starts again from the baseline, so the result never scores below it.
 
 Optimisation: the maximin of correlation differences is neither linear nor submodular, so we use
 the standard pair for such criteria: greedy forward selection (each step adds the feasible
@@ -366,33 +366,24 @@ def select_design(
     that should be kept); they count towards every constraint. ``restarts``: independent random
     starts (seeds ``seed``, ``seed + 1``, ...); the best local optimum wins. ``baseline``: pool indices
     of a reference design; the criterion becomes relative to it (module docstring), and when the
-    baseline meets every constraint and holds ``fixed``, the exchange search also starts from it.
+    best local optimum scores below the baseline itself (which meets every constraint and holds
+    ``fixed``), the exchange search starts again from the baseline.
     """
     if panel.N != len(pool.conditions):
         raise DesignError(f"the reference panel covers {panel.N} stimuli, the pool {len(pool.conditions)}")
     criterion = Criterion(temperature)
-    starts: list[Sequence[int] | None] = [None] * max(1, restarts)
     if baseline is not None:
         criterion = relative_criterion(panel, baseline, n_participants, temperature)
-        if not check_design(pool, constraints, list(baseline)) and set(fixed) <= set(int(n) for n in baseline):
-            starts.append(baseline)
-    designs = [
-        _select_once(
-            pool,
-            panel,
-            constraints,
-            n_participants,
-            criterion,
-            step_fraction,
-            max_exchanges,
-            exchange_width,
-            seed + k,
-            fixed,
-            start,
-        )
-        for k, start in enumerate(starts)
-    ]
-    return max(designs, key=lambda d: d.objective)
+    options = (constraints, n_participants, criterion, step_fraction, max_exchanges, exchange_width)
+    best = max(
+        (_select_once(pool, panel, *options, seed + k, fixed) for k in range(max(1, restarts))),
+        key=lambda d: d.objective,
+    )
+    if baseline is not None and not check_design(pool, constraints, list(baseline)):
+        at_baseline = float(criterion(panel.separation(design_weights(baseline, panel.N)).pooled().z(n_participants)))
+        if best.objective < at_baseline and set(fixed) <= set(int(n) for n in baseline):
+            best = _select_once(pool, panel, *options, seed, fixed, start=baseline)
+    return best
 
 
 def _grow(
