@@ -243,26 +243,22 @@ class Criterion:
 BASELINE_Z_FLOOR = 1.0  # a truth the baseline barely separates (z below this) is scaled as if it had this z
 
 
-def baseline_weakest(panel: ReferencePanel, baseline: Sequence[int] | np.ndarray, n_participants: int) -> np.ndarray:
-    """(T,) each truth's weakest z over rivals under the baseline design, on ``panel``, floored at BASELINE_Z_FLOOR."""
-    z = panel.separation(design_weights(baseline, panel.N)).pooled().z(n_participants)
-    return np.maximum(np.nanmin(z, axis=1), BASELINE_Z_FLOOR)
+def _weakest_per_truth(separation: Separation, n_participants: int) -> np.ndarray:
+    """(T,) each truth's weakest z over its rivals, floored at BASELINE_Z_FLOOR (the yardstick of a ratio)."""
+    return np.maximum(np.nanmin(separation.z(n_participants), axis=1), BASELINE_Z_FLOOR)
 
 
-def relative_criterion(
-    panel: ReferencePanel, baseline: Sequence[int] | np.ndarray, n_participants: int, temperature: float
-) -> Criterion:
-    """Each truth's z as a fraction of its weakest z under ``baseline``, times the mean of those weakest z, so that
-    the temperature keeps its z units and a baseline that separates every truth equally gives the plain maximin."""
-    weakest = baseline_weakest(panel, baseline, n_participants)
+def relative_criterion(baseline: Separation, n_participants: int, temperature: float) -> Criterion:
+    """Each truth's z as a fraction of its weakest z under the ``baseline`` design (pooled, same truths), times the
+    mean of those weakest z, so that the temperature keeps its z units and a baseline that separates every truth
+    equally gives the plain maximin."""
+    weakest = _weakest_per_truth(baseline, n_participants)
     return Criterion(temperature, weakest.mean() / weakest)
 
 
 def ratio_to_baseline(separation: Separation, baseline: Separation, n_participants: int) -> np.ndarray:
     """(T,) each truth's weakest z as a fraction of its weakest z under the baseline (both pooled, same truths)."""
-    ours = np.nanmin(separation.z(n_participants), axis=1)
-    theirs = np.maximum(np.nanmin(baseline.z(n_participants), axis=1), BASELINE_Z_FLOOR)
-    return ours / theirs
+    return np.nanmin(separation.z(n_participants), axis=1) / _weakest_per_truth(baseline, n_participants)
 
 
 def _removable(counts: _Counts, w: np.ndarray, fixed: set[int]) -> np.ndarray:
@@ -373,16 +369,20 @@ def select_design(
         raise DesignError(f"the reference panel covers {panel.N} stimuli, the pool {len(pool.conditions)}")
     criterion = Criterion(temperature)
     if baseline is not None:
-        criterion = relative_criterion(panel, baseline, n_participants, temperature)
+        at_baseline = panel.separation(design_weights(baseline, panel.N)).pooled()
+        criterion = relative_criterion(at_baseline, n_participants, temperature)
     options = (constraints, n_participants, criterion, step_fraction, max_exchanges, exchange_width)
     best = max(
         (_select_once(pool, panel, *options, seed + k, fixed) for k in range(max(1, restarts))),
         key=lambda d: d.objective,
     )
-    if baseline is not None and not check_design(pool, constraints, list(baseline)):
-        at_baseline = float(criterion(panel.separation(design_weights(baseline, panel.N)).pooled().z(n_participants)))
-        if best.objective < at_baseline and set(fixed) <= set(int(n) for n in baseline):
-            best = _select_once(pool, panel, *options, seed, fixed, start=baseline)
+    if (
+        baseline is not None
+        and best.objective < float(criterion(at_baseline.z(n_participants)))
+        and set(fixed) <= set(int(n) for n in baseline)
+        and not check_design(pool, constraints, list(baseline))
+    ):
+        best = _select_once(pool, panel, *options, seed, fixed, start=baseline)
     return best
 
 

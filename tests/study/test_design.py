@@ -170,7 +170,7 @@ def test_the_relative_criterion_lifts_the_truth_the_maximin_leaves_behind_its_ba
     maximin = select_design(pool, panel, constraints, 12, seed=0)
     relative = select_design(pool, panel, constraints, 12, seed=0, baseline=baseline.chosen)
     assert check_design(pool, constraints, relative.chosen.tolist()) == []
-    criterion = relative_criterion(panel, baseline.chosen, 12, 0.5)
+    criterion = relative_criterion(baseline.separation, 12, 0.5)
     assert criterion.truth_scale.mean() == pytest.approx(1.0, abs=0.05)
     assert relative.objective >= float(criterion(baseline.separation.z(12)))
     ratios = ratio_to_baseline(relative.separation, baseline.separation, 12)
