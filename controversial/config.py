@@ -37,6 +37,7 @@ class ModelConfig:
     arch_kwargs: dict[str, Any] = field(default_factory=dict)
     calibration: str = "cross_entropy"
     checkpoint: str = "${repo:models}/${.dataset}/${.name}.pt"
+    test_time_flip: bool = False  # read out the mean logits of the image and its mirror image
     paper_name: str = ""
     description: str = ""
     differences: str = ""

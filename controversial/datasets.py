@@ -15,15 +15,17 @@ class DatasetInfo:
     image_shape: tuple[int, int, int]
     class_names: tuple[str, ...]
     display_name: str
+    mirror_symmetric: bool  # a left-right mirror image shows the same class (so test-time flips are valid)
 
 
 DATASETS: dict[str, DatasetInfo] = {
-    "mnist": DatasetInfo("mnist", (1, 28, 28), tuple(str(d) for d in range(10)), "MNIST"),
+    "mnist": DatasetInfo("mnist", (1, 28, 28), tuple(str(d) for d in range(10)), "MNIST", mirror_symmetric=False),
     "cifar10": DatasetInfo(
         "cifar10",
         (3, 32, 32),
         ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
         "CIFAR10",
+        mirror_symmetric=True,
     ),
 }
 

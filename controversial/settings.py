@@ -21,6 +21,8 @@ from controversial.records.names import Scheme
 from controversial.synthesis.stimuli import Inversion
 from controversial.zoo.train_settings import AUGMENTATION_NAMES, CALIBRATION_METHODS, TrainSettings
 
+MIRROR_SYMMETRIC_DATASETS = tuple(name for name, info in DATASETS.items() if info.mirror_symmetric)
+
 Probability = Annotated[float, Field(gt=0, le=1)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 Count = Annotated[int, Field(ge=1)]
@@ -88,6 +90,12 @@ class ModelSettings(Settings):
     arch_kwargs: dict[str, Any] = Field(default_factory=dict, description="architecture constructor arguments")
     calibration: str = Field("cross_entropy", description=f"readout calibration: {', '.join(CALIBRATION_METHODS)}")
     checkpoint: str | None = Field(None, description="checkpoint file (relative: to the working directory)")
+    test_time_flip: bool = Field(
+        False,
+        description="read out the mean logits of the image and its mirror image (test-time augmentation; "
+        "training sees single views); only for datasets with mirror-symmetric classes: "
+        f"{', '.join(MIRROR_SYMMETRIC_DATASETS)}",
+    )
     paper_name: str = ""
     description: str = ""
     differences: str = ""
@@ -107,6 +115,15 @@ class ModelSettings(Settings):
     @classmethod
     def _known_calibration(cls, value: str) -> str:
         return _one_of(value, CALIBRATION_METHODS)
+
+    @model_validator(mode="after")
+    def _flip_only_where_classes_are_symmetric(self) -> ModelSettings:
+        if self.test_time_flip and self.dataset not in MIRROR_SYMMETRIC_DATASETS:
+            raise ValueError(
+                f"model {self.name}: test_time_flip is for datasets whose classes look the same mirrored "
+                f"({', '.join(MIRROR_SYMMETRIC_DATASETS)}), not {self.dataset}"
+            )
+        return self
 
 
 class WandbSettings(Settings):

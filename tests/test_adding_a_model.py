@@ -5,14 +5,12 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from hydra import compose, initialize_config_dir
 from torch import nn
 
 from conftest import make_tiny_model
-from controversial.config import CONF_DIR, load_model_config
+from testkit import train_in
+from controversial.config import load_model_config
 from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
-from controversial.cli import validate
-from controversial.settings import Invocation, TrainCommandSettings
 from controversial.tasks import train
 from controversial.zoo.checkpoints import load_checkpoint, read_checkpoint
 from controversial.zoo.protocol import SynthesisModel
@@ -83,20 +81,7 @@ def _digits(dataset: str, split: str, root, download=True) -> tuple[torch.Tensor
 
 def _run_train(tmp_path, monkeypatch, overrides: list[str]):
     monkeypatch.setattr(train, "load_uint8", _digits)
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(
-            "train",
-            overrides=[
-                *overrides,
-                f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
-                f"models_dir={tmp_path / 'models'}",
-                f"resume_file={tmp_path / 'resume.pt'}",
-                "update_model_card=false",
-                "float16=false",
-            ],
-            return_hydra_config=True,
-        )
-    return train.run(validate(TrainCommandSettings, cfg), Invocation(tmp_path, "python train.py"))
+    return train_in(tmp_path, overrides)
 
 
 def test_a_new_family_is_an_architecture_module_and_a_yaml(tmp_path, monkeypatch):

@@ -56,6 +56,29 @@ def run_task(name: str, overrides: Sequence[str], out_dir: Path, command: str = 
     return task.run(settings_for(name, overrides), Invocation(Path(out_dir), command or f"python {name}.py"))
 
 
+def train_in(tmp_path: Path, overrides: Sequence[str]) -> Path:
+    """``python train.py`` in-process, with model YAMLs also read from ``tmp_path/conf/model`` and every output
+    (checkpoint in float32, resume file) under ``tmp_path``; returns the checkpoint's path."""
+    from controversial.cli import validate
+    from controversial.settings import TrainCommandSettings
+    from controversial.tasks import train
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                *overrides,
+                f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                f"models_dir={tmp_path / 'models'}",
+                f"resume_file={tmp_path / 'resume.pt'}",
+                "update_model_card=false",
+                "float16=false",
+            ],
+            return_hydra_config=True,
+        )
+    return train.run(validate(TrainCommandSettings, cfg), Invocation(tmp_path, "python train.py"))
+
+
 def input_gradient(net: torch.nn.Module, images: torch.Tensor, cls: int = 3) -> torch.Tensor:
     """d(logit ``cls``)/d(image), summed over the batch."""
     images = images.clone().requires_grad_(True)

@@ -14,11 +14,13 @@ from controversial.zoo.attacks import module_device
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.data import load_uint8
 from controversial.zoo.model_card import write_model_card
+from controversial.zoo.readout import MirrorAveraged
 from controversial.zoo.registry import arch_spec
 from controversial.zoo.resume import ResumeFile, recorded_progress
 from controversial.zoo.training import (
     TrainOutcome,
     TrainSettings,
+    collect_logits,
     evaluate_and_calibrate,
     evenly_spaced,
     energy_metrics,
@@ -135,7 +137,11 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
 
     robustness = robustness_metrics(net, test_x, test_y, settings)  # PGD runs on the training device
     net.to("cpu")  # evaluation, calibration and the checkpoint are the same whatever the training device
-    evaluation = evaluate_and_calibrate(net, test_x, test_y, model_cfg.calibration)
+    readout_net = MirrorAveraged(net) if model_cfg.test_time_flip else net
+    evaluation = evaluate_and_calibrate(readout_net, test_x, test_y, model_cfg.calibration)
+    if model_cfg.test_time_flip:  # what the mirror averaging adds, for the model card
+        single_view = collect_logits(net, test_x).argmax(1)
+        evaluation.metrics["test_accuracy_single_view"] = float((single_view == test_y).double().mean())
     n_parameters = sum(p.numel() for p in net.parameters())
     metrics = {
         **evaluation.metrics,
@@ -162,6 +168,7 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
         arch_kwargs=arch_kwargs,
         dataset=model_cfg.dataset,
         calibration=evaluation.calibration,
+        test_time_flip=model_cfg.test_time_flip,
         metrics=metrics,
         train_config={**model_cfg.train.model_dump(), "extra": {**settings.extra, **outcome.record}},
         command=invocation.command,

@@ -17,7 +17,7 @@ from controversial import __version__
 from controversial.atomic import atomic_write_bytes
 from controversial.datasets import dataset_info
 from controversial.zoo.inference import fold_batch_norms, use_preferred_memory_format
-from controversial.zoo.readout import Calibration, CalibratedModel
+from controversial.zoo.readout import Calibration, CalibratedModel, MirrorAveraged
 from controversial.zoo.registry import arch_spec
 
 FORMAT_VERSION = 1
@@ -32,6 +32,7 @@ class CheckpointInfo:
     arch_kwargs: dict[str, Any]
     dataset: str
     calibration: Calibration
+    test_time_flip: bool = False  # the readout averages the image and its mirror image (readout.MirrorAveraged)
     metrics: dict[str, Any] = field(default_factory=dict)
     train_config: dict[str, Any] = field(default_factory=dict)
     command: str = ""
@@ -69,6 +70,7 @@ def save_checkpoint(path: str | Path, net: nn.Module, info: CheckpointInfo, floa
         "arch_kwargs": info.arch_kwargs,
         "dataset": info.dataset,
         "calibration": info.calibration.to_dict(),
+        "test_time_flip": info.test_time_flip,
         "metrics": info.metrics,
         "train_config": info.train_config,
         "command": info.command,
@@ -97,6 +99,7 @@ def read_checkpoint(path: str | Path) -> tuple[CheckpointInfo, dict[str, torch.T
         arch_kwargs=payload["arch_kwargs"],
         dataset=payload["dataset"],
         calibration=Calibration(**payload["calibration"]),
+        test_time_flip=payload.get("test_time_flip", False),  # absent from files written before it existed
         metrics=payload["metrics"],
         train_config=payload["train_config"],
         command=payload["command"],
@@ -108,7 +111,7 @@ def read_checkpoint(path: str | Path) -> tuple[CheckpointInfo, dict[str, torch.T
 
 
 def load_checkpoint(path: str | Path, data_root: str | None = None) -> CalibratedModel:
-    """Rebuild the architecture, load float32 weights, and wrap it with its calibration.
+    """Rebuild the architecture, load float32 weights, and wrap it with its calibration (and mirror averaging).
 
     The result is for inference only: eval mode, frozen weights, batch norms folded into convolutions,
     channels-last layout where the architecture prefers it.
@@ -119,5 +122,7 @@ def load_checkpoint(path: str | Path, data_root: str | None = None) -> Calibrate
     net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     fold_batch_norms(net.eval())
     use_preferred_memory_format(net)
+    if info.test_time_flip:
+        net = MirrorAveraged(net)
     model = CalibratedModel(net, info.calibration, info.name, info.dataset, dataset_info(info.dataset).class_names)
     return model.eval().requires_grad_(False)

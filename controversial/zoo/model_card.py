@@ -14,6 +14,8 @@ Every checkpoint is reproducible with the command shown. Weights are stored in f
 Calibration: `p(class) = sigmoid(slope * logit + intercept)`, one slope and intercept for all
 classes, fitted on the test set (cross-entropy rule for MNIST, median 0.1/0.9 rule for CIFAR-10).
 NLL is the mean over test images of the summed per-class binary cross-entropy of the sigmoid readout.
+"(flip)": the readout averages the logits of the image and its mirror image (`test_time_flip`); the
+network was trained on single views, and its single-view accuracy is listed with the model.
 """
 
 
@@ -21,9 +23,10 @@ def _row(path: Path) -> tuple[str, str]:
     info, state = read_checkpoint(path)
     m = info.metrics
     n_params = m.get("parameters", sum(v.numel() for v in state.values() if v.is_floating_point()))
+    readout = " (flip)" if info.test_time_flip else ""
     table = (
         f"| {info.dataset}/{info.name} | {info.card.get('paper_name', '')} | {n_params:,} | "
-        f"{100 * m['test_accuracy']:.2f}% | {info.calibration.slope:.4g} | {info.calibration.intercept:.4g} | "
+        f"{100 * m['test_accuracy']:.2f}%{readout} | {info.calibration.slope:.4g} | {info.calibration.intercept:.4g} | "
         f"{m['test_nll_uncalibrated']:.4g} | {m['test_nll_calibrated']:.4g} | {m.get('train_time_s', 0):.0f} s |"
     )
     details = (
@@ -31,7 +34,9 @@ def _row(path: Path) -> tuple[str, str]:
         f"- **Differs from the paper:** {info.card.get('differences', '')}\n"
         f"- **Reproduce:** `{info.command}`\n"
         f"- **Architecture:** `{info.arch}` with `{info.arch_kwargs}`\n"
-        f"- **Test accuracy:** {100 * m['test_accuracy']:.2f}% on the full test set ({m['n_test']:,} images)\n"
+        f"- **Test accuracy:** {100 * m['test_accuracy']:.2f}% on the full test set ({m['n_test']:,} images)"
+        + (" with the mirror-averaged readout (test_time_flip)" if info.test_time_flip else "")
+        + "\n"
         + "".join(
             f"- **{k}:** {v}\n"
             for k, v in m.items()

@@ -89,6 +89,25 @@ def sigmoid_nll(logits: torch.Tensor, labels: torch.Tensor) -> float:
     return float(loss) / z.shape[0]
 
 
+class MirrorAveraged(nn.Module):
+    """Test-time augmentation: the mean of a classifier's logits for an image and its left-right mirror image.
+
+    It makes a readout mirror-invariant, which is right only where the classes are (CIFAR-10, not
+    digits), and buys accuracy that more training would cost far more of; each call runs the network
+    on twice the batch. Training sees single views: this wraps a trained net for evaluation and use.
+    """
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        if isinstance(net, StatefulNet):
+            raise TypeError(f"{type(net).__name__} keeps per-row state; it cannot be run on mirrored copies")
+        self.net = net
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        logits = self.net(torch.cat([images, images.flip(-1)]))
+        return logits.unflatten(0, (2, len(images))).mean(0)
+
+
 class CalibratedModel(nn.Module):
     """A classifier plus its calibration: images in [0,1] (N,C,H,W) -> calibrated logits (N,10)."""
 
