@@ -477,9 +477,8 @@ def training_method(name: str) -> TrainingMethod:
 
 @scoring()
 def collect_logits(net: nn.Module, images: torch.Tensor, batch_size: int = 500) -> torch.Tensor:
-    """Raw logits for a whole split, batched, without the autograd graph (it would hold every batch's activations)."""
-    with torch.no_grad():
-        return torch.cat([net(images[i : i + batch_size]) for i in range(0, len(images), batch_size)])
+    """Raw logits for a whole split, batched."""
+    return torch.cat([net(images[i : i + batch_size]) for i in range(0, len(images), batch_size)])
 
 
 @dataclass(frozen=True)
