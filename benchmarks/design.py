@@ -182,7 +182,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pool", default=str(ROOT / "outputs" / "design" / "pool.npz"))
     parser.add_argument("--sims", type=int, default=20, help="simulated studies per count")
-    parser.add_argument("--adaptive-sims", type=int, default=10, help="simulated adaptive studies per count")
+    parser.add_argument(
+        "--adaptive-sims", type=int, default=10, help="simulated adaptive studies per count (0: skip it)"
+    )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--plan", type=int, default=20, help="participants the optimal design is planned for")
     parser.add_argument("--temperature", type=float, default=0.5, help="smooth minimum over pairs (plan.temperature)")
@@ -260,10 +262,16 @@ def main() -> None:
             n, p = needed(lambda n, s, d=design: study.success(d, n, s), args.sims, args.power)
             row.append((n, p))
         # adaptive: from 4 participants up (each batch needs two for its noise ceiling)
-        n, p = needed(
-            lambda n, s: study.success_adaptive(designs["optimal"], n, s), args.adaptive_sims, args.power, GRID.index(4)
-        )
-        row.append((n, p))
+        if args.adaptive_sims > 0:
+            n, p = needed(
+                lambda n, s: study.success_adaptive(designs["optimal"], n, s),
+                args.adaptive_sims,
+                args.power,
+                GRID.index(4),
+            )
+            row.append((n, p))
+        else:
+            row.append((None, "not run"))
         rows.append(row)
         print(
             f"  truth {names[t]}: " + ", ".join(_cell(c) for c in row[2:]) + f" ({time.perf_counter() - start:.0f} s)",
@@ -329,6 +337,9 @@ def _table(rows: list, args, elapsed: float) -> None:  # type: ignore[no-untyped
         print(f"| {row[0]} | {row[1]} | " + " | ".join(_cell(c) for c in row[2:]) + " |")
     means = []
     for k in range(2, 6):
+        if all(r[k][1] == "not run" for r in rows):
+            means.append("not run")
+            continue
         values = [2 * max(GRID) if c[0] is None else c[0] for c in (r[k] for r in rows)]
         capped = any(r[k][0] is None for r in rows)
         means.append(f"{np.mean(values):.1f}" + (f" (> x counted as {2 * max(GRID)})" if capped else ""))

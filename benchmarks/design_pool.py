@@ -1,9 +1,10 @@
 """The candidate pool for ``benchmarks/design.py``: controversial stimuli of every MNIST model pair plus
 natural test images, with every model's calibrated probabilities, cached as one ``.npz``.
 
-Per unordered pair of the nine models, 30 cells are synthesised (one seed each, batched): the 20
-the paper's balance uses (every class twice per side: b = a+1 and a+5) plus 10 more (b = a+3), so
-a design can choose among cells. Synthesis runs the project's engine with the paper's settings
+Per unordered pair of the nine models, every cell a sweep synthesises is synthesised (one seed each,
+batched): the 90 ordered class pairs (a, b), a != b, listed by offset b - a (mod 10) so that the first
+20 are the paper's balanced ones (every class twice per side: b = a+1 and a+5). ``--offsets 1 5 3``
+gives the 30-cell pool of the benchmark runs before 2026-11-26, which capped any pair at 30 stimuli. Synthesis runs the project's engine with the paper's settings
 except ``max_steps`` (default 300, a CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``).
 Natural images: ``--natural-per-class`` random test images per class. Then all nine models rate
 every image (``evaluate.py``'s code path).
@@ -31,18 +32,21 @@ from controversial.synthesis.engine import SynthesisSettings, noise_images, synt
 from controversial.zoo.bundled import load_model  # noqa: E402
 
 MODELS = ("vgg", "vgg_neg", "capsnet", "pcn", "madry_linf", "madry_l2", "capsnet_recon", "kde", "abs")
-OFFSETS = (1, 5, 3)  # b = a + offset (mod 10); the first two give the paper's balanced 20
+OFFSETS = (1, 5, 3, 2, 4, 6, 7, 8, 9)  # b = a + offset (mod 10); the first two give the paper's balanced 20
 
 
-def pair_cells() -> list[tuple[int, int]]:
-    """30 ordered class pairs: each class is each side's target three times."""
-    return [(a, (a + d) % 10) for d in OFFSETS for a in range(10)]
+def pair_cells(offsets: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Ten ordered class pairs per offset: each class is each side's target once per offset."""
+    return [(a, (a + d) % 10) for d in offsets for a in range(10)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "outputs" / "design" / "pool.npz"))
     parser.add_argument("--max-steps", type=int, default=300)
+    parser.add_argument(
+        "--offsets", type=int, nargs="+", default=OFFSETS, help="class offsets b - a to synthesise; must start with 1 5"
+    )
     parser.add_argument("--natural-per-class", type=int, default=50)
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -54,7 +58,9 @@ def main() -> None:
     for model in models.values():
         model.eval()
     settings = SynthesisSettings(max_steps=args.max_steps)
-    cells = pair_cells()
+    if list(args.offsets[:2]) != [1, 5] or not set(args.offsets) <= set(range(1, 10)):
+        parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
+    cells = pair_cells(tuple(args.offsets))
     images, pairs, classes, hard = [], [], [], []
     start = time.perf_counter()
     for i, (a, b) in enumerate(combinations(MODELS, 2)):

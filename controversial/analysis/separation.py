@@ -18,17 +18,50 @@ weight per stimulus) we get, for every ordered pair (truth t, rival j):
 
 Everything is linear algebra on per-stimulus sums, so a design optimiser can evaluate thousands of
 candidate additions at once (``z_after``).
+
+The panel is kept twice over the same simulated participants: as ratings (their noise drawn) and as
+expected ratings (``simulate.expected_ratings``: each rating's mean and mean square over the
+participant's own noise, exactly). Effects and mean gradients come from the expected ratings. The
+participant variance is the variance of d across the panel's expected ratings (people differ in gain
+and noise) plus each person's own-noise variance of d, by the delta method from per-stimulus sums of
+the rating variance times products of model probabilities. Only the 1/S part of the stimulus
+variance still comes from the drawn ratings. Why: an optimiser choosing 820 of thousands of
+candidates can pick stimuli whose drawn ratings happen to favour the truth, and, more, whose noise
+happens to cancel across the panel's 256 people: with drawn ratings (participants of noise sd
+12-16, docs/design.md) the chosen set's participant variance of kde against abs was 0.09e-3 on its own
+panel and 0.45e-3 on a fresh one, its weakest z 14.6 against 10.4.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import numpy as np
 from scipy.stats import norm
 
-from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_participants
+from controversial.analysis.simulate import ParticipantNoise, expected_ratings, shared_deviation, simulate_participants
+
+
+class _Sums(NamedTuple):
+    """A panel's per-stimulus sums over categories: ratings u (T, R, N), squares uu (T, R, N), products with every
+    model's probabilities uv (T, R, M, N)."""
+
+    u: np.ndarray
+    uu: np.ndarray
+    uv: np.ndarray
+
+
+class _NoiseSums(NamedTuple):
+    """Per-stimulus sums over categories of the panel's mean rating variance v times model products: v p_m p_l
+    q (T, M, M, N), v p_m (T, M, N), v y p_m (T, M, N), v (T, N), v y (T, N), v y^2 (T, N), y the expected rating."""
+
+    q: np.ndarray
+    vp: np.ndarray
+    vyp: np.ndarray
+    v: np.ndarray
+    vy: np.ndarray
+    vyy: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -133,23 +166,41 @@ class ReferencePanel:
         seeds = np.random.SeedSequence(seed).spawn(len(self.truths))
         self.sv = p.sum(axis=2)  # (M, N)
         self.svv = (p * p).sum(axis=2)
-        su, suu, suv = [], [], []
+        drawn: list[tuple[np.ndarray, ...]] = []
+        expected: list[tuple[np.ndarray, ...]] = []
+        noise_sums: list[tuple[np.ndarray, ...]] = []
         for t, child in zip(self.truths, seeds):
             percept = p[t]
             if shared_sd > 0:  # this population's own deviation from the truth, common to its participants
                 deviation_seed, child = child.spawn(2)
                 percept = shared_deviation(p[t], shared_sd, deviation_seed)
             y = simulate_participants(percept, n_panel, noise, seed=child)  # (R, N, K)
-            su.append(y.sum(axis=2))
-            suu.append((y * y).sum(axis=2))
-            suv.append(np.einsum("rnk,mnk->rmn", y, p))
-        self.su = np.stack(su)  # (T, R, N)
-        self.suu = np.stack(suu)
-        self.suv = np.stack(suv)  # (T, R, M, N)
+            drawn.append((y.sum(axis=2), (y * y).sum(axis=2), np.einsum("rnk,mnk->rmn", y, p)))
+            mean, square = expected_ratings(percept, n_panel, noise, seed=child)  # the same participants
+            expected.append((mean.sum(axis=2), square.sum(axis=2), np.einsum("rnk,mnk->rmn", mean, p)))
+            variance = square - mean * mean  # (R, N, K) each rating's own-noise variance
+            v, vm, vmm = (x.mean(axis=0) for x in (variance, variance * mean, variance * mean * mean))  # (N, K)
+            noise_sums.append(
+                (
+                    np.einsum("nk,mnk,lnk->mln", v, p, p),
+                    np.einsum("nk,mnk->mn", v, p),
+                    np.einsum("nk,mnk->mn", vm, p),
+                    v.sum(axis=1),
+                    vm.sum(axis=1),
+                    vmm.sum(axis=1),
+                )
+            )
+        # per-stimulus sums of ratings, squares and rating x model products: (T, R, N), (T, R, N), (T, R, M, N)
+        self.drawn = _Sums(*(np.stack(a) for a in zip(*drawn)))
+        self.expected = _Sums(*(np.stack(a) for a in zip(*expected)))
+        self.average = _Sums(*(a.mean(axis=1) for a in (self.expected.u, self.expected.uu, self.expected.uv)))
+        self.noise = _NoiseSums(*(np.stack(a) for a in zip(*noise_sums)))
+        self._rows = np.arange(len(self.truths))
+        self._own = np.array(self.truths)
 
-    def _totals(self, weights: np.ndarray) -> tuple[np.ndarray, ...]:
+    def _totals(self, weights: np.ndarray, sums: _Sums) -> tuple[np.ndarray, ...]:
         w = np.asarray(weights, dtype=np.float64)
-        return (self.K * w.sum(), self.su @ w, self.suu @ w, self.suv @ w, self.sv @ w, self.svv @ w)
+        return (self.K * w.sum(), sums.u @ w, sums.uu @ w, sums.uv @ w, self.sv @ w, self.svv @ w)
 
     @staticmethod
     def _r(W, Su, Suu, Suv, Sv, Svv) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -165,36 +216,81 @@ class ReferencePanel:
         own = np.stack([r[..., i, :, t] for i, t in enumerate(self.truths)], axis=-2)  # (..., T, R)
         return own[..., None] - r
 
-    def _gradients(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per stimulus n: panel mean and panel variance of d(d)/d(w_n), each (T, M, N)."""
-        W, Su, Suu, Suv, Sv, Svv = self._totals(weights)
+    def _own_noise_variance(self, W, Su, Suu, Suv, Sv, Svv, Q, Vp, Vmp, V, Vm, Vmm) -> np.ndarray:  # type: ignore[no-untyped-def]
+        """(..., T, M) the variance of d over a participant's own rating noise, by the delta method: sum over
+        entries e of var(y_e) (dd/dy_e)^2, dd/dy_e = a_t (p_te - mean p_t) - a_j (p_je - mean p_j) - g (y_e - mean y)
+        with a_m = 1 / sqrt(A B_m), g = (r_t - r_j) / A, at the panel's average expected ratings. Inputs are totals
+        over the chosen set with any leading batch shape: the average sums (as ``_totals``) and the noise sums
+        (``_NoiseSums``)."""
+        rows, own = self._rows, self._own
+        A = Suu - Su * Su / W[..., None]  # (..., T)
+        B = Svv - Sv * Sv / W[..., None]  # (..., M)
+        alpha = 1.0 / np.sqrt(A[..., None] * B[..., None, :])  # (..., T, M)
+        r = (Suv - Su[..., None] * Sv[..., None, :] / W[..., None, None]) * alpha
+        alpha_t = alpha[..., rows, own][..., None]  # (..., T, 1)
+        gamma = (r[..., rows, own][..., None] - r) / A[..., None]
+        mean_p = Sv / W[..., None]
+        c = (
+            alpha_t * mean_p[..., own][..., None]
+            - alpha * mean_p[..., None, :]
+            - gamma * (Su / W[..., None])[..., None]
+        )
+        diagonal = np.diagonal(Q, axis1=-2, axis2=-1)  # (..., T, M)
+        sum_x2 = (
+            alpha_t**2 * diagonal[..., rows, own][..., None]
+            + alpha**2 * diagonal
+            - 2 * alpha_t * alpha * Q[..., rows, own, :]
+            + gamma**2 * Vmm[..., None]
+            - 2 * alpha_t * gamma * Vmp[..., rows, own][..., None]
+            + 2 * alpha * gamma * Vmp
+        )
+        sum_x = alpha_t * Vp[..., rows, own][..., None] - alpha * Vp - gamma * Vm[..., None]
+        return sum_x2 - 2 * c * sum_x + c * c * V[..., None]
+
+    def _noise_totals(self, weights: np.ndarray) -> tuple[np.ndarray, ...]:
+        w = np.asarray(weights, dtype=np.float64)
+        return tuple(a @ w for a in self.noise)
+
+    def _gradients(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per stimulus n, each (T, M, N): the panel mean of d(d)/d(w_n) from expected ratings, the variance of that
+        mean's terms (its own sampling noise is this / R), and the panel variance from drawn ratings."""
+        expected = self._gradient(weights, self.expected)
+        mean, sampling = expected.mean(axis=1), expected.var(axis=1, ddof=1)
+        del expected
+        return mean, sampling, self._gradient(weights, self.drawn).var(axis=1, ddof=1)
+
+    def _gradient(self, weights: np.ndarray, sums: _Sums) -> np.ndarray:
+        """(T, R, M, N) each panel participant's d(d)/d(w_n)."""
+        W, Su, Suu, Suv, Sv, Svv = self._totals(weights, sums)
         r = self._r(np.asarray(W), Su, Suu, Suv, Sv, Svv)  # (T, R, M)
         C = Suv - Su[..., None] * Sv / W
         A = Suu - Su * Su / W
         B = Svv - Sv * Sv / W
         K = self.K
         dC = (
-            self.suv
-            - (self.su[:, :, None, :] * Sv[None, None, :, None] + Su[:, :, None, None] * self.sv) / W
+            sums.uv
+            - (sums.u[:, :, None, :] * Sv[None, None, :, None] + Su[:, :, None, None] * self.sv) / W
             + (Su[:, :, None] * Sv)[..., None] * K / W**2
         )
-        dA = self.suu - 2 * Su[..., None] * self.su / W + (Su * Su)[..., None] * K / W**2
+        dA = sums.uu - 2 * Su[..., None] * sums.u / W + (Su * Su)[..., None] * K / W**2
         dB = self.svv - 2 * Sv[:, None] * self.sv / W + (Sv * Sv)[:, None] * K / W**2
         with np.errstate(invalid="ignore", divide="ignore"):
             g = r[..., None] * (
                 dC / C[..., None] - dA[:, :, None, :] / (2 * A[..., None, None]) - dB / (2 * B[:, None])
             )  # (T, R, M, N)
         own = np.stack([g[i, :, t] for i, t in enumerate(self.truths)])  # (T, R, N)
-        G = own[:, :, None, :] - g  # (T, R, M, N)
-        return G.mean(axis=1), G.var(axis=1, ddof=1)
+        return own[:, :, None, :] - g
 
     def separation(self, weights: np.ndarray) -> Separation:
         """Effect and variance components of every (truth, rival) pair for the stimulus set ``weights``."""
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape != (self.N,) or weights.sum() < 2:
             raise ValueError("weights must be one 0/1 value per pool stimulus, at least two stimuli chosen")
-        d = self._pairs(self._r(*(np.asarray(x) for x in self._totals(weights))))  # (T, R, M)
-        mean_g, var_g = self._gradients(weights)
+        d = self._pairs(self._r(*(np.asarray(x) for x in self._totals(weights, self.expected))))  # (T, R, M)
+        own_noise = self._own_noise_variance(
+            *(np.asarray(x) for x in self._totals(weights, self.average)), *self._noise_totals(weights)
+        )
+        mean_g, sampling_g, var_g = self._gradients(weights)
         limit = np.zeros_like(d[:, 0])
         noise = np.zeros_like(limit)
         chosen = weights > 0
@@ -203,12 +299,12 @@ class ReferencePanel:
             n_c = weights[members].sum()
             if n_c == 0:
                 continue
-            g, v, w = mean_g[..., members], var_g[..., members], weights[members]
+            g, w = mean_g[..., members], weights[members]
             spread = (w * g * g).sum(axis=-1) - (w * g).sum(axis=-1) ** 2 / n_c
-            panel_noise = (n_c - 1) * (w * v).sum(axis=-1) / n_c
-            limit += np.maximum(spread - panel_noise / self.R, 0.0)
-            noise += panel_noise
-        out = Separation(self.truths, d.mean(axis=1), d.var(axis=1, ddof=1), limit, noise)
+            sampling = (n_c - 1) * (w * sampling_g[..., members]).sum(axis=-1) / n_c
+            limit += np.maximum(spread - sampling / self.R, 0.0)
+            noise += (n_c - 1) * (w * var_g[..., members]).sum(axis=-1) / n_c
+        out = Separation(self.truths, d.mean(axis=1), d.var(axis=1, ddof=1) + own_noise, limit, noise)
         return _mask_self(out)
 
     def z_after(self, weights: np.ndarray, candidates: np.ndarray, n_participants: float, sign: int = 1) -> np.ndarray:
@@ -220,38 +316,63 @@ class ReferencePanel:
         """
         weights = np.asarray(weights, dtype=np.float64)
         candidates = np.asarray(candidates, dtype=np.int64)
-        W, Su, Suu, Suv, Sv, Svv = self._totals(weights)
-        r = self._r(
-            np.full(len(candidates), W + sign * self.K),
-            Su + sign * self.su[..., candidates].transpose(2, 0, 1),
-            Suu + sign * self.suu[..., candidates].transpose(2, 0, 1),
-            Suv + sign * self.suv[..., candidates].transpose(3, 0, 1, 2),
-            Sv + sign * self.sv[:, candidates].T[:, None, None],
-            Svv + sign * self.svv[:, candidates].T[:, None, None],
-        )  # (C, T, R, M)
-        d = self._pairs(r)
+
+        def differences(sums: _Sums) -> np.ndarray:
+            """(C, T, R, M) every panel participant's d after the change."""
+            W, Su, Suu, Suv, Sv, Svv = self._totals(weights, sums)
+            r = self._r(
+                np.full(len(candidates), W + sign * self.K),
+                Su + sign * sums.u[..., candidates].transpose(2, 0, 1),
+                Suu + sign * sums.uu[..., candidates].transpose(2, 0, 1),
+                Suv + sign * sums.uv[..., candidates].transpose(3, 0, 1, 2),
+                Sv + sign * self.sv[:, candidates].T[:, None, None],
+                Svv + sign * self.svv[:, candidates].T[:, None, None],
+            )
+            return self._pairs(r)
+
+        d = differences(self.expected)
         effect, pvar = d.mean(axis=-2), d.var(axis=-2, ddof=1)
-        mean_g, var_g = self._gradients(weights)
+        del d
+        W, Su, Suu, Suv, Sv, Svv = self._totals(weights, self.average)
+        pvar = pvar + self._own_noise_variance(
+            np.full(len(candidates), W + sign * self.K),
+            Su + sign * self.average.u[:, candidates].T,
+            Suu + sign * self.average.uu[:, candidates].T,
+            Suv + sign * self.average.uv[..., candidates].transpose(2, 0, 1),
+            Sv + sign * self.sv[:, candidates].T,
+            Svv + sign * self.svv[:, candidates].T,
+            *(
+                total + sign * np.moveaxis(a[..., candidates], -1, 0)
+                for total, a in zip(self._noise_totals(weights), self.noise)
+            ),
+        )
+        mean_g, sampling_g, var_g = self._gradients(weights)
         chosen = (weights > 0).astype(np.float64)
         one_hot = np.eye(self.n_strata)[self.strata] * chosen[:, None]  # (N, strata): chosen members
         n_c = one_hot.sum(axis=0)  # (strata,)
-        s1, s2, sv = mean_g @ one_hot, (mean_g * mean_g) @ one_hot, var_g @ one_hot  # (T, M, strata)
+        s1, s2 = mean_g @ one_hot, (mean_g * mean_g) @ one_hot  # (T, M, strata)
+        ss, sv = sampling_g @ one_hot, var_g @ one_hot
 
-        def parts(n: np.ndarray, a: np.ndarray, b: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-            """Stimulus variance of strata with n members and gradient sums a, b (squares), v (variances)."""
+        def parts(
+            n: np.ndarray, a: np.ndarray, b: np.ndarray, s: np.ndarray, v: np.ndarray
+        ) -> tuple[np.ndarray, np.ndarray]:
+            """Stimulus variance of strata with n members and sums of mean gradients a, their squares b, their
+            terms' variances s and the drawn gradients' variances v."""
             with np.errstate(invalid="ignore", divide="ignore"):
                 noise = np.where(n > 0, (n - 1) * v / n, 0.0)
-                limit = np.where(n > 0, np.maximum(b - a * a / n - noise / self.R, 0.0), 0.0)
+                sampling = np.where(n > 0, (n - 1) * s / n, 0.0)
+                limit = np.where(n > 0, np.maximum(b - a * a / n - sampling / self.R, 0.0), 0.0)
             return limit, noise
 
-        base_limit, base_noise = parts(n_c, s1, s2, sv)
+        base_limit, base_noise = parts(n_c, s1, s2, ss, sv)
         stratum = self.strata[candidates]
-        g, v = mean_g[..., candidates], var_g[..., candidates]  # (T, M, C)
+        g, s, v = mean_g[..., candidates], sampling_g[..., candidates], var_g[..., candidates]  # (T, M, C)
         old_limit, old_noise = base_limit[..., stratum], base_noise[..., stratum]
         new_limit, new_noise = parts(
             n_c[stratum] + sign,
             s1[..., stratum] + sign * g,
             s2[..., stratum] + sign * g * g,
+            ss[..., stratum] + sign * s,
             sv[..., stratum] + sign * v,
         )
         limit = (base_limit.sum(-1)[..., None] - old_limit + new_limit).transpose(2, 0, 1)  # (C, T, M)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+from scipy import special
 
 from controversial.records.responses import RATING_SCALE, write_human_ratings, write_model_responses
 from controversial.analysis.study import Stimulus
@@ -120,8 +121,21 @@ def shared_deviation(probabilities: np.ndarray, sd: float, seed: int | np.random
         raise ValueError(f"shared deviation sd must be >= 0, got {sd}")
     if sd == 0:
         return np.asarray(probabilities, dtype=np.float64)
-    logit = np.log(np.clip(probabilities, 1e-4, 1 - 1e-4) / np.clip(1 - probabilities, 1e-4, 1))
+    logit = _logit(probabilities)
     return _sigmoid(logit + sd * np.random.default_rng(seed).standard_normal(logit.shape))
+
+
+def _logit(probabilities: np.ndarray) -> np.ndarray:
+    return np.log(np.clip(probabilities, 1e-4, 1 - 1e-4) / np.clip(1 - probabilities, 1e-4, 1))
+
+
+def _participants(
+    n_participants: int, noise: ParticipantNoise, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each participant's gain and noise sd, shaped (S, 1, 1); drawn in this order from ``rng``."""
+    gain = rng.uniform(*noise.gain, size=(n_participants, 1, 1))
+    sd = rng.uniform(*noise.sd, size=(n_participants, 1, 1))
+    return gain, sd
 
 
 def simulate_participants(
@@ -133,11 +147,39 @@ def simulate_participants(
 ) -> np.ndarray:
     """(N, K) true probabilities -> (S, N, K) quantised ratings of simulated participants."""
     rng = np.random.default_rng(seed)
-    logit = np.log(np.clip(probabilities, 1e-4, 1 - 1e-4) / np.clip(1 - probabilities, 1e-4, 1))
-    gain = rng.uniform(*noise.gain, size=(n_participants, 1, 1))
-    sd = rng.uniform(*noise.sd, size=(n_participants, 1, 1))
+    logit = _logit(probabilities)
+    gain, sd = _participants(n_participants, noise, rng)
     latent = gain * logit[None] + sd * rng.standard_normal((n_participants, *logit.shape))
     return quantise(_sigmoid(latent), scale)
+
+
+def expected_ratings(
+    probabilities: np.ndarray,
+    n_participants: int,
+    noise: ParticipantNoise = ParticipantNoise(),
+    scale: Sequence[float] = RATING_SCALE,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The same participants as :func:`simulate_participants` with the same seed, but each rating replaced by
+    its expectation over the participant's own noise: (S, N, K) E[y] and E[y^2].
+
+    Why: a design optimiser that reads effects off simulated ratings picks the stimuli whose simulated
+    ratings happened to favour the truth; these moments carry no such chance. Exact, because rounding
+    sigmoid(latent) to the nearest scale point thresholds the Gaussian latent at the logits of the
+    midpoints between points.
+    """
+    rng = np.random.default_rng(seed)
+    gain, sd = _participants(n_participants, noise, rng)
+    levels = np.asarray(scale, dtype=np.float64)
+    cuts = _logit((levels[1:] + levels[:-1]) / 2)
+    mean_latent = gain * _logit(probabilities)[None]
+    mean = np.full(mean_latent.shape, levels[0])
+    square = np.full(mean_latent.shape, levels[0] ** 2)
+    for k, cut in enumerate(cuts, start=1):
+        above = special.ndtr((mean_latent - cut) / sd)  # P(rating >= levels[k])
+        mean += (levels[k] - levels[k - 1]) * above
+        square += (levels[k] ** 2 - levels[k - 1] ** 2) * above
+    return mean, square
 
 
 def write_study(

@@ -10,6 +10,8 @@ from controversial.analysis.correlation import participant_model_correlations
 from controversial.records.responses import RATING_SCALE, read_human_ratings, read_model_responses
 from controversial.analysis.pipeline import AnalysisOptions, analyze_ratings_consistency, analyze_study
 from controversial.analysis.simulate import (
+    ParticipantNoise,
+    expected_ratings,
     quantise,
     shared_deviation,
     simulate_models,
@@ -24,6 +26,26 @@ FAST = AnalysisOptions(n_resamples=500, subset_resamples=200, ec_resamples=50, n
 
 def test_quantise_to_the_five_point_scale():
     np.testing.assert_array_equal(quantise(np.array([0.0, 0.1, 0.13, 0.6, 0.99])), [0.0, 0.0, 0.25, 0.5, 1.0])
+
+
+def test_expected_ratings_are_the_mean_and_mean_square_of_the_same_participants_ratings():
+    """Same seed, same participants: averaging many redraws of each participant's own noise (their gain and sd
+    fixed, as the seed fixes them) converges to ``expected_ratings``; a participant's drawn ratings scatter
+    around it."""
+    truth = np.random.default_rng(0).uniform(0.0, 1.0, (40, 10))
+    noise = ParticipantNoise(sd=(1.0, 3.0))
+    mean, square = expected_ratings(truth, 3, noise, seed=4)
+    assert mean.shape == square.shape == (3, 40, 10)
+    assert np.all(square >= mean**2 - 1e-12) and np.all((mean >= 0) & (mean <= 1))
+    rng = np.random.default_rng(4)  # the participants' draws, in simulate_participants' order
+    gain, sd = rng.uniform(*noise.gain, (3, 1, 1)), rng.uniform(*noise.sd, (3, 1, 1))
+    logit = np.log(truth / (1 - truth))
+    redraws = quantise(1 / (1 + np.exp(-(gain * logit + sd * np.random.default_rng(1).standard_normal((4000, 3, 40, 10))))))
+    se = 0.5 / np.sqrt(4000)
+    assert np.abs(redraws.mean(axis=0) - mean).max() < 5 * se
+    assert np.abs((redraws**2).mean(axis=0) - square).max() < 5 * se
+    drawn = simulate_participants(truth, 3, noise, seed=4)
+    assert abs(float((drawn - mean).mean())) < 0.02
 
 
 def test_simulated_stimuli_follow_the_pnas_design():
