@@ -4,12 +4,13 @@ natural test images, with every model's calibrated probabilities, cached as one 
 Per unordered pair of the nine models, every cell a sweep synthesises is synthesised (one seed each,
 batched): the 90 ordered class pairs (a, b), a != b, listed by offset b - a (mod 10) so that the first
 20 are the paper's balanced ones (every class twice per side: b = a+1 and a+5). ``--offsets 1 5 3``
-gives the 30-cell pool of the benchmark runs before 2026-11-26, which capped any pair at 30 stimuli. Synthesis runs the project's engine with the paper's settings
-except ``max_steps`` (default 300, a CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``).
+gives the 30-cell pool of the benchmark runs before 2026-11-26, which capped any pair at 30 stimuli.
+Synthesis runs the project's engine with the paper's settings except ``max_steps`` (default 300, a
+CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``).
 Natural images: ``--natural-per-class`` random test images per class. Then all nine models rate
 every image (``evaluate.py``'s code path).
 
-    python benchmarks/design_pool.py [--out outputs/design/pool.npz] [--max-steps 300]
+    python benchmarks/design_pool.py [--out outputs/design/pool.npz] [--max-steps 300] [--offsets 1 5 3 ...]
 """
 
 from __future__ import annotations

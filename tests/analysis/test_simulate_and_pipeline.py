@@ -40,7 +40,8 @@ def test_expected_ratings_are_the_mean_and_mean_square_of_the_same_participants_
     rng = np.random.default_rng(4)  # the participants' draws, in simulate_participants' order
     gain, sd = rng.uniform(*noise.gain, (3, 1, 1)), rng.uniform(*noise.sd, (3, 1, 1))
     logit = np.log(truth / (1 - truth))
-    redraws = quantise(1 / (1 + np.exp(-(gain * logit + sd * np.random.default_rng(1).standard_normal((4000, 3, 40, 10))))))
+    latent = gain * logit + sd * np.random.default_rng(1).standard_normal((4000, 3, 40, 10))
+    redraws = quantise(1 / (1 + np.exp(-latent)))
     se = 0.5 / np.sqrt(4000)
     assert np.abs(redraws.mean(axis=0) - mean).max() < 5 * se
     assert np.abs((redraws**2).mean(axis=0) - square).max() < 5 * se
