@@ -216,7 +216,7 @@ class ReferencePanel:
         own = np.stack([r[..., i, :, t] for i, t in enumerate(self.truths)], axis=-2)  # (..., T, R)
         return own[..., None] - r
 
-    def _own_noise_variance(self, W, Su, Suu, Suv, Sv, Svv, Q, Vp, Vmp, V, Vm, Vmm) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def _own_noise_variance(self, W, Su, Suu, Suv, Sv, Svv, Q, Vp, Vyp, V, Vy, Vyy) -> np.ndarray:  # type: ignore[no-untyped-def]
         """(..., T, M) the variance of d over a participant's own rating noise, by the delta method: sum over
         entries e of var(y_e) (dd/dy_e)^2, dd/dy_e = a_t (p_te - mean p_t) - a_j (p_je - mean p_j) - g (y_e - mean y)
         with a_m = 1 / sqrt(A B_m), g = (r_t - r_j) / A, at the panel's average expected ratings. Inputs are totals
@@ -240,11 +240,11 @@ class ReferencePanel:
             alpha_t**2 * diagonal[..., rows, own][..., None]
             + alpha**2 * diagonal
             - 2 * alpha_t * alpha * Q[..., rows, own, :]
-            + gamma**2 * Vmm[..., None]
-            - 2 * alpha_t * gamma * Vmp[..., rows, own][..., None]
-            + 2 * alpha * gamma * Vmp
+            + gamma**2 * Vyy[..., None]
+            - 2 * alpha_t * gamma * Vyp[..., rows, own][..., None]
+            + 2 * alpha * gamma * Vyp
         )
-        sum_x = alpha_t * Vp[..., rows, own][..., None] - alpha * Vp - gamma * Vm[..., None]
+        sum_x = alpha_t * Vp[..., rows, own][..., None] - alpha * Vp - gamma * Vy[..., None]
         return sum_x2 - 2 * c * sum_x + c * c * V[..., None]
 
     def _noise_totals(self, weights: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -317,22 +317,19 @@ class ReferencePanel:
         weights = np.asarray(weights, dtype=np.float64)
         candidates = np.asarray(candidates, dtype=np.int64)
 
-        def differences(sums: _Sums) -> np.ndarray:
-            """(C, T, R, M) every panel participant's d after the change."""
-            W, Su, Suu, Suv, Sv, Svv = self._totals(weights, sums)
-            r = self._r(
-                np.full(len(candidates), W + sign * self.K),
-                Su + sign * sums.u[..., candidates].transpose(2, 0, 1),
-                Suu + sign * sums.uu[..., candidates].transpose(2, 0, 1),
-                Suv + sign * sums.uv[..., candidates].transpose(3, 0, 1, 2),
-                Sv + sign * self.sv[:, candidates].T[:, None, None],
-                Svv + sign * self.svv[:, candidates].T[:, None, None],
-            )
-            return self._pairs(r)
-
-        d = differences(self.expected)
+        expected = self.expected
+        W, Su, Suu, Suv, Sv, Svv = self._totals(weights, expected)
+        r = self._r(
+            np.full(len(candidates), W + sign * self.K),
+            Su + sign * expected.u[..., candidates].transpose(2, 0, 1),
+            Suu + sign * expected.uu[..., candidates].transpose(2, 0, 1),
+            Suv + sign * expected.uv[..., candidates].transpose(3, 0, 1, 2),
+            Sv + sign * self.sv[:, candidates].T[:, None, None],
+            Svv + sign * self.svv[:, candidates].T[:, None, None],
+        )  # (C, T, R, M)
+        d = self._pairs(r)
         effect, pvar = d.mean(axis=-2), d.var(axis=-2, ddof=1)
-        del d
+        del r, d
         W, Su, Suu, Suv, Sv, Svv = self._totals(weights, self.average)
         pvar = pvar + self._own_noise_variance(
             np.full(len(candidates), W + sign * self.K),
