@@ -351,8 +351,9 @@ def _table(rows: list, args, elapsed: float) -> None:  # type: ignore[no-untyped
         f"the optimal design planned for {args.plan} participants with {planned_with}, criterion {args.criterion}. "
         f"Power >= {args.power} with {args.sims} simulated studies per count ({args.adaptive_sims} adaptive), "
         f"{args.resamples} bootstrap resamples each; grid {list(GRID)}. Monte-Carlo SE of a power of 0.8: "
-        f"{np.sqrt(0.16 / args.sims):.3f} ({np.sqrt(0.16 / args.adaptive_sims):.3f} adaptive). "
-        f"Wall time {elapsed / 60:.1f} min."
+        f"{np.sqrt(0.16 / args.sims):.3f}"
+        + (f" ({np.sqrt(0.16 / args.adaptive_sims):.3f} adaptive). " if args.adaptive_sims else ". ")
+        + f"Wall time {elapsed / 60:.1f} min."
     )
 
 
