@@ -21,7 +21,8 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
 (b) random: 720 random controversial + 100 random natural images;
 (c) optimal: ``controversial.study.design`` (maximin expected separation, planned for ``--plan``
     participants; 10 natural per class, >= 2 per pair, class balance +-10 %; ``--criterion relative``:
-    each truth's weakest separation as a fraction of the paper design's);
+    each truth's weakest separation as a fraction of the paper design's; ``--criterion participants``: each
+    truth's separation at ``--fraction`` of the participants the paper's design needs for it, as predicted);
 (d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
     their ratings and a new design for the rest (``controversial.study.adaptive``); pooled test.
 
@@ -58,6 +59,7 @@ from controversial.study.design import (  # noqa: E402
     check_design,
     design_weights,
     held_out_panel,
+    participants_plan,
     select_design,
 )
 
@@ -207,10 +209,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--criterion",
-        choices=("maximin", "relative"),
+        choices=("maximin", "relative", "participants"),
         default="maximin",
-        help="relative: each truth's weakest z as a fraction of the paper design's (plan.criterion)",
+        help="relative: each truth's weakest z as a fraction of the paper design's (plan.criterion); participants: "
+        "maximin with each truth's z taken at --fraction of the participants the paper's design needs for it",
     )
+    parser.add_argument("--fraction", type=float, default=0.5, help="for --criterion participants")
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
     args = parser.parse_args()
     logging.basicConfig(format="  %(message)s")
@@ -223,8 +227,13 @@ def main() -> None:
     paper, random = paper_design(pool, rng), random_design(pool, rng)
     args.baseline = paper if args.criterion == "relative" else None
     panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
+    planned: float | np.ndarray = args.plan
+    if args.criterion == "participants":
+        at_paper = panel.separation(design_weights(paper, len(pool.conditions))).pooled()
+        planned = participants_plan(at_paper, 0.05, args.power, 45, args.fraction, max(GRID))
+        print("planned participants per truth: " + ", ".join(f"{n} {v:.1f}" for n, v in zip(names, planned[:, 0])))
     optimal = select_design(
-        pool, panel, args.constraints, args.plan, args.temperature, seed=args.seed, baseline=args.baseline
+        pool, panel, args.constraints, planned, args.temperature, seed=args.seed, baseline=args.baseline
     )
     assert not check_design(pool, args.constraints, optimal.chosen.tolist())
     designs = {"paper": paper, "random": random, "optimal": optimal.chosen}

@@ -516,10 +516,14 @@ class DesignPlan(Settings):
     populations: int = Field(
         4, ge=1, description="with shared_sd > 0: simulated populations per truth, each with its own deviation"
     )
-    criterion: Literal["maximin", "relative"] = Field(
+    criterion: Literal["maximin", "relative", "participants"] = Field(
         "maximin",
         description="maximin: the weakest pairwise z; relative: each truth's weakest z as a fraction of the "
-        "balanced design's (no truth worse off than under the paper's kind of design)",
+        "balanced design's (no truth worse off than under the paper's kind of design); participants: the weakest "
+        "z with each truth's taken at plan.fraction of the participants the balanced design needs for it",
+    )
+    fraction: float = Field(
+        0.5, gt=0, le=1, description="criterion participants: each truth planned for this share of its balanced need"
     )
     temperature: float = Field(0.5, gt=0, description="smooth minimum over pairs, in z units")
     max_exchanges: int = Field(200, ge=0, description="exchange steps after greedy selection")

@@ -73,7 +73,7 @@ class DesignConstraints:
 class Design:
     chosen: np.ndarray  # sorted pool indices
     separation: Separation  # one row per truth (pooled over simulated populations)
-    n_participants: int
+    n_participants: float | np.ndarray  # one count, or (T, 1) one per truth (``participants_plan``)
     objective: float  # smooth minimum of z at n_participants
     weakest: float  # the hard minimum
 
@@ -243,12 +243,12 @@ class Criterion:
 BASELINE_Z_FLOOR = 1.0  # a truth the baseline barely separates (z below this) is scaled as if it had this z
 
 
-def _weakest_per_truth(separation: Separation, n_participants: int) -> np.ndarray:
+def _weakest_per_truth(separation: Separation, n_participants: float | np.ndarray) -> np.ndarray:
     """(T,) each truth's weakest z over its rivals, floored at BASELINE_Z_FLOOR (the yardstick of a ratio)."""
     return np.maximum(np.nanmin(separation.z(n_participants), axis=1), BASELINE_Z_FLOOR)
 
 
-def relative_criterion(baseline: Separation, n_participants: int, temperature: float) -> Criterion:
+def relative_criterion(baseline: Separation, n_participants: float | np.ndarray, temperature: float) -> Criterion:
     """Each truth's z as a fraction of its weakest z under the ``baseline`` design (pooled, same truths), times the
     mean of those weakest z, so that the temperature keeps its z units and a baseline that separates every truth
     equally gives the plain maximin."""
@@ -256,9 +256,26 @@ def relative_criterion(baseline: Separation, n_participants: int, temperature: f
     return Criterion(temperature, weakest.mean() / weakest)
 
 
-def ratio_to_baseline(separation: Separation, baseline: Separation, n_participants: int) -> np.ndarray:
+def ratio_to_baseline(separation: Separation, baseline: Separation, n_participants: float | np.ndarray) -> np.ndarray:
     """(T,) each truth's weakest z as a fraction of its weakest z under the baseline (both pooled, same truths)."""
     return np.nanmin(separation.z(n_participants), axis=1) / _weakest_per_truth(baseline, n_participants)
+
+
+def participants_plan(
+    baseline: Separation, alpha: float, power: float, n_comparisons: int, fraction: float, cap: float
+) -> np.ndarray:
+    """(T, 1) per-truth participant counts to plan for (``select_design``'s ``n_participants``): ``fraction`` of what
+    the ``baseline`` design needs for that truth to beat every rival, at least 2 (the analysis's minimum) and at most
+    ``cap``.
+
+    Why: the maximin spends stimuli where z is lowest at one planned count, and so takes them from truths that the
+    baseline identifies with the minimum of 2 participants but that then need more. Taking each truth's z at the
+    count it should reach instead asks every truth for the same relative gain in participants, the goal a study is
+    judged by (docs/design.md, section 6).
+    """
+    need = baseline.participants_needed(alpha, power, n_comparisons)
+    need = np.nanmax(np.where(np.isnan(baseline.effect), 0.0, need), axis=1)
+    return np.clip(fraction * np.minimum(need, cap), 2.0, max(2.0, cap))[:, None]
 
 
 def _removable(counts: _Counts, w: np.ndarray, fixed: set[int]) -> np.ndarray:
@@ -272,7 +289,7 @@ def _best_swap(
     counts: _Counts,
     w: np.ndarray,
     fixed: set[int],
-    n_participants: int,
+    n_participants: float | np.ndarray,
     criterion: Criterion,
     current: float,
     width: int,
@@ -311,7 +328,7 @@ def _repair_swap(
     counts: _Counts,
     w: np.ndarray,
     fixed: set[int],
-    n_participants: int,
+    n_participants: float | np.ndarray,
     criterion: Criterion,
 ) -> tuple[int, int] | None:
     """An exchange that strictly shrinks the class-balance deficit, for when greedy growth is stuck.
@@ -346,7 +363,7 @@ def select_design(
     pool: Pool,
     panel: ReferencePanel,
     constraints: DesignConstraints,
-    n_participants: int,
+    n_participants: float | np.ndarray,
     temperature: float = 0.5,
     step_fraction: float = 0.02,
     max_exchanges: int = 200,
@@ -391,7 +408,7 @@ def _grow(
     panel: ReferencePanel,
     constraints: DesignConstraints,
     counts: _Counts,
-    n_participants: int,
+    n_participants: float | np.ndarray,
     criterion: Criterion,
     step_fraction: float,
     rng: np.random.Generator,
@@ -441,7 +458,7 @@ def _select_once(
     pool: Pool,
     panel: ReferencePanel,
     constraints: DesignConstraints,
-    n_participants: int,
+    n_participants: float | np.ndarray,
     criterion: Criterion,
     step_fraction: float,
     max_exchanges: int,
@@ -484,11 +501,11 @@ def _select_once(
     separation = panel.separation(w).pooled()
     z = separation.z(n_participants)
     log.info(
-        "design (%s): %d stimuli, weakest pairwise z %.2f at %d participants (%d exchanges)",
+        "design (%s): %d stimuli, weakest pairwise z %.2f at %s participants (%d exchanges)",
         "from the baseline" if start is not None else f"greedy, seed {seed}",
         int(w.sum()),
         float(np.nanmin(z)),
-        n_participants,
+        np.round(n_participants, 1).ravel().tolist() if np.ndim(n_participants) else n_participants,
         swaps,
     )
     return Design(np.flatnonzero(w), separation, n_participants, current, float(np.nanmin(z)))

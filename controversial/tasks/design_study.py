@@ -27,6 +27,7 @@ from controversial.study.design import (
     DesignError,
     design_weights,
     held_out_panel,
+    participants_plan,
     ratio_to_baseline,
     select_design,
 )
@@ -141,16 +142,21 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         noise, truths = found.noise.noise(), list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     pool = candidates.pool
-    baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion == "relative")
+    baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion != "maximin", plan.criterion)
     panel = ReferencePanel(
         probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
     )
     n = plan.n_participants
+    n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
+    planned: float | np.ndarray = n
+    if plan.criterion == "participants":
+        at_baseline = panel.separation(design_weights(baseline.chosen, len(pool.conditions))).pooled()
+        planned = participants_plan(at_baseline, plan.alpha, plan.power, n_comparisons, plan.fraction, n)
     design = select_design(
         pool,
         panel,
         constraints,
-        n,
+        planned,
         plan.temperature,
         max_exchanges=plan.max_exchanges,
         seed=cfg.seed,
@@ -161,12 +167,14 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
     )
     predicted = check.separation(design_weights(design.chosen, len(pool.conditions))).pooled()
-    n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
     rows = pair_report(predicted, names, n, plan.alpha, plan.power, n_comparisons)
     summary = {
         "batch": batch,
         "criterion": CRITERIA[plan.criterion],
         "planned_participants": n,
+        "planned_per_truth": (
+            {names[t]: float(k) for t, k in zip(predicted.truths, np.ravel(planned))} if np.ndim(planned) else None
+        ),
         "weakest_z": float(np.nanmin(predicted.z(n))),
         "weakest_z_on_the_selection_panel": design.weakest,
         "noise": {
@@ -225,6 +233,8 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
 CRITERIA = {
     "maximin": "maximin expected bootstrap z over (truth, rival) pairs",
     "relative": "maximin over truths of the truth's weakest expected z as a fraction of the balanced design's",
+    "participants": "maximin expected bootstrap z, each truth's at a fraction of the participants the balanced "
+    "design needs for it",
 }
 
 
@@ -240,13 +250,14 @@ def _balanced(
     constraints: DesignConstraints,
     sources: Sequence[str],
     required: bool,
+    criterion: str,
 ) -> Balanced | None:
-    """The balanced design to compare with (and, for the relative criterion, to measure against)."""
+    """The balanced design to compare with (and, for the relative and participants criteria, to measure against)."""
     try:
         return balanced_design(stimuli, candidates, constraints.n_stimuli, constraints.natural_per_class, sources)
     except SelectionError as error:
         if required:
-            raise DesignError(f"plan.criterion=relative measures against the balanced design: {error}") from error
+            raise DesignError(f"plan.criterion={criterion} measures against the balanced design: {error}") from error
         log.info("no balanced design to compare with: %s", error)
         return None
 
@@ -282,6 +293,7 @@ def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, ca
         f"- criterion: {summary['criterion']}; planned participants {summary['planned_participants']}; "
         f"weakest z {summary['weakest_z']:.2f} (predicted on a second reference panel; "
         f"{summary['weakest_z_on_the_selection_panel']:.2f} on the panel the set was chosen on)",
+        *([f"- planned per truth: {summary['planned_per_truth']}"] if summary["planned_per_truth"] is not None else []),
         f"- noise model: sd {summary['noise']['sd']}, gain {summary['noise']['gain']} ({summary['noise']['source']})",
         f"- candidate truths: {', '.join(summary['candidate_truths'])}",
         f"- participants needed for power {summary['power']} at alpha {summary['alpha']} ({summary['correction']}): "

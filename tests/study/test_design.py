@@ -17,6 +17,7 @@ from controversial.study.design import (
     check_design,
     design_weights,
     held_out_panel,
+    participants_plan,
     ratio_to_baseline,
     relative_criterion,
     select_design,
@@ -206,3 +207,20 @@ def test_the_chosen_set_scores_on_a_fresh_panel_as_on_the_panel_it_was_chosen_on
     ratio = on_own.participant_var / on_fresh.participant_var
     assert np.nanmin(ratio) > 0.8 and np.nanmax(ratio) < 1.2
     assert np.nanmin(on_own.z(12)) == pytest.approx(np.nanmin(on_fresh.z(12)), rel=0.1)
+
+
+def test_participants_plan_takes_each_truth_at_a_share_of_its_baseline_need(medium):
+    """Per-truth planned counts: the share of what the baseline needs, never below the analysis's 2 nor above the
+    cap; the selection accepts them (one z column per truth) and meets the constraints."""
+    _, pool, panel = medium
+    constraints = DesignConstraints(n_stimuli=60, natural_per_class=2, min_per_pair=3, class_tolerance=0.1)
+    baseline = select_design(pool, panel, constraints, 12, seed=1, max_exchanges=0)
+    need = baseline.separation.participants_needed(0.05, 0.8, 10)
+    need = np.nanmax(np.where(np.isnan(baseline.separation.effect), 0.0, need), axis=1)
+    planned = participants_plan(baseline.separation, 0.05, 0.8, 10, 0.5, 30)
+    assert planned.shape == (4, 1)
+    np.testing.assert_allclose(planned[:, 0], np.clip(0.5 * np.minimum(need, 30), 2, 30))
+    assert participants_plan(baseline.separation, 0.05, 0.8, 10, 0.5, 1).ravel().tolist() == [2.0] * 4
+    design = select_design(pool, panel, constraints, planned, seed=0)
+    assert check_design(pool, constraints, design.chosen.tolist()) == []
+    assert design.weakest == pytest.approx(np.nanmin(design.separation.z(planned)))

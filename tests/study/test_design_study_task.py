@@ -17,10 +17,13 @@ from .helpers import fake_mnist_test, make_sweep
 MODELS = ("abs", "kde", "vgg")
 
 
-@pytest.mark.parametrize("shared_sd, criterion", [(0.0, "maximin"), (1.5, "maximin"), (0.0, "relative")])
+@pytest.mark.parametrize(
+    "shared_sd, criterion", [(0.0, "maximin"), (1.5, "maximin"), (0.0, "relative"), (0.0, "participants")]
+)
 def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch, shared_sd, criterion):
     """With a shared deviation planned for, every (truth, rival) is still reported once: pooled over populations.
-    Either criterion reports the balanced design (10 per pair here) beside the chosen one, on one held-out panel."""
+    Every criterion reports the balanced design (10 per pair here) beside the chosen one, on one held-out panel;
+    the participants criterion also the count it planned each truth for (2 to plan.n_participants)."""
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "kde"), ("abs", "vgg"), ("kde", "vgg")))
     write_tiny_checkpoints(tmp_path / "models" / "mnist", MODELS, "mnist")
     images, labels = fake_mnist_test("mnist", n_per_class=6)
@@ -62,6 +65,12 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
     assert (tmp_path / "run" / "design.md").read_text().startswith("# Study design, batch 1")
     balanced = report["balanced_design"]
     assert report["criterion"].startswith("maximin over truths" if criterion == "relative" else "maximin expected")
+    planned = report["planned_per_truth"]
+    if criterion == "participants":
+        assert sorted(planned) == sorted(MODELS) and all(2 <= k <= 6 for k in planned.values())
+        assert "- planned per truth:" in (tmp_path / "run" / "design.md").read_text()
+    else:
+        assert planned is None
     assert balanced["per_pair"] == 10 and balanced["stimuli"] == 40
     assert sorted(balanced["weakest_z_ratio_per_truth"]) == sorted(MODELS)
     assert all(np.isfinite(q) and q > 0 for q in balanced["weakest_z_ratio_per_truth"].values())
