@@ -162,6 +162,9 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         seed=cfg.seed,
         baseline=baseline.chosen if baseline is not None and plan.criterion == "relative" else None,
     )
+    on_selection_panel = design.weakest  # at the planned count; the participants criterion plans per truth
+    if np.ndim(planned):
+        on_selection_panel = float(np.nanmin(design.separation.z(n)))
     del panel  # its memory, before the second panel is drawn
     check = held_out_panel(
         probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
@@ -176,7 +179,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
             {names[t]: float(k) for t, k in zip(predicted.truths, np.ravel(planned))} if np.ndim(planned) else None
         ),
         "weakest_z": float(np.nanmin(predicted.z(n))),
-        "weakest_z_on_the_selection_panel": design.weakest,
+        "weakest_z_on_the_selection_panel": on_selection_panel,
         "noise": {
             "sd": list(noise.sd),
             "gain": list(noise.gain),
