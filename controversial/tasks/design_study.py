@@ -149,7 +149,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     n = plan.n_participants
     n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
     planned: float | np.ndarray = n
-    if plan.criterion == "participants":
+    if plan.criterion == "participants" and baseline is not None:  # _balanced raised if there is none
         at_baseline = panel.separation(design_weights(baseline.chosen, len(pool.conditions))).pooled()
         planned = participants_plan(at_baseline, plan.alpha, plan.power, n_comparisons, plan.fraction, n)
     design = select_design(
