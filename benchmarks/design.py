@@ -319,9 +319,7 @@ def _predicted(panel: ReferencePanel, designs: dict, names: tuple[str, ...], n: 
     print("| truth | " + " | ".join(designs) + " |")
     print("|---|" + "---|" * len(designs))
     needed = {
-        label: panel.separation(design_weights(d, n))
-        .participants_needed(0.05, args.power, 45)
-        .max(axis=1, where=~np.eye(len(names), dtype=bool), initial=0)
+        label: panel.separation(design_weights(d, n)).participants_needed_per_truth(0.05, args.power, 45)
         for label, d in designs.items()
     }
     for t, name in enumerate(names):

@@ -19,7 +19,7 @@ from scipy.special import log_ndtr
 
 from controversial.analysis.correlation import participant_model_correlations
 from controversial.records.responses import RATING_SCALE
-from controversial.analysis.simulate import ParticipantNoise
+from controversial.analysis.simulate import ParticipantNoise, rating_cuts
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,7 @@ def fit_noise(
     if reference is None:
         reference = int(np.argmax(participant_model_correlations(human, model).mean(axis=0)))
     scale = np.asarray(scale, dtype=np.float64)
-    mids = (scale[1:] + scale[:-1]) / 2
-    cuts = np.log(mids / (1 - mids))
+    cuts = rating_cuts(scale)
     p = np.clip(model[reference], 1e-4, 1 - 1e-4).ravel()
     latent = np.log(p / (1 - p))
     gains, sds = [], []

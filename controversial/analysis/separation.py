@@ -102,6 +102,11 @@ class Separation:
             needed = np.ceil((self.participant_var + self.stimulus_noise) / room)
         return np.where(room > 0, np.maximum(needed, 2), np.inf)
 
+    def participants_needed_per_truth(self, alpha: float, power: float, n_comparisons: int = 1) -> np.ndarray:
+        """(T,) the participants each truth needs to beat every rival: the most any of its pairs needs."""
+        needed = self.participants_needed(alpha, power, n_comparisons)
+        return np.nanmax(np.where(np.isnan(self.effect), 0.0, needed), axis=1)
+
 
 def population_mean(a: np.ndarray, populations: int) -> np.ndarray:
     """(..., T * populations, M) -> (..., T, M): the mean over each truth's populations, whose rows are together."""

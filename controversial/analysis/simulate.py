@@ -129,6 +129,15 @@ def _logit(probabilities: np.ndarray) -> np.ndarray:
     return np.log(np.clip(probabilities, 1e-4, 1 - 1e-4) / np.clip(1 - probabilities, 1e-4, 1))
 
 
+def rating_cuts(scale: Sequence[float] = RATING_SCALE) -> np.ndarray:
+    """The latent logits at which :func:`quantise` of the sigmoid moves up a scale point: the logits of the
+    midpoints between points. The simulated participants, their expected ratings and the noise fit
+    (``noise_fit.py``, an ordered probit with these cut points) all rest on this."""
+    levels = np.asarray(scale, dtype=np.float64)
+    mids = (levels[1:] + levels[:-1]) / 2
+    return np.log(mids / (1 - mids))
+
+
 def _participants(
     n_participants: int, noise: ParticipantNoise, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -171,7 +180,7 @@ def expected_ratings(
     rng = np.random.default_rng(seed)
     gain, sd = _participants(n_participants, noise, rng)
     levels = np.asarray(scale, dtype=np.float64)
-    cuts = _logit((levels[1:] + levels[:-1]) / 2)
+    cuts = rating_cuts(levels)
     mean_latent = gain * _logit(probabilities)[None]
     mean = np.full(mean_latent.shape, levels[0])
     square = np.full(mean_latent.shape, levels[0] ** 2)

@@ -273,8 +273,7 @@ def participants_plan(
     count it should reach instead asks every truth for the same relative gain in participants, the goal a study is
     judged by (docs/design.md, section 6).
     """
-    need = baseline.participants_needed(alpha, power, n_comparisons)
-    need = np.nanmax(np.where(np.isnan(baseline.effect), 0.0, need), axis=1)
+    need = baseline.participants_needed_per_truth(alpha, power, n_comparisons)
     return np.clip(fraction * np.minimum(need, cap), 2.0, max(2.0, cap))[:, None]
 
 

@@ -215,8 +215,9 @@ def test_participants_plan_takes_each_truth_at_a_share_of_its_baseline_need(medi
     _, pool, panel = medium
     constraints = DesignConstraints(n_stimuli=60, natural_per_class=2, min_per_pair=3, class_tolerance=0.1)
     baseline = select_design(pool, panel, constraints, 12, seed=1, max_exchanges=0)
-    need = baseline.separation.participants_needed(0.05, 0.8, 10)
-    need = np.nanmax(np.where(np.isnan(baseline.separation.effect), 0.0, need), axis=1)
+    pairs = baseline.separation.participants_needed(0.05, 0.8, 10)
+    need = np.nanmax(np.where(np.isnan(baseline.separation.effect), 0.0, pairs), axis=1)
+    np.testing.assert_array_equal(baseline.separation.participants_needed_per_truth(0.05, 0.8, 10), need)
     planned = participants_plan(baseline.separation, 0.05, 0.8, 10, 0.5, 30)
     assert planned.shape == (4, 1)
     np.testing.assert_allclose(planned[:, 0], np.clip(0.5 * np.minimum(need, 30), 2, 30))
