@@ -52,6 +52,8 @@ def main() -> None:
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
+    if list(args.offsets[:2]) != [1, 5] or not set(args.offsets) <= set(range(1, 10)):
+        parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
     torch.set_num_threads(1)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -59,8 +61,6 @@ def main() -> None:
     for model in models.values():
         model.eval()
     settings = SynthesisSettings(max_steps=args.max_steps)
-    if list(args.offsets[:2]) != [1, 5] or not set(args.offsets) <= set(range(1, 10)):
-        parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
     cells = pair_cells(tuple(args.offsets))
     images, pairs, classes, hard = [], [], [], []
     start = time.perf_counter()
