@@ -217,6 +217,8 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.5, help="for --criterion participants")
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
     args = parser.parse_args()
+    if not 0 < args.fraction <= 1:
+        parser.error(f"--fraction must be in (0, 1] (plan.fraction), got {args.fraction}")
     logging.basicConfig(format="  %(message)s")
     logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
