@@ -19,10 +19,10 @@ simulation i uses the same simulated people for every design and count).
 Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py``):
 (a) paper: 20 per model pair, every class twice per side, + 10 natural images per class;
 (b) random: 720 random controversial + 100 random natural images;
-(c) optimal: ``controversial.study.design`` (maximin expected separation, planned for ``--plan``
-    participants; 10 natural per class, >= 2 per pair, class balance +-10 %; ``--criterion relative``:
-    each truth's weakest separation as a fraction of the paper design's; ``--criterion participants``: each
-    truth's separation at ``--fraction`` of the participants the paper's design needs for it, as predicted);
+(c) optimal: ``controversial.study.design`` (maximin expected separation, each truth's at ``--fraction``
+    of the participants the paper's design needs for it, as predicted; 10 natural per class, >= 2 per pair,
+    class balance +-10 %; ``--criterion maximin``: all at ``--plan`` participants; ``--criterion relative``:
+    each truth's weakest separation as a fraction of the paper design's);
 (d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
     their ratings and a new design for the rest (``controversial.study.adaptive``); pooled test.
 
@@ -210,9 +210,10 @@ def main() -> None:
     parser.add_argument(
         "--criterion",
         choices=("maximin", "relative", "participants"),
-        default="maximin",
-        help="relative: each truth's weakest z as a fraction of the paper design's (plan.criterion); participants: "
-        "maximin with each truth's z taken at --fraction of the participants the paper's design needs for it",
+        default="participants",
+        help="plan.criterion: participants (the default), maximin with each truth's z taken at --fraction of the "
+        "participants the paper's design needs for it; maximin: the weakest pairwise z; relative: each truth's "
+        "weakest z as a fraction of the paper design's",
     )
     parser.add_argument("--fraction", type=float, default=0.5, help="for --criterion participants")
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")

@@ -517,7 +517,7 @@ class DesignPlan(Settings):
         4, ge=1, description="with shared_sd > 0: simulated populations per truth, each with its own deviation"
     )
     criterion: Literal["maximin", "relative", "participants"] = Field(
-        "maximin",
+        "participants",
         description="maximin: the weakest pairwise z; relative: each truth's weakest z as a fraction of the "
         "balanced design's (no truth worse off than under the paper's kind of design); participants: the weakest "
         "z with each truth's taken at plan.fraction of the participants the balanced design needs for it",
