@@ -191,6 +191,12 @@ def main() -> None:
     parser.add_argument("--plan", type=int, default=20, help="participants the optimal design is planned for")
     parser.add_argument("--temperature", type=float, default=0.5, help="smooth minimum over pairs (plan.temperature)")
     parser.add_argument("--panel", type=int, default=256, help="reference participants per truth (plan.n_panel)")
+    parser.add_argument(
+        "--populations",
+        type=int,
+        default=4,
+        help="with --plan-shared-sd: simulated populations per truth, --panel participants each (plan.populations)",
+    )
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--truths", default="all", help="comma-separated model names, or all")
     parser.add_argument("--seed", type=int, default=0)
@@ -229,7 +235,15 @@ def main() -> None:
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
     paper, random = paper_design(pool, rng), random_design(pool, rng)
     args.baseline = paper if args.criterion == "relative" else None
-    panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
+    panel = ReferencePanel(
+        P,
+        pool.conditions,
+        args.noise,
+        args.panel,
+        seed=args.seed,
+        shared_sd=args.plan_shared_sd,
+        populations=args.populations,
+    )
     planned: float | np.ndarray = args.plan
     if args.criterion == "participants":
         at_paper = panel.separation(design_weights(paper, len(pool.conditions))).pooled()
