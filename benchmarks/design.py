@@ -226,6 +226,8 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction must be in (0, 1] (plan.fraction), got {args.fraction}")
+    if args.populations < 1 or args.panel < 2:
+        parser.error(f"--populations must be >= 1 and --panel >= 2, got {args.populations} and {args.panel}")
     logging.basicConfig(format="  %(message)s")
     logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
