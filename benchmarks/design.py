@@ -3,7 +3,8 @@
 For each of the nine MNIST models in turn as the truth, a simulated population rates the stimuli.
 People deviate from every model in a shared way, as the paper found (all models below the lower
 noise ceiling): the population's percept is the truth's logit plus a deviation drawn once per
-(stimulus, category) with sd ``--shared-sd`` (``simulate.shared_deviation``), and each participant
+(stimulus, category) with sd ``--shared-sd`` (``simulate.shared_deviation``; each simulated study
+draws its own population, ``--fixed-population`` one per truth for all of them), and each participant
 adds their own gain and noise (``--noise-sd``; ``simulate.simulate_participants``). The defaults (sd 4
 shared, 6-10 own) put every truth below the simulated lower noise ceiling with correlations in the
 paper's range; the run prints these figures. The design criterion's reference panel does not know
@@ -98,15 +99,22 @@ class Study:
     def __init__(self, probabilities: np.ndarray, names: tuple[str, ...], pool: Pool, truth: int, args) -> None:
         self.P, self.names, self.pool, self.truth, self.args = probabilities, names, pool, truth, args
         self.cache: dict = {}
-        # the population's shared percept: the truth plus one deviation per (stimulus, category), fixed per truth
-        self.percept = shared_deviation(
-            probabilities[truth], args.shared_sd, np.random.SeedSequence([args.seed, truth])
-        )
+        self.percepts: dict[int, np.ndarray] = {}
+
+    def percept(self, sim: int) -> np.ndarray:
+        """The population's shared percept in simulation ``sim``: the truth plus one deviation per (stimulus,
+        category). Each simulated study draws its own population (``--fixed-population``: one per truth, shared by
+        every study, as before 2026-11-26), so a design's luck with one draw averages out over the studies."""
+        draw = 0 if self.args.fixed_population else sim + 1
+        if draw not in self.percepts:
+            seed = np.random.SeedSequence([self.args.seed, self.truth] + ([draw] if draw else []))
+            self.percepts[draw] = shared_deviation(self.P[self.truth], self.args.shared_sd, seed)
+        return self.percepts[draw]
 
     def people(self, sim: int, n: int) -> np.ndarray:
         """The first n simulated participants of simulation ``sim`` on the whole pool."""
         seed = np.random.SeedSequence([self.args.seed, self.truth, sim])
-        return simulate_participants(self.percept, max(GRID), self.args.noise, seed=seed)[:n]
+        return simulate_participants(self.percept(sim), max(GRID), self.args.noise, seed=seed)[:n]
 
     def wins(self, dist) -> bool:  # type: ignore[no-untyped-def]
         tests = pairwise_tests(dist, include=[*self.names, LOWER])
@@ -222,6 +230,11 @@ def main() -> None:
         "weakest z as a fraction of the paper design's",
     )
     parser.add_argument("--fraction", type=float, default=0.5, help="for --criterion participants")
+    parser.add_argument(
+        "--fixed-population",
+        action="store_true",
+        help="one shared deviation per truth for every simulated study (the runs before 2026-11-26), not one per study",
+    )
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
     args = parser.parse_args()
     if not 0 < args.fraction <= 1:
