@@ -203,7 +203,8 @@ def main() -> None:
         "--populations",
         type=int,
         default=4,
-        help="with --plan-shared-sd: simulated populations per truth, --panel participants each (plan.populations)",
+        help="with --plan-shared-sd: simulated populations per truth, --panel participants each, in the optimal "
+        "design's panel (plan.populations; the adaptive second batch keeps the default 4)",
     )
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--truths", default="all", help="comma-separated model names, or all")
@@ -225,7 +226,7 @@ def main() -> None:
         "--criterion",
         choices=("maximin", "relative", "participants"),
         default="participants",
-        help="plan.criterion: participants (the default), maximin with each truth's z taken at --fraction of the "
+        help="plan.criterion: participants (the default): maximin with each truth's z taken at --fraction of the "
         "participants the paper's design needs for it; maximin: the weakest pairwise z; relative: each truth's "
         "weakest z as a fraction of the paper design's",
     )
@@ -386,7 +387,8 @@ def _table(rows: list, args, elapsed: float) -> None:  # type: ignore[no-untyped
     print()
     planned_with = f"a shared deviation of sd {args.plan_shared_sd:g}" if args.plan_shared_sd else "plain noise"
     print(
-        f"Population: shared deviation sd {args.shared_sd:g}, own noise sd {list(args.noise.sd)} (logit units); "
+        f"Population: shared deviation sd {args.shared_sd:g}, own noise sd {list(args.noise.sd)} (logit units), "
+        f"{'one draw per truth for every simulated study' if args.fixed_population else 'a draw per simulated study'}; "
         f"the optimal design planned for {args.plan} participants with {planned_with}, criterion {args.criterion}. "
         f"Power >= {args.power} with {args.sims} simulated studies per count ({args.adaptive_sims} adaptive), "
         f"{args.resamples} bootstrap resamples each; grid {list(GRID)}. Monte-Carlo SE of a power of 0.8: "
