@@ -152,6 +152,7 @@ class Study:
                 max(n2, 2),
                 n_panel=self.args.panel,
                 shared_sd=self.args.plan_shared_sd,
+                populations=self.args.populations,
                 temperature=self.args.temperature,
                 baseline=self.args.baseline,
                 step_fraction=0.05,
@@ -203,8 +204,7 @@ def main() -> None:
         "--populations",
         type=int,
         default=4,
-        help="with --plan-shared-sd: simulated populations per truth, --panel participants each, in the optimal "
-        "design's panel (plan.populations; the adaptive second batch keeps the default 4)",
+        help="with --plan-shared-sd: simulated populations per truth, --panel participants each (plan.populations)",
     )
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--truths", default="all", help="comma-separated model names, or all")

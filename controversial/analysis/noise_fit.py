@@ -19,7 +19,7 @@ from scipy.special import log_ndtr
 
 from controversial.analysis.correlation import participant_model_correlations
 from controversial.records.responses import RATING_SCALE
-from controversial.analysis.simulate import ParticipantNoise, rating_cuts
+from controversial.analysis.simulate import ParticipantNoise, logit, rating_cuts
 
 
 @dataclass(frozen=True)
@@ -60,8 +60,7 @@ def fit_noise(
         reference = int(np.argmax(participant_model_correlations(human, model).mean(axis=0)))
     scale = np.asarray(scale, dtype=np.float64)
     cuts = rating_cuts(scale)
-    p = np.clip(model[reference], 1e-4, 1 - 1e-4).ravel()
-    latent = np.log(p / (1 - p))
+    latent = logit(model[reference]).ravel()
     gains, sds = [], []
     for ratings in human:
         levels = np.abs(ratings.ravel()[:, None] - scale).argmin(axis=1)

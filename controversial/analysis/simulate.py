@@ -121,11 +121,12 @@ def shared_deviation(probabilities: np.ndarray, sd: float, seed: int | np.random
         raise ValueError(f"shared deviation sd must be >= 0, got {sd}")
     if sd == 0:
         return np.asarray(probabilities, dtype=np.float64)
-    logit = _logit(probabilities)
-    return _sigmoid(logit + sd * np.random.default_rng(seed).standard_normal(logit.shape))
+    mean = logit(probabilities)
+    return _sigmoid(mean + sd * np.random.default_rng(seed).standard_normal(mean.shape))
 
 
-def _logit(probabilities: np.ndarray) -> np.ndarray:
+def logit(probabilities: np.ndarray) -> np.ndarray:
+    """The latent mean of simulated participants (and of the noise fit): logits, clipped at 1e-4 from 0 and 1."""
     return np.log(np.clip(probabilities, 1e-4, 1 - 1e-4) / np.clip(1 - probabilities, 1e-4, 1))
 
 
@@ -156,9 +157,9 @@ def simulate_participants(
 ) -> np.ndarray:
     """(N, K) true probabilities -> (S, N, K) quantised ratings of simulated participants."""
     rng = np.random.default_rng(seed)
-    logit = _logit(probabilities)
+    mean = logit(probabilities)
     gain, sd = _participants(n_participants, noise, rng)
-    latent = gain * logit[None] + sd * rng.standard_normal((n_participants, *logit.shape))
+    latent = gain * mean[None] + sd * rng.standard_normal((n_participants, *mean.shape))
     return quantise(_sigmoid(latent), scale)
 
 
@@ -181,7 +182,7 @@ def expected_ratings(
     gain, sd = _participants(n_participants, noise, rng)
     levels = np.asarray(scale, dtype=np.float64)
     cuts = rating_cuts(levels)
-    mean_latent = gain * _logit(probabilities)[None]
+    mean_latent = gain * logit(probabilities)[None]
     mean = np.full(mean_latent.shape, levels[0])
     square = np.full(mean_latent.shape, levels[0] ** 2)
     for k, cut in enumerate(cuts, start=1):

@@ -142,7 +142,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         noise, truths = found.noise.noise(), list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     pool = candidates.pool
-    baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion != "maximin", plan.criterion)
+    baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion)
     panel = ReferencePanel(
         probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
     )
@@ -162,9 +162,6 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         seed=cfg.seed,
         baseline=baseline.chosen if baseline is not None and plan.criterion == "relative" else None,
     )
-    on_selection_panel = design.weakest  # at the planned count; the participants criterion plans per truth
-    if np.ndim(planned):
-        on_selection_panel = float(np.nanmin(design.separation.z(n)))
     del panel  # its memory, before the second panel is drawn
     check = held_out_panel(
         probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
@@ -179,7 +176,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
             {names[t]: float(k) for t, k in zip(predicted.truths, np.ravel(planned))} if np.ndim(planned) else None
         ),
         "weakest_z": float(np.nanmin(predicted.z(n))),
-        "weakest_z_on_the_selection_panel": on_selection_panel,
+        "weakest_z_on_the_selection_panel": float(np.nanmin(design.separation.z(n))),  # at n, as weakest_z
         "noise": {
             "sd": list(noise.sd),
             "gain": list(noise.gain),
@@ -252,14 +249,13 @@ def _balanced(
     candidates: Candidates,
     constraints: DesignConstraints,
     sources: Sequence[str],
-    required: bool,
     criterion: str,
 ) -> Balanced | None:
-    """The balanced design to compare with (and, for the relative and participants criteria, to measure against)."""
+    """The balanced design to compare with (and, for every criterion but maximin, to measure against)."""
     try:
         return balanced_design(stimuli, candidates, constraints.n_stimuli, constraints.natural_per_class, sources)
     except SelectionError as error:
-        if required:
+        if criterion != "maximin":
             raise DesignError(f"plan.criterion={criterion} measures against the balanced design: {error}") from error
         log.info("no balanced design to compare with: %s", error)
         return None
