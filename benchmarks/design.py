@@ -25,7 +25,9 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
     class balance +-10 %; ``--criterion maximin``: all at ``--plan`` participants; ``--criterion relative``:
     each truth's weakest separation as a fraction of the paper design's);
 (d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
-    their ratings and a new design for the rest (``controversial.study.adaptive``); pooled test.
+    their ratings and a new design for the rest (``controversial.study.adaptive``); pooled test;
+(e) with ``--dedicated``: for each truth, a design chosen by the same planner to separate that truth alone (a reference
+    panel of that truth only), what no design for all nine can be expected to beat: the headroom of (c).
 
     python benchmarks/design.py [--pool outputs/design/pool.npz] [--sims 20] [--adaptive-sims 10]
 """
@@ -232,11 +234,23 @@ def main() -> None:
     )
     parser.add_argument("--fraction", type=float, default=0.5, help="for --criterion participants")
     parser.add_argument(
+        "--floor",
+        type=float,
+        default=2.0,
+        help="for --criterion participants: the fewest participants a truth is planned at (below 2: exact needs)",
+    )
+    parser.add_argument(
         "--fixed-population",
         action="store_true",
         help="one shared deviation per truth for every simulated study (the runs before 2026-11-26), not one per study",
     )
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
+    parser.add_argument(
+        "--dedicated",
+        action="store_true",
+        help="add column (e): for each truth, a design chosen to separate that truth alone from its rivals (the "
+        "same constraints and planner); no design for all nine truths can be expected to beat it",
+    )
     args = parser.parse_args()
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction must be in (0, 1] (plan.fraction), got {args.fraction}")
@@ -263,8 +277,8 @@ def main() -> None:
     planned: float | np.ndarray = args.plan
     if args.criterion == "participants":
         at_paper = panel.separation(design_weights(paper, len(pool.conditions))).pooled()
-        planned = participants_plan(at_paper, 0.05, args.power, 45, args.fraction, max(GRID))
-        print("planned participants per truth: " + ", ".join(f"{n} {v:.1f}" for n, v in zip(names, planned[:, 0])))
+        planned = participants_plan(at_paper, 0.05, args.power, 45, args.fraction, max(GRID), args.floor)
+        print("planned participants per truth: " + ", ".join(f"{n} {v:.2f}" for n, v in zip(names, planned[:, 0])))
     optimal = select_design(
         pool, panel, args.constraints, planned, args.temperature, seed=args.seed, baseline=args.baseline
     )
@@ -314,12 +328,26 @@ def main() -> None:
             row.append((n, p))
         else:
             row.append((None, "not run"))
+        if args.dedicated:
+            own = dedicated_design(P, pool, t, planned[t, 0] if np.ndim(planned) else planned, args)
+            n, p = needed(lambda n, s: study.success(own, n, s), args.sims, args.power)
+            row.append((n, p))
         rows.append(row)
         print(
             f"  truth {names[t]}: " + ", ".join(_cell(c) for c in row[2:]) + f" ({time.perf_counter() - start:.0f} s)",
             flush=True,
         )
     _table(rows, args, time.perf_counter() - start)
+
+
+def dedicated_design(P: np.ndarray, pool: Pool, truth: int, n_participants: float, args) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """The design that separates ``truth`` alone from its rivals best: the optimal design's planner and constraints
+    with a reference panel of that truth only. What a design for every truth could at best reach for this one, and
+    what an adaptive study that had identified the truth would aim at."""
+    panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, truths=[truth], seed=args.seed)
+    design = select_design(pool, panel, args.constraints, n_participants, args.temperature, seed=args.seed)
+    assert not check_design(pool, args.constraints, design.chosen.tolist())
+    return design.chosen
 
 
 def _population(
@@ -371,12 +399,14 @@ def _cell(cell: tuple[int | None, str]) -> str:
 
 def _table(rows: list, args, elapsed: float) -> None:  # type: ignore[no-untyped-def]
     print()
-    print("| truth | runner-up (population) | (a) paper | (b) random | (c) optimal | (d) adaptive, 2 batches |")
-    print("|---|---|---|---|---|---|")
+    columns = ["(a) paper", "(b) random", "(c) optimal", "(d) adaptive, 2 batches"]
+    columns += ["(e) dedicated to the truth"] if args.dedicated else []
+    print("| truth | runner-up (population) | " + " | ".join(columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
     for row in rows:
         print(f"| {row[0]} | {row[1]} | " + " | ".join(_cell(c) for c in row[2:]) + " |")
     means = []
-    for k in range(2, 6):
+    for k in range(2, 2 + len(columns)):
         if all(r[k][1] == "not run" for r in rows):
             means.append("not run")
             continue

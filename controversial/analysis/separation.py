@@ -94,17 +94,23 @@ class Separation:
         """Predicted power of each pair's two-sided test (normal approximation, Sidak over ``n_comparisons``)."""
         return norm.cdf(self.z(n_participants) - critical_z(alpha, n_comparisons))
 
-    def participants_needed(self, alpha: float, power: float, n_comparisons: int = 1) -> np.ndarray:
-        """Smallest S with z(S) >= z_crit + z_power (Sidak-corrected over ``n_comparisons``); inf if none."""
+    def participants_needed(self, alpha: float, power: float, n_comparisons: int = 1, whole: bool = True) -> np.ndarray:
+        """Smallest S with z(S) >= z_crit + z_power (Sidak-corrected over ``n_comparisons``); inf if none.
+        ``whole=False``: the exact real S where z reaches it, not rounded up nor raised to the analysis's minimum of 2
+        (what a plan scales: the floor would hide how much margin a truth has)."""
         target = critical_z(alpha, n_comparisons) + norm.ppf(power)
         room = np.where(self.effect > 0, (self.effect / target) ** 2 - self.stimulus_var_limit, -1.0)
         with np.errstate(invalid="ignore", divide="ignore"):
-            needed = np.ceil((self.participant_var + self.stimulus_noise) / room)
-        return np.where(room > 0, np.maximum(needed, 2), np.inf)
+            needed = (self.participant_var + self.stimulus_noise) / room
+        if whole:
+            needed = np.maximum(np.ceil(needed), 2)
+        return np.where(room > 0, needed, np.inf)
 
-    def participants_needed_per_truth(self, alpha: float, power: float, n_comparisons: int = 1) -> np.ndarray:
+    def participants_needed_per_truth(
+        self, alpha: float, power: float, n_comparisons: int = 1, whole: bool = True
+    ) -> np.ndarray:
         """(T,) the participants each truth needs to beat every rival: the most any of its pairs needs."""
-        needed = self.participants_needed(alpha, power, n_comparisons)
+        needed = self.participants_needed(alpha, power, n_comparisons, whole)
         return np.nanmax(np.where(np.isnan(self.effect), 0.0, needed), axis=1)
 
 

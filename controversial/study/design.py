@@ -262,7 +262,13 @@ def ratio_to_baseline(separation: Separation, baseline: Separation, n_participan
 
 
 def participants_plan(
-    baseline: Separation, alpha: float, power: float, n_comparisons: int, fraction: float, cap: float
+    baseline: Separation,
+    alpha: float,
+    power: float,
+    n_comparisons: int,
+    fraction: float,
+    cap: float,
+    floor: float = 2.0,
 ) -> np.ndarray:
     """(T, 1) per-truth participant counts to plan for (``select_design``'s ``n_participants``): ``fraction`` of what
     the ``baseline`` design needs for that truth to beat every rival, at least 2 (the analysis's minimum) and at most
@@ -273,8 +279,11 @@ def participants_plan(
     count it should reach instead asks every truth for the same relative gain in participants, the goal a study is
     judged by (docs/design.md, section 6).
     """
-    need = baseline.participants_needed_per_truth(alpha, power, n_comparisons)
-    return np.clip(fraction * np.minimum(need, cap), 2.0, max(2.0, cap))[:, None]
+    if floor < 2:  # exact needs: a truth the baseline identifies with 0.8 participants is planned at 0.8 * fraction
+        need = baseline.participants_needed_per_truth(alpha, power, n_comparisons, whole=False)
+    else:
+        need = baseline.participants_needed_per_truth(alpha, power, n_comparisons)
+    return np.clip(fraction * np.minimum(need, cap), floor, max(floor, cap))[:, None]
 
 
 def _removable(counts: _Counts, w: np.ndarray, fixed: set[int]) -> np.ndarray:

@@ -84,6 +84,10 @@ def test_participants_needed_is_the_smallest_count_reaching_the_target(tiny):
         if np.isfinite(n) and n > 2:
             assert separation.z(n)[i, j] >= target - 1e-9 > separation.z(n - 1)[i, j]
     assert np.isnan(separation.z(5)[0, 0]) and np.isinf(needed[0, 0])
+    exact = separation.participants_needed(0.05, 0.8, 6, whole=False)
+    reachable = np.isfinite(exact)
+    np.testing.assert_allclose(separation.z(np.where(reachable, exact, 1.0))[reachable], target, rtol=1e-4)
+    np.testing.assert_array_equal(needed[reachable], np.maximum(np.ceil(exact[reachable]), 2))
     assert softmin(np.array([1.0, 5.0, np.nan]), 0.01) == pytest.approx(1.0)
 
 

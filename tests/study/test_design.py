@@ -222,6 +222,10 @@ def test_participants_plan_takes_each_truth_at_a_share_of_its_baseline_need(medi
     assert planned.shape == (4, 1)
     np.testing.assert_allclose(planned[:, 0], np.clip(0.5 * np.minimum(need, 30), 2, 30))
     assert participants_plan(baseline.separation, 0.05, 0.8, 10, 0.5, 1).ravel().tolist() == [2.0] * 4
+    exact = baseline.separation.participants_needed_per_truth(0.05, 0.8, 10, whole=False)
+    below_two = participants_plan(baseline.separation, 0.05, 0.8, 10, 0.5, 30, floor=0.1)
+    np.testing.assert_allclose(below_two[:, 0], np.clip(0.5 * np.minimum(exact, 30), 0.1, 30))
+    assert (below_two[:, 0] < planned[:, 0]).any()  # the floor of 2 hid some truth's margin
     design = select_design(pool, panel, constraints, planned, seed=0)
     assert check_design(pool, constraints, design.chosen.tolist()) == []
     assert design.weakest == pytest.approx(np.nanmin(design.separation.z(planned)))
