@@ -154,7 +154,6 @@ class Study:
                 max(n2, 2),
                 n_panel=self.args.panel,
                 shared_sd=self.args.plan_shared_sd,
-                populations=self.args.populations,
                 temperature=self.args.temperature,
                 baseline=self.args.baseline,
                 step_fraction=0.05,
@@ -202,12 +201,6 @@ def main() -> None:
     parser.add_argument("--plan", type=int, default=20, help="participants the optimal design is planned for")
     parser.add_argument("--temperature", type=float, default=0.5, help="smooth minimum over pairs (plan.temperature)")
     parser.add_argument("--panel", type=int, default=256, help="reference participants per truth (plan.n_panel)")
-    parser.add_argument(
-        "--populations",
-        type=int,
-        default=4,
-        help="with --plan-shared-sd: simulated populations per truth, --panel participants each (plan.populations)",
-    )
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--truths", default="all", help="comma-separated model names, or all")
     parser.add_argument("--seed", type=int, default=0)
@@ -254,8 +247,8 @@ def main() -> None:
     args = parser.parse_args()
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction must be in (0, 1] (plan.fraction), got {args.fraction}")
-    if args.populations < 1 or args.panel < 2:
-        parser.error(f"--populations must be >= 1 and --panel >= 2, got {args.populations} and {args.panel}")
+    if args.panel < 2:
+        parser.error(f"--panel must be >= 2, got {args.panel}")
     logging.basicConfig(format="  %(message)s")
     logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
@@ -272,11 +265,10 @@ def main() -> None:
         args.panel,
         seed=args.seed,
         shared_sd=args.plan_shared_sd,
-        populations=args.populations,
     )
     planned: float | np.ndarray = args.plan
     if args.criterion == "participants":
-        at_paper = panel.separation(design_weights(paper, len(pool.conditions))).pooled()
+        at_paper = panel.separation(design_weights(paper, len(pool.conditions)))
         planned = participants_plan(at_paper, 0.05, args.power, 45, args.fraction, max(GRID), args.floor)
         print("planned participants per truth: " + ", ".join(f"{n} {v:.2f}" for n, v in zip(names, planned[:, 0])))
     optimal = select_design(
@@ -344,7 +336,9 @@ def dedicated_design(P: np.ndarray, pool: Pool, truth: int, n_participants: floa
     """The design that separates ``truth`` alone from its rivals best: the optimal design's planner and constraints
     with a reference panel of that truth only. What a design for every truth could at best reach for this one, and
     what an adaptive study that had identified the truth would aim at."""
-    panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, truths=[truth], seed=args.seed)
+    panel = ReferencePanel(
+        P, pool.conditions, args.noise, args.panel, truths=[truth], seed=args.seed, shared_sd=args.plan_shared_sd
+    )
     design = select_design(pool, panel, args.constraints, n_participants, args.temperature, seed=args.seed)
     assert not check_design(pool, args.constraints, design.chosen.tolist())
     return design.chosen

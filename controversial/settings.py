@@ -511,10 +511,9 @@ class DesignPlan(Settings):
         256, ge=2, description="simulated reference participants per truth (fewer: the optimiser fits their noise)"
     )
     shared_sd: float = Field(
-        0.0, ge=0, description="sd of a deviation from the truth that people share (logit units); 0: none"
-    )
-    populations: int = Field(
-        4, ge=1, description="with shared_sd > 0: simulated populations per truth, each with its own deviation"
+        0.0,
+        ge=0,
+        description="sd of a deviation from the truth that people share (logit units; integrated out); 0: none",
     )
     criterion: Literal["maximin", "relative", "participants"] = Field(
         "participants",

@@ -12,6 +12,8 @@ weight per stimulus) we get, for every ordered pair (truth t, rival j):
 - ``stimulus_var(S)``: the stratified stimulus-bootstrap variance of d by the delta method,
   sum over strata of N_c * var_c(dd/dw_n), with the panel's own sampling noise swapped for that of
   S participants;
+- with a deviation people share (``shared_sd``, integrated out, ``ReferencePanel``), its variance of d, which
+  stays in ``stimulus_var`` for any S;
 - ``z(S) = effect / sqrt(participant_var / S + stimulus_var(S))``, and the participants needed for
   a given alpha and power (infinite when stimulus variance alone already exceeds the effect: more
   participants cannot help, only other stimuli).
@@ -40,7 +42,7 @@ from typing import NamedTuple, Sequence
 import numpy as np
 from scipy.stats import norm
 
-from controversial.analysis.simulate import ParticipantNoise, expected_ratings, shared_deviation, simulate_participants
+from controversial.analysis.simulate import ParticipantNoise, shared_moments, simulate_participants
 
 
 class _Sums(NamedTuple):
@@ -74,16 +76,6 @@ class Separation:
     stimulus_var_limit: np.ndarray  # (T, M): stimulus variance with infinitely many participants
     stimulus_noise: np.ndarray  # (T, M): its 1/S part times S
 
-    def pooled(self) -> Separation:
-        """One row per distinct truth: each component averaged over that truth's simulated populations
-        (``ReferencePanel`` lists each truth once per population, its rows together)."""
-        truths = tuple(dict.fromkeys(self.truths))
-        populations = len(self.truths) // len(truths)
-        if populations == 1:
-            return self
-        components = (self.effect, self.participant_var, self.stimulus_var_limit, self.stimulus_noise)
-        return Separation(truths, *(population_mean(a, populations) for a in components))
-
     def z(self, n_participants: float) -> np.ndarray:
         """Expected test statistic (effect / bootstrap SE) with ``n_participants`` participants."""
         var = (self.participant_var + self.stimulus_noise) / n_participants + self.stimulus_var_limit
@@ -114,13 +106,6 @@ class Separation:
         return np.nanmax(np.where(np.isnan(self.effect), 0.0, needed), axis=1)
 
 
-def population_mean(a: np.ndarray, populations: int) -> np.ndarray:
-    """(..., T * populations, M) -> (..., T, M): the mean over each truth's populations, whose rows are together."""
-    if populations == 1:
-        return a
-    return a.reshape(*a.shape[:-2], -1, populations, a.shape[-1]).mean(axis=-2)
-
-
 def critical_z(alpha: float, n_comparisons: int = 1) -> float:
     """Two-sided critical z at the Sidak level for ``n_comparisons`` (Holm-Sidak's strictest step)."""
     return float(norm.ppf(1.0 - (1.0 - (1.0 - alpha) ** (1.0 / n_comparisons)) / 2.0))
@@ -142,10 +127,11 @@ class ReferencePanel:
     strata; ``truths``: which models may have generated the ratings (default: every model).
 
     ``shared_sd > 0``: people deviate from the truth in a way they share (``simulate.shared_deviation``,
-    as the paper found: every model below the lower noise ceiling). One draw of that deviation would be
-    taken for the truth itself and fitted by the optimiser, so each truth gets ``populations`` simulated
-    populations, each with its own draw and ``n_panel`` participants; ``truths`` then lists every truth
-    once per population (rows of every result), and ``Separation.pooled`` averages them per truth.
+    as the paper found: every model below the lower noise ceiling). No deviation is drawn (the optimiser
+    would pick the stimuli on which a draw happens to favour the truth); it is integrated out
+    (``simulate.shared_moments``): expected ratings are taken over it as well as over each person's own
+    noise, and the part of a rating's variance it causes enters the stimulus variance by the same delta
+    method as the own noise, without the 1/S, because everyone in a population shares it.
     """
 
     def __init__(
@@ -157,15 +143,12 @@ class ReferencePanel:
         truths: Sequence[int] | None = None,
         seed: int = 0,
         shared_sd: float = 0.0,
-        populations: int = 4,
     ) -> None:
         p = np.asarray(probabilities, dtype=np.float64)
         self.M, self.N, self.K = p.shape
-        base = tuple(range(self.M)) if truths is None else tuple(int(t) for t in truths)
-        if populations < 1:
-            raise ValueError(f"populations must be at least 1, got {populations}")
-        self.populations = 1 if shared_sd == 0 else populations
-        self.truths = tuple(t for t in base for _ in range(self.populations))
+        self.truths = tuple(range(self.M)) if truths is None else tuple(int(t) for t in truths)
+        if shared_sd < 0:
+            raise ValueError(f"shared_sd must be >= 0, got {shared_sd}")
         if len(conditions) != self.N:
             raise ValueError(f"conditions has {len(conditions)} entries for {self.N} stimuli")
         if n_panel < 2:
@@ -180,32 +163,35 @@ class ReferencePanel:
         drawn: list[tuple[np.ndarray, ...]] = []
         expected: list[tuple[np.ndarray, ...]] = []
         noise_sums: list[tuple[np.ndarray, ...]] = []
-        for t, child in zip(self.truths, seeds):
-            percept = p[t]
-            if shared_sd > 0:  # this population's own deviation from the truth, common to its participants
-                deviation_seed, child = child.spawn(2)
-                percept = shared_deviation(p[t], shared_sd, deviation_seed)
-            y = simulate_participants(percept, n_panel, noise, seed=child)  # (R, N, K)
-            drawn.append((y.sum(axis=2), (y * y).sum(axis=2), np.einsum("rnk,mnk->rmn", y, p)))
-            mean, square = expected_ratings(percept, n_panel, noise, seed=child)  # the same participants
-            expected.append((mean.sum(axis=2), square.sum(axis=2), np.einsum("rnk,mnk->rmn", mean, p)))
-            variance = square - mean * mean  # (R, N, K) each rating's own-noise variance
+        shared_sums: list[tuple[np.ndarray, ...]] = []
+
+        def sums(variance: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, ...]:
             v, vm, vmm = (x.mean(axis=0) for x in (variance, variance * mean, variance * mean * mean))  # (N, K)
-            noise_sums.append(
-                (
-                    np.einsum("nk,mnk,lnk->mln", v, p, p),
-                    np.einsum("nk,mnk->mn", v, p),
-                    np.einsum("nk,mnk->mn", vm, p),
-                    v.sum(axis=1),
-                    vm.sum(axis=1),
-                    vmm.sum(axis=1),
-                )
+            return (
+                np.einsum("nk,mnk,lnk->mln", v, p, p),
+                np.einsum("nk,mnk->mn", v, p),
+                np.einsum("nk,mnk->mn", vm, p),
+                v.sum(axis=1),
+                vm.sum(axis=1),
+                vmm.sum(axis=1),
             )
+
+        for t, child in zip(self.truths, seeds):
+            # (R, N, K) drawn ratings (the deviation drawn for each person alone: it only sets the 1/S part), each
+            # rating's mean and mean square over the deviation and own noise, and the deviation's share of its variance
+            y = simulate_participants(p[t], n_panel, noise, seed=child, shared_sd=shared_sd)
+            drawn.append((y.sum(axis=2), (y * y).sum(axis=2), np.einsum("rnk,mnk->rmn", y, p)))
+            mean, square, shared = shared_moments(p[t], n_panel, noise, shared_sd, seed=child)
+            expected.append((mean.sum(axis=2), square.sum(axis=2), np.einsum("rnk,mnk->rmn", mean, p)))
+            noise_sums.append(sums(square - mean * mean - shared, mean))  # each rating's own-noise variance
+            if shared_sd > 0:
+                shared_sums.append(sums(shared, mean))
         # per-stimulus sums of ratings, squares and rating x model products: (T, R, N), (T, R, N), (T, R, M, N)
         self.drawn = _Sums(*(np.stack(a) for a in zip(*drawn)))
         self.expected = _Sums(*(np.stack(a) for a in zip(*expected)))
         self.average = _Sums(*(a.mean(axis=1) for a in (self.expected.u, self.expected.uu, self.expected.uv)))
         self.noise = _NoiseSums(*(np.stack(a) for a in zip(*noise_sums)))
+        self.shared = _NoiseSums(*(np.stack(a) for a in zip(*shared_sums))) if shared_sd > 0 else None
         self._rows = np.arange(len(self.truths))
         self._own = np.array(self.truths)
 
@@ -227,8 +213,9 @@ class ReferencePanel:
         own = np.stack([r[..., i, :, t] for i, t in enumerate(self.truths)], axis=-2)  # (..., T, R)
         return own[..., None] - r
 
-    def _own_noise_variance(self, W, Su, Suu, Suv, Sv, Svv, Q, Vp, Vyp, V, Vy, Vyy) -> np.ndarray:  # type: ignore[no-untyped-def]
-        """(..., T, M) the variance of d over a participant's own rating noise, by the delta method: sum over
+    def _noise_variance(self, W, Su, Suu, Suv, Sv, Svv, Q, Vp, Vyp, V, Vy, Vyy) -> np.ndarray:  # type: ignore[no-untyped-def]
+        """(..., T, M) the variance of d over rating noise of variance var(y_e) per entry (a participant's own noise, or
+        the population's shared deviation, ``_NoiseSums`` of either), by the delta method: sum over
         entries e of var(y_e) (dd/dy_e)^2, dd/dy_e = a_t (p_te - mean p_t) - a_j (p_je - mean p_j) - g (y_e - mean y)
         with a_m = 1 / sqrt(A B_m), g = (r_t - r_j) / A, at the panel's average expected ratings. Inputs are totals
         over the chosen set with any leading batch shape: the average sums (as ``_totals``) and the noise sums
@@ -298,7 +285,7 @@ class ReferencePanel:
         if weights.shape != (self.N,) or weights.sum() < 2:
             raise ValueError("weights must be one 0/1 value per pool stimulus, at least two stimuli chosen")
         d = self._pairs(self._r(*(np.asarray(x) for x in self._totals(weights, self.expected))))  # (T, R, M)
-        own_noise = self._own_noise_variance(
+        own_noise = self._noise_variance(
             *(np.asarray(x) for x in self._totals(weights, self.average)), *self._noise_totals(weights)
         )
         mean_g, sampling_g, var_g = self._gradients(weights)
@@ -315,12 +302,17 @@ class ReferencePanel:
             sampling = (n_c - 1) * (w * sampling_g[..., members]).sum(axis=-1) / n_c
             limit += np.maximum(spread - sampling / self.R, 0.0)
             noise += (n_c - 1) * (w * var_g[..., members]).sum(axis=-1) / n_c
+        if self.shared is not None:  # the population's shared deviation: does not average out over participants
+            limit = limit + self._noise_variance(
+                *(np.asarray(x) for x in self._totals(weights, self.average)),
+                *(a @ weights for a in self.shared),
+            )
         out = Separation(self.truths, d.mean(axis=1), d.var(axis=1, ddof=1) + own_noise, limit, noise)
         return _mask_self(out)
 
     def z_after(self, weights: np.ndarray, candidates: np.ndarray, n_participants: float, sign: int = 1) -> np.ndarray:
         """z(S) of every (truth, rival) pair after adding (``sign`` +1) or removing (-1) each candidate, (C, T, M),
-        one row per distinct truth (pooled over its populations, as ``Separation.pooled``).
+        one row per truth.
 
         Effect and participant variance are exact; the stimulus variance is updated to first order
         (the candidates' gradients at the current set), which is what makes this cheap.
@@ -342,7 +334,7 @@ class ReferencePanel:
         effect, pvar = d.mean(axis=-2), d.var(axis=-2, ddof=1)
         del r, d
         W, Su, Suu, Suv, Sv, Svv = self._totals(weights, self.average)
-        pvar = pvar + self._own_noise_variance(
+        pvar = pvar + self._noise_variance(
             np.full(len(candidates), W + sign * self.K),
             Su + sign * self.average.u[:, candidates].T,
             Suu + sign * self.average.uu[:, candidates].T,
@@ -354,6 +346,17 @@ class ReferencePanel:
                 for total, a in zip(self._noise_totals(weights), self.noise)
             ),
         )
+        shared_var = 0.0
+        if self.shared is not None:
+            shared_var = self._noise_variance(
+                np.full(len(candidates), W + sign * self.K),
+                Su + sign * self.average.u[:, candidates].T,
+                Suu + sign * self.average.uu[:, candidates].T,
+                Suv + sign * self.average.uv[..., candidates].transpose(2, 0, 1),
+                Sv + sign * self.sv[:, candidates].T,
+                Svv + sign * self.svv[:, candidates].T,
+                *(a @ weights + sign * np.moveaxis(a[..., candidates], -1, 0) for a in self.shared),
+            )
         mean_g, sampling_g, var_g = self._gradients(weights)
         chosen = (weights > 0).astype(np.float64)
         one_hot = np.eye(self.n_strata)[self.strata] * chosen[:, None]  # (N, strata): chosen members
@@ -383,16 +386,15 @@ class ReferencePanel:
             ss[..., stratum] + sign * s,
             sv[..., stratum] + sign * v,
         )
-        limit = (base_limit.sum(-1)[..., None] - old_limit + new_limit).transpose(2, 0, 1)  # (C, T, M)
+        limit = (base_limit.sum(-1)[..., None] - old_limit + new_limit).transpose(2, 0, 1) + shared_var  # (C, T, M)
         noise = (base_noise.sum(-1)[..., None] - old_noise + new_noise).transpose(2, 0, 1)
-        effect, pvar, noise, limit = (population_mean(a, self.populations) for a in (effect, pvar, noise, limit))
         with np.errstate(invalid="ignore", divide="ignore"):
             z = effect / np.sqrt((pvar + noise) / n_participants + limit)
         return self._mask(z)
 
     def _mask(self, z: np.ndarray) -> np.ndarray:
         z = np.array(z, dtype=np.float64)
-        for i, t in enumerate(self.truths[:: self.populations]):
+        for i, t in enumerate(self.truths):
             z[..., i, t] = np.nan
         return z
 

@@ -154,11 +154,14 @@ def simulate_participants(
     noise: ParticipantNoise = ParticipantNoise(),
     scale: Sequence[float] = RATING_SCALE,
     seed: int = 0,
+    shared_sd: float = 0.0,
 ) -> np.ndarray:
-    """(N, K) true probabilities -> (S, N, K) quantised ratings of simulated participants."""
+    """(N, K) true probabilities -> (S, N, K) quantised ratings of simulated participants. ``shared_sd``: each
+    rating also deviates by N(0, shared_sd^2) in the percept, drawn for each person (marginally, not shared)."""
     rng = np.random.default_rng(seed)
     mean = logit(probabilities)
     gain, sd = _participants(n_participants, noise, rng)
+    sd = np.sqrt(sd * sd + (gain * shared_sd) ** 2)
     latent = gain * mean[None] + sd * rng.standard_normal((n_participants, *mean.shape))
     return quantise(_sigmoid(latent), scale)
 
@@ -180,12 +183,52 @@ def expected_ratings(
     """
     rng = np.random.default_rng(seed)
     gain, sd = _participants(n_participants, noise, rng)
+    return _rating_moments(gain * logit(probabilities)[None], sd, scale)
+
+
+def shared_moments(
+    probabilities: np.ndarray,
+    n_participants: int,
+    noise: ParticipantNoise,
+    shared_sd: float,
+    scale: Sequence[float] = RATING_SCALE,
+    seed: int = 0,
+    nodes: int = 12,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The participants of :func:`expected_ratings`, in a population whose percept deviates from the truth by a
+    shared N(0, ``shared_sd``^2) logit per (stimulus, category) (:func:`shared_deviation`), the deviation not
+    drawn but integrated out: (S, N, K) each rating's mean and mean square over the deviation and the person's
+    own noise, and the deviation's share of its variance (the variance over the deviation of the mean over own
+    noise; Gauss-Hermite quadrature with ``nodes`` points). People of one population share that share, so it
+    averages out over stimuli but not over participants. ``shared_sd = 0``: :func:`expected_ratings` and zeros.
+    """
+    if shared_sd < 0:
+        raise ValueError(f"shared deviation sd must be >= 0, got {shared_sd}")
+    rng = np.random.default_rng(seed)
+    gain, sd = _participants(n_participants, noise, rng)
+    base = gain * logit(probabilities)[None]
+    # for one person the deviation and own noise add up to one Gaussian latent
+    mean, square = _rating_moments(base, np.sqrt(sd * sd + (gain * shared_sd) ** 2), scale)
+    if shared_sd == 0:
+        return mean, square, np.zeros_like(mean)
+    points, weights = np.polynomial.hermite_e.hermegauss(nodes)
+    weights = weights / weights.sum()
+    first, second = np.zeros_like(mean), np.zeros_like(mean)
+    for point, weight in zip(points, weights):
+        conditional, _ = _rating_moments(base + gain * shared_sd * point, sd, scale)
+        first += weight * conditional
+        second += weight * conditional * conditional
+    return mean, square, np.maximum(second - first * first, 0.0)
+
+
+def _rating_moments(
+    mean_latent: np.ndarray, sd: np.ndarray, scale: Sequence[float] = RATING_SCALE
+) -> tuple[np.ndarray, np.ndarray]:
+    """E[y] and E[y^2] of y = the scale point nearest sigmoid(latent), latent ~ N(mean_latent, sd^2)."""
     levels = np.asarray(scale, dtype=np.float64)
-    cuts = rating_cuts(levels)
-    mean_latent = gain * logit(probabilities)[None]
     mean = np.full(mean_latent.shape, levels[0])
     square = np.full(mean_latent.shape, levels[0] ** 2)
-    for k, cut in enumerate(cuts, start=1):
+    for k, cut in enumerate(rating_cuts(levels), start=1):
         above = special.ndtr((mean_latent - cut) / sd)  # P(rating >= levels[k])
         mean += (levels[k] - levels[k - 1]) * above
         square += (levels[k] ** 2 - levels[k - 1] ** 2) * above

@@ -93,7 +93,6 @@ def next_batch(
     n_panel: int = 256,
     seed: int = 0,
     shared_sd: float = 0.0,
-    populations: int = 4,
     **design_options: Any,
 ) -> Design:
     """The next batch's stimuli: maximin separation of the remaining candidate truths from every rival
@@ -106,6 +105,5 @@ def next_batch(
         truths=found.candidates,
         seed=seed,
         shared_sd=shared_sd,
-        populations=populations,
     )
     return select_design(pool, panel, constraints, n_participants, seed=seed, **design_options)

@@ -72,7 +72,7 @@ class DesignConstraints:
 @dataclass(frozen=True)
 class Design:
     chosen: np.ndarray  # sorted pool indices
-    separation: Separation  # one row per truth (pooled over simulated populations)
+    separation: Separation  # one row per truth
     n_participants: float | np.ndarray  # one count, or (T, 1) one per truth (``participants_plan``)
     objective: float  # smooth minimum of z at n_participants
     weakest: float  # the hard minimum
@@ -96,19 +96,16 @@ def held_out_panel(
     truths: Sequence[int] | None = None,
     seed: int = 0,
     shared_sd: float = 0.0,
-    populations: int = 4,
 ) -> ReferencePanel:
-    """A second reference panel, with other simulated participants (and, with a shared deviation, other simulated
-    populations), to predict chosen sets on: ``panel.separation(design_weights(chosen, N)).pooled()``.
+    """A second reference panel, with other simulated participants, to predict chosen sets on:
+    ``panel.separation(design_weights(chosen, N))``.
 
     The optimiser picks the set that scores best on its panel, that panel's chance fluctuations included,
     so the set's figures on that panel flatter it, and the more the smaller the panel and the noisier the
     participants (docs/design.md, section 6). A fresh panel predicts it as fairly as any set chosen
     without looking at that panel.
     """
-    return ReferencePanel(
-        probabilities, conditions, noise, n_panel, truths, seed + HELD_OUT_SEED_OFFSET, shared_sd, populations
-    )
+    return ReferencePanel(probabilities, conditions, noise, n_panel, truths, seed + HELD_OUT_SEED_OFFSET, shared_sd)
 
 
 class _Counts:
@@ -230,7 +227,7 @@ class Criterion:
     ``truth_scale`` (None: unscaled, the maximin criterion; ``relative_criterion``: against a baseline)."""
 
     temperature: float
-    truth_scale: np.ndarray | None = None  # (T,) one factor per truth row of a pooled Separation
+    truth_scale: np.ndarray | None = None  # (T,) one factor per truth row of a Separation
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
         """(..., T, M) z values -> (...) criterion values."""
@@ -249,7 +246,7 @@ def _weakest_per_truth(separation: Separation, n_participants: float | np.ndarra
 
 
 def relative_criterion(baseline: Separation, n_participants: float | np.ndarray, temperature: float) -> Criterion:
-    """Each truth's z as a fraction of its weakest z under the ``baseline`` design (pooled, same truths), times the
+    """Each truth's z as a fraction of its weakest z under the ``baseline`` design (same truths), times the
     mean of those weakest z, so that the temperature keeps its z units and a baseline that separates every truth
     equally gives the plain maximin."""
     weakest = _weakest_per_truth(baseline, n_participants)
@@ -257,7 +254,7 @@ def relative_criterion(baseline: Separation, n_participants: float | np.ndarray,
 
 
 def ratio_to_baseline(separation: Separation, baseline: Separation, n_participants: float | np.ndarray) -> np.ndarray:
-    """(T,) each truth's weakest z as a fraction of its weakest z under the baseline (both pooled, same truths)."""
+    """(T,) each truth's weakest z as a fraction of its weakest z under the baseline (same truths)."""
     return np.nanmin(separation.z(n_participants), axis=1) / _weakest_per_truth(baseline, n_participants)
 
 
@@ -319,7 +316,7 @@ def _best_swap(
             gains = criterion(panel.z_after(w, candidates, n_participants))
             for n in candidates[np.argsort(-gains, kind="stable")[:width]]:
                 w[n] = 1
-                value = float(criterion(panel.separation(w).pooled().z(n_participants)))
+                value = float(criterion(panel.separation(w).z(n_participants)))
                 w[n] = 0
                 if value > current + 1e-9 and (best is None or value > best[2]):
                     best = (out, int(n), value)
@@ -394,7 +391,7 @@ def select_design(
         raise DesignError(f"the reference panel covers {panel.N} stimuli, the pool {len(pool.conditions)}")
     criterion = Criterion(temperature)
     if baseline is not None:
-        at_baseline = panel.separation(design_weights(baseline, panel.N)).pooled()
+        at_baseline = panel.separation(design_weights(baseline, panel.N))
         criterion = relative_criterion(at_baseline, n_participants, temperature)
     options = (constraints, n_participants, criterion, step_fraction, max_exchanges, exchange_width)
     best = max(
@@ -495,7 +492,7 @@ def _select_once(
             counts.update(int(n), +1)
         w = design_weights(start, len(pool.conditions))
     fixed_set = set(int(n) for n in fixed)
-    current = float(criterion(panel.separation(w).pooled().z(n_participants)))
+    current = float(criterion(panel.separation(w).z(n_participants)))
     swaps = 0
     while swaps < max_exchanges:
         improved = _best_swap(panel, pool, counts, w, fixed_set, n_participants, criterion, current, exchange_width)
@@ -506,7 +503,7 @@ def _select_once(
         counts.update(best, +1)
         w[out], w[best] = 0, 1
         swaps += 1
-    separation = panel.separation(w).pooled()
+    separation = panel.separation(w)
     z = separation.z(n_participants)
     log.info(
         "design (%s): %d stimuli, weakest pairwise z %.2f at %s participants (%d exchanges)",

@@ -143,14 +143,12 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     pool = candidates.pool
     baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion)
-    panel = ReferencePanel(
-        probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
-    )
+    panel = ReferencePanel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd)
     n = plan.n_participants
     n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
     planned: float | np.ndarray = n
     if plan.criterion == "participants" and baseline is not None:  # _balanced raised if there is none
-        at_baseline = panel.separation(design_weights(baseline.chosen, len(pool.conditions))).pooled()
+        at_baseline = panel.separation(design_weights(baseline.chosen, len(pool.conditions)))
         planned = participants_plan(at_baseline, plan.alpha, plan.power, n_comparisons, plan.fraction, n)
     design = select_design(
         pool,
@@ -163,10 +161,8 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         baseline=baseline.chosen if baseline is not None and plan.criterion == "relative" else None,
     )
     del panel  # its memory, before the second panel is drawn
-    check = held_out_panel(
-        probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd, plan.populations
-    )
-    predicted = check.separation(design_weights(design.chosen, len(pool.conditions))).pooled()
+    check = held_out_panel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd)
+    predicted = check.separation(design_weights(design.chosen, len(pool.conditions)))
     rows = pair_report(predicted, names, n, plan.alpha, plan.power, n_comparisons)
     summary = {
         "batch": batch,
@@ -191,7 +187,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         "balanced_design": None,
     }
     if baseline is not None:
-        balanced = check.separation(design_weights(baseline.chosen, len(pool.conditions))).pooled()
+        balanced = check.separation(design_weights(baseline.chosen, len(pool.conditions)))
         ratios = ratio_to_baseline(predicted, balanced, n)
         summary["balanced_design"] = {
             "per_pair": baseline.per_pair,

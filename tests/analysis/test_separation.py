@@ -57,20 +57,18 @@ def test_updates_match_exact_recomputation(tiny):
     models, conditions = tiny
     N = len(conditions)
     plain = ReferencePanel(models.probabilities, conditions, ParticipantNoise(), n_panel=8, seed=1)
-    shared = ReferencePanel(
-        models.probabilities, conditions, ParticipantNoise(), n_panel=8, seed=1, shared_sd=1.0, populations=3
-    )
+    shared = ReferencePanel(models.probabilities, conditions, ParticipantNoise(), n_panel=8, seed=1, shared_sd=1.0)
     w = np.zeros(N)
     w[::2] = 1
     add, remove = np.flatnonzero(w == 0)[:4], np.flatnonzero(w)[:4]
-    for panel in (plain, shared):  # with populations: one row per truth, pooled as Separation.pooled
+    for panel in (plain, shared):  # the shared deviation's variance is updated exactly, like the own noise's
         for candidates, sign in ((add, 1), (remove, -1)):
             fast = panel.z_after(w, candidates, 10, sign)
             assert fast.shape == (len(candidates), 3, 3)
             for i, n in enumerate(candidates):
                 trial = w.copy()
                 trial[n] += sign
-                exact = panel.separation(trial).pooled().z(10)
+                exact = panel.separation(trial).z(10)
                 assert np.allclose(fast[i], exact, rtol=0.1, equal_nan=True)
 
 
@@ -101,24 +99,16 @@ def test_noise_fit_recovers_gain_and_sd(tiny):
     assert np.allclose(fit.gain, 1.4, atol=0.15) and np.allclose(fit.sd, 0.6, atol=0.12)
 
 
-def test_a_shared_deviation_is_planned_for_over_several_simulated_populations(tiny):
-    """With people sharing a deviation from the truth, the pooled prediction (every truth once, components averaged
-    over its simulated populations) matches simulated studies that each draw a population and its participants and
-    are analysed by the analysis's bootstrap; and it is smaller than the plain model's, whose effect it would
-    overstate. With no shared deviation the panel is unchanged, whatever ``populations`` says."""
+def test_a_shared_deviation_is_integrated_out_and_matches_studies_that_draw_it(tiny):
+    """With people sharing a deviation from the truth, the prediction (the deviation integrated out: expected
+    ratings over it, its variance in the stimulus variance) matches simulated studies that each draw a population
+    and its participants and are analysed by the analysis's bootstrap; its effect is smaller than the plain
+    model's, which would overstate it; and its share of the variance does not shrink with participants."""
     models, conditions = tiny
     P, N = models.probabilities, len(conditions)
     w = (np.random.default_rng(0).random(N) < 0.7).astype(float)
     plain = ReferencePanel(P, conditions, ParticipantNoise(), n_panel=24, seed=0)
-    assert np.array_equal(
-        plain.separation(w).z(6),
-        ReferencePanel(P, conditions, ParticipantNoise(), n_panel=24, seed=0, populations=7).separation(w).z(6),
-        equal_nan=True,
-    )
-    shared = ReferencePanel(P, conditions, ParticipantNoise(), n_panel=24, seed=0, shared_sd=2.0, populations=8)
-    per_population = shared.separation(w)
-    assert per_population.truths == tuple(t for t in range(3) for _ in range(8))
-    separation = per_population.pooled()
+    separation = ReferencePanel(P, conditions, ParticipantNoise(), n_panel=24, seed=0, shared_sd=2.0).separation(w)
     assert separation.truths == (0, 1, 2) and separation.effect.shape == (3, 3)
     S, truth = 6, 1
     effects, ses = simulated_studies(models, conditions, w, truth, S, shared_sd=2.0)
@@ -127,3 +117,4 @@ def test_a_shared_deviation_is_planned_for_over_several_simulated_populations(ti
     assert np.allclose(separation.effect[truth, rivals], effects[rivals], rtol=0.1)
     assert np.allclose(predicted_se[rivals], ses[rivals], rtol=0.25)
     assert (separation.effect[truth, rivals] < plain.separation(w).effect[truth, rivals]).all()
+    assert (separation.stimulus_var_limit[truth, rivals] > plain.separation(w).stimulus_var_limit[truth, rivals]).all()

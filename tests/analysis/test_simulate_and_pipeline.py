@@ -14,6 +14,7 @@ from controversial.analysis.simulate import (
     expected_ratings,
     quantise,
     shared_deviation,
+    shared_moments,
     simulate_models,
     simulate_participants,
     true_probabilities,
@@ -47,6 +48,26 @@ def test_expected_ratings_are_the_mean_and_mean_square_of_the_same_participants_
     assert np.abs((redraws**2).mean(axis=0) - square).max() < 5 * se
     drawn = simulate_participants(truth, 3, noise, seed=4)
     assert abs(float((drawn - mean).mean())) < 0.02
+
+
+def test_shared_moments_integrate_the_population_deviation_out():
+    """The same participants in many populations, each with its own draw of the shared deviation: their ratings'
+    mean and mean square over populations and own noise are ``shared_moments``' first two, and the variance over
+    populations of each rating's mean over own noise (``expected_ratings`` of the drawn percept) is its third.
+    With no deviation it is ``expected_ratings`` and a zero variance."""
+    truth = np.random.default_rng(0).uniform(0.02, 0.98, (30, 10))
+    noise = ParticipantNoise(sd=(1.0, 2.0))
+    mean, square, shared = shared_moments(truth, 3, noise, 2.0, seed=4)
+    percepts = [shared_deviation(truth, 2.0, seed=100 + k) for k in range(1500)]
+    conditional = np.array([expected_ratings(p, 3, noise, seed=4) for p in percepts])  # (draws, 2, S, N, K)
+    se = 0.5 / np.sqrt(len(percepts))
+    assert np.abs(conditional[:, 0].mean(axis=0) - mean).max() < 5 * se
+    assert np.abs(conditional[:, 1].mean(axis=0) - square).max() < 5 * se
+    assert np.abs(conditional[:, 0].var(axis=0) - shared).max() < 0.01 and shared.mean() > 0.02
+    assert np.all(square - mean**2 >= shared - 1e-12)  # the deviation's share is part of the whole variance
+    plain, plain_square, none = shared_moments(truth, 3, noise, 0.0, seed=4)
+    np.testing.assert_array_equal(np.stack([plain, plain_square]), expected_ratings(truth, 3, noise, seed=4))
+    assert not none.any()
 
 
 def test_simulated_stimuli_follow_the_pnas_design():

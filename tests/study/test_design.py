@@ -125,7 +125,7 @@ def test_the_chosen_set_is_predicted_on_a_panel_it_was_not_chosen_on(medium):
     constraints = DesignConstraints(n_stimuli=60, natural_per_class=2, min_per_pair=3, class_tolerance=0.1)
     design = select_design(pool, panel, constraints, 12, seed=0)
     check = held_out_panel(models.probabilities, pool.conditions, ParticipantNoise(), 8, seed=0)
-    held_out = check.separation(design_weights(design.chosen, len(pool.conditions))).pooled()
+    held_out = check.separation(design_weights(design.chosen, len(pool.conditions)))
     other = ReferencePanel(
         models.probabilities, pool.conditions, ParticipantNoise(), n_panel=8, seed=HELD_OUT_SEED_OFFSET
     ).separation(design_weights(design.chosen, len(pool.conditions)))

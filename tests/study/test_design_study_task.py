@@ -21,7 +21,7 @@ MODELS = ("abs", "kde", "vgg")
     "shared_sd, criterion", [(0.0, "maximin"), (1.5, "maximin"), (0.0, "relative"), (0.0, "participants")]
 )
 def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch, shared_sd, criterion):
-    """With a shared deviation planned for, every (truth, rival) is still reported once: pooled over populations.
+    """With a shared deviation planned for (integrated out), every (truth, rival) is reported once, as without.
     Every criterion reports the balanced design (10 per pair here) beside the chosen one, on one held-out panel;
     the participants criterion also the count it planned each truth for (2 to plan.n_participants)."""
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "kde"), ("abs", "vgg"), ("kde", "vgg")))
@@ -45,7 +45,6 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
         "plan.n_panel=4",
         f"plan.shared_sd={shared_sd}",
         f"plan.criterion={criterion}",
-        "plan.populations=2",
         "plan.max_exchanges=5",
         "display.size=56",
         "n_demo=0",
