@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy.special import ndtr
 
 from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import participant_model_correlations
@@ -13,6 +14,7 @@ from controversial.analysis.simulate import (
     ParticipantNoise,
     expected_ratings,
     quantise,
+    rating_cuts,
     shared_deviation,
     shared_moments,
     simulate_models,
@@ -68,6 +70,23 @@ def test_shared_moments_integrate_the_population_deviation_out():
     plain, plain_square, none = shared_moments(truth, 3, noise, 0.0, seed=4)
     np.testing.assert_array_equal(np.stack([plain, plain_square]), expected_ratings(truth, 3, noise, seed=4))
     assert not none.any()
+
+
+def test_shared_moments_clip_the_percept_as_the_simulation_does():
+    """A model certain of an entry holds its logit at the clip, so a shared deviation can only move it back: the
+    mean rating falls further than a Gaussian latent of the combined variance says (about 0.01 here, on the 0-1
+    scale), and ``shared_moments`` follows the simulated populations there."""
+    truth = np.full((1, 4), 1 - 1e-7)
+    noise = ParticipantNoise(sd=(4.0, 6.0))
+    mean, _, _ = shared_moments(truth, 3, noise, 6.0, seed=4)
+    draws = [expected_ratings(shared_deviation(truth, 6.0, seed=k), 3, noise, seed=4)[0] for k in range(40000)]
+    rng = np.random.default_rng(4)  # the participants' gain and sd, in the order every simulation draws them
+    gain, sd = rng.uniform(*noise.gain, (3, 1, 1)), rng.uniform(*noise.sd, (3, 1, 1))
+    latent, spread = gain * np.log((1 - 1e-4) / 1e-4), np.sqrt(sd**2 + (gain * 6.0) ** 2)
+    steps = np.diff(RATING_SCALE)
+    unclipped = RATING_SCALE[0] + sum(step * ndtr((latent - cut) / spread) for step, cut in zip(steps, rating_cuts()))
+    assert abs(float(np.mean(draws) - mean.mean())) < 0.003
+    assert float(unclipped.mean() - mean.mean()) > 0.005
 
 
 def test_simulated_stimuli_follow_the_pnas_design():
