@@ -282,7 +282,7 @@ def main() -> None:
     )
     # Every design is scored on a second panel: the optimal one was chosen to fit the first, noise included.
     del panel
-    check = held_out_panel(P, pool.conditions, args.noise, args.panel, seed=args.seed)
+    check = held_out_panel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
     print(
         f"  optimal: weakest expected z at {args.plan} participants {optimal.weakest:.2f} on the panel it was chosen on"
     )

@@ -510,10 +510,10 @@ class DesignPlan(Settings):
     n_panel: int = Field(
         256, ge=2, description="simulated reference participants per truth (fewer: the optimiser fits their noise)"
     )
-    shared_sd: float = Field(
+    shared_sd: Annotated[float, Field(ge=0)] | Literal["fit"] = Field(
         0.0,
-        ge=0,
-        description="sd of a deviation from the truth that people share (logit units; integrated out); 0: none",
+        description="sd of a deviation from the truth that people share (logit units; integrated out); 0: none; "
+        "fit: from the pilot or the earlier batches, by how much more people agree than the best model explains",
     )
     criterion: Literal["maximin", "relative", "participants"] = Field(
         "participants",

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.special import log_ndtr
+from scipy.optimize import brentq, minimize
+from scipy.special import log_ndtr, ndtr
 
 from controversial.analysis.correlation import participant_model_correlations
 from controversial.records.responses import RATING_SCALE
@@ -28,11 +28,19 @@ class NoiseFit:
     gain: np.ndarray  # (S,)
     sd: np.ndarray  # (S,)
 
-    def noise(self) -> ParticipantNoise:
-        """The ranges the planning simulations draw from: the fitted participants' min to max."""
+    def noise(self, shared_sd: float = 0.0) -> ParticipantNoise:
+        """The ranges the planning simulations draw from: the fitted participants' min to max. With a shared
+        deviation planned for (``fit_shared_sd``), each person's own sd is what remains of the fitted one, which
+        holds both: own^2 = sd^2 - (gain x shared_sd)^2."""
+        sd = own_sd(self.sd, self.gain, shared_sd)
         return ParticipantNoise(
-            sd=(float(self.sd.min()), float(self.sd.max())), gain=(float(self.gain.min()), float(self.gain.max()))
+            sd=(float(sd.min()), float(sd.max())), gain=(float(self.gain.min()), float(self.gain.max()))
         )
+
+
+def own_sd(sd: np.ndarray, gain: np.ndarray, shared_sd: float) -> np.ndarray:
+    """Each fitted sd less a shared deviation's part, sqrt(sd^2 - (gain x shared_sd)^2), kept at 5 % of sd or more."""
+    return np.sqrt(np.maximum(sd**2 - (gain * shared_sd) ** 2, (0.05 * sd) ** 2))
 
 
 def _log_likelihood(levels: np.ndarray, latent: np.ndarray, cuts: np.ndarray, gain: float, sd: float) -> float:
@@ -73,3 +81,65 @@ def fit_noise(
         gains.append(result.x[0])
         sds.append(float(np.exp(result.x[1])))
     return NoiseFit(reference, np.array(gains), np.array(sds))
+
+
+def fit_shared_sd(
+    human: np.ndarray,
+    model: np.ndarray,
+    fit: NoiseFit,
+    scale: Sequence[float] = RATING_SCALE,
+    nodes: int = 24,
+) -> float:
+    """The sd (logit units) of a deviation from the reference model that the participants share
+    (``simulate.shared_deviation``; ``plan.shared_sd``), by the method of moments: the value at which the
+    noise model's expected agreement between two participants (their Pearson r over all entries, averaged over
+    pairs) equals the ratings' own.
+
+    Why this statistic: own noise makes people disagree, a shared deviation makes them agree in ways the
+    reference model does not predict, and the fitted sd (``fit_noise``) holds both, sd^2 = own^2 + (gain x
+    shared)^2; so for a candidate shared sd each person keeps the rest as own noise and the agreement follows.
+    The expected r is integrated over the deviation (Gauss-Hermite, as ``simulate.shared_moments``).
+    Needs two participants; returns 0 when people agree no more than the reference model explains.
+    """
+    human = np.asarray(human, dtype=np.float64)
+    if human.shape[0] < 2:
+        raise ValueError(f"fit_shared_sd needs ratings of at least two participants, got {human.shape[0]}")
+    flat = human.reshape(human.shape[0], -1)
+    r = np.corrcoef(flat)
+    observed = float(r[np.triu_indices(len(r), 1)].mean())
+    latent = logit(np.asarray(model, dtype=np.float64)[fit.reference]).ravel()
+    bound = float(logit(np.array(1.0)))
+    points, weights = np.polynomial.hermite_e.hermegauss(nodes)
+    weights = weights / weights.sum()
+    gain, sd = np.abs(fit.gain)[:, None], fit.sd[:, None]
+    levels = np.asarray(scale, dtype=np.float64)
+    cuts = rating_cuts(levels)
+
+    def agreement(shared: float) -> float:
+        own = own_sd(sd, gain, shared)
+        first = np.zeros((len(gain), len(latent)))
+        square = np.zeros_like(first)
+        cross = np.zeros((len(gain), len(gain)))
+        for point, weight in zip(points, weights):
+            mean_latent = fit.gain[:, None] * np.clip(latent + shared * point, -bound, bound)
+            mean = np.full(first.shape, levels[0])
+            second = np.full(first.shape, levels[0] ** 2)
+            for k, cut in enumerate(cuts, start=1):
+                above = ndtr((mean_latent - cut) / own)
+                mean += (levels[k] - levels[k - 1]) * above
+                second += (levels[k] ** 2 - levels[k - 1] ** 2) * above
+            first += weight * mean
+            square += weight * second
+            cross += weight * (mean @ mean.T) / len(latent)
+        centre = first.mean(axis=1)
+        covariance = cross - np.outer(centre, centre)
+        variance = square.mean(axis=1) - centre**2
+        expected = covariance / np.sqrt(np.outer(variance, variance))
+        return float(expected[np.triu_indices(len(expected), 1)].mean())
+
+    high = float(np.min(sd[:, 0] / np.maximum(gain[:, 0], 1e-6)))
+    if agreement(0.0) >= observed:
+        return 0.0
+    if agreement(high) <= observed:
+        return high
+    return float(brentq(lambda s: agreement(s) - observed, 0.0, high, xtol=0.01))

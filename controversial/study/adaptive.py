@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
 from controversial.analysis.bootstrap import pooled_bootstrap
-from controversial.analysis.noise_fit import NoiseFit, fit_noise
+from controversial.analysis.noise_fit import NoiseFit, fit_noise, fit_shared_sd
 from controversial.analysis.separation import ReferencePanel
 from controversial.study.design import Design, DesignConstraints, Pool, select_design
 
@@ -41,6 +41,7 @@ class Evidence:
     candidates: tuple[int, ...]  # model indices still plausible as the truth
     noise: NoiseFit
     estimates: np.ndarray  # (M,) pooled mean r so far
+    shared_sd: float = 0.0  # the deviation from the leader the participants share (``fit_shared_sd``)
 
 
 def plausible_truths(samples: np.ndarray, estimates: np.ndarray, screen_alpha: float) -> tuple[int, ...]:
@@ -65,23 +66,28 @@ def evidence(
     candidates = plausible_truths(dist.samples[:, :M], dist.estimates[:M], screen_alpha)
     leader = int(np.argmax(dist.estimates[:M]))
     rng = np.random.default_rng(seed)
-    gains, sds = [], []
+    gains, sds, shared, weights = [], [], [], []
     for b in batches:
         N = b.human.shape[1]
         keep = np.sort(rng.choice(N, min(N, fit_stimuli or N), replace=False))
         fit = fit_noise(b.human[:, keep], b.model[:, keep], reference=leader)
         gains.append(fit.gain)
         sds.append(fit.sd)
+        if len(fit.sd) >= 2:  # agreement needs a pair of participants
+            shared.append(fit_shared_sd(b.human[:, keep], b.model[:, keep], fit))
+            weights.append(len(fit.sd))
     noise = NoiseFit(leader, np.concatenate(gains), np.concatenate(sds))
+    shared_sd = float(np.average(shared, weights=weights)) if shared else 0.0
     log.info(
-        "evidence: candidate truths %s, fitted sd %.2f-%.2f, gain %.2f-%.2f",
+        "evidence: candidate truths %s, fitted sd %.2f-%.2f, gain %.2f-%.2f, shared sd %.2f",
         [names[m] for m in candidates],
         noise.sd.min(),
         noise.sd.max(),
         noise.gain.min(),
         noise.gain.max(),
+        shared_sd,
     )
-    return Evidence(candidates, noise, dist.estimates[:M])
+    return Evidence(candidates, noise, dist.estimates[:M], shared_sd)
 
 
 def next_batch(
@@ -92,18 +98,21 @@ def next_batch(
     n_participants: int,
     n_panel: int = 256,
     seed: int = 0,
-    shared_sd: float = 0.0,
+    shared_sd: float | Literal["fit"] = 0.0,
     **design_options: Any,
 ) -> Design:
     """The next batch's stimuli: maximin separation of the remaining candidate truths from every rival
-    (``design_options``: ``select_design``'s, e.g. ``baseline`` for the relative criterion)."""
+    (``design_options``: ``select_design``'s, e.g. ``baseline`` for the relative criterion). ``shared_sd``: the
+    deviation people share to plan for, or "fit": the one the batches so far show (``found.shared_sd``); the
+    fitted own noise keeps what it does not explain."""
+    shared = found.shared_sd if shared_sd == "fit" else float(shared_sd)
     panel = ReferencePanel(
         probabilities,
         pool.conditions,
-        found.noise.noise(),
+        found.noise.noise(shared),
         n_panel,
         truths=found.candidates,
         seed=seed,
-        shared_sd=shared_sd,
+        shared_sd=shared,
     )
     return select_design(pool, panel, constraints, n_participants, seed=seed, **design_options)

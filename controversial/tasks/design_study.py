@@ -10,7 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from controversial.analysis.model_responses import probabilities as model_probabilities
-from controversial.analysis.noise_fit import fit_noise
+from controversial.analysis.noise_fit import fit_noise, fit_shared_sd
 from controversial.analysis.separation import ReferencePanel, Separation
 from controversial.analysis.simulate import ParticipantNoise
 from controversial.analysis.study import build_study
@@ -90,18 +90,27 @@ def previous_batch(
     return Batch(human, probabilities[:, images], [candidates.pool.conditions[n] for n in images])
 
 
-def planning_noise(plan: DesignPlan) -> tuple[ParticipantNoise, str]:
-    """The participant noise the design plans with, and where it came from (the settings, or a pilot fit)."""
+def planning_noise(plan: DesignPlan, first_batch: bool = True) -> tuple[ParticipantNoise, float, str]:
+    """The participant noise and shared deviation the design plans with, and where they came from (the settings, or
+    a pilot fit). ``first_batch=False``: a later batch, whose noise the earlier batches give (the caller fits it)."""
     if plan.pilot_ratings is None or plan.pilot_model_responses is None:
-        return ParticipantNoise(sd=plan.noise_sd, gain=plan.gain), "plan.noise_sd and plan.gain (no pilot)"
+        if plan.shared_sd == "fit" and first_batch:
+            raise DesignError(
+                "plan.shared_sd=fit needs ratings to fit it to: plan.pilot_ratings and plan.pilot_model_responses, "
+                "or adaptive.previous batches; or give a number (0: none)"
+            )
+        shared = 0.0 if plan.shared_sd == "fit" else plan.shared_sd
+        return ParticipantNoise(sd=plan.noise_sd, gain=plan.gain), shared, "plan.noise_sd and plan.gain (no pilot)"
     pilot = build_study(
         read_human_ratings(plan.pilot_ratings),
         read_model_responses(plan.pilot_model_responses),
         exclude_repetitions=True,
     )
     fit = fit_noise(pilot.human, pilot.model)
+    shared = fit_shared_sd(pilot.human, pilot.model, fit) if plan.shared_sd == "fit" else plan.shared_sd
     return (
-        fit.noise(),
+        fit.noise(shared),
+        shared,
         f"fitted to {len(pilot.participants)} pilot participants (reference {pilot.models[fit.reference]})",
     )
 
@@ -133,17 +142,18 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         budget.min_per_pair,
         budget.class_tolerance,
     )
-    noise, noise_source = planning_noise(plan)
+    noise, shared_sd, noise_source = planning_noise(plan, first_batch=not cfg.adaptive.previous)
     truths = [names.index(t) for t in plan.truths] if plan.truths else None
     batch = 1 + len(cfg.adaptive.previous)
     if cfg.adaptive.previous:
         batches = [previous_batch(e, candidates, probabilities, categories) for e in cfg.adaptive.previous]
         found = evidence(batches, names, cfg.adaptive.screen_alpha, seed=cfg.seed)
-        noise, truths = found.noise.noise(), list(found.candidates)
+        shared_sd = found.shared_sd if plan.shared_sd == "fit" else plan.shared_sd
+        noise, truths = found.noise.noise(shared_sd), list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     pool = candidates.pool
     baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion)
-    panel = ReferencePanel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd)
+    panel = ReferencePanel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, shared_sd)
     n = plan.n_participants
     n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
     planned: float | np.ndarray = n
@@ -161,7 +171,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         baseline=baseline.chosen if baseline is not None and plan.criterion == "relative" else None,
     )
     del panel  # its memory, before the second panel is drawn
-    check = held_out_panel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, plan.shared_sd)
+    check = held_out_panel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, shared_sd)
     predicted = check.separation(design_weights(design.chosen, len(pool.conditions)))
     rows = pair_report(predicted, names, n, plan.alpha, plan.power, n_comparisons)
     summary = {
@@ -176,7 +186,8 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         "noise": {
             "sd": list(noise.sd),
             "gain": list(noise.gain),
-            "shared_sd": plan.shared_sd,
+            "shared_sd": shared_sd,
+            "shared_sd_fitted": plan.shared_sd == "fit",
             "source": noise_source,
         },
         "candidate_truths": [names[t] for t in predicted.truths],
@@ -289,7 +300,9 @@ def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, ca
         f"weakest z {summary['weakest_z']:.2f} (predicted on a second reference panel; "
         f"{summary['weakest_z_on_the_selection_panel']:.2f} on the panel the set was chosen on)",
         *([f"- planned per truth: {summary['planned_per_truth']}"] if summary["planned_per_truth"] is not None else []),
-        f"- noise model: sd {summary['noise']['sd']}, gain {summary['noise']['gain']} ({summary['noise']['source']})",
+        f"- noise model: own sd {summary['noise']['sd']}, gain {summary['noise']['gain']}, shared deviation sd "
+        f"{summary['noise']['shared_sd']:.2f}{' (fitted)' if summary['noise']['shared_sd_fitted'] else ''} "
+        f"({summary['noise']['source']})",
         f"- candidate truths: {', '.join(summary['candidate_truths'])}",
         f"- participants needed for power {summary['power']} at alpha {summary['alpha']} ({summary['correction']}): "
         f"{summary['participants_needed'] or 'not reachable with these stimuli'}",

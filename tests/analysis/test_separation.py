@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from controversial.analysis.bootstrap import bootstrap
-from controversial.analysis.noise_fit import fit_noise
+from controversial.analysis.noise_fit import fit_noise, fit_shared_sd
 from controversial.analysis.separation import ReferencePanel, critical_z, softmin
 from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_models, simulate_participants
 
@@ -97,6 +97,22 @@ def test_noise_fit_recovers_gain_and_sd(tiny):
     fit = fit_noise(ratings, models.probabilities)
     assert fit.reference == 2
     assert np.allclose(fit.gain, 1.4, atol=0.15) and np.allclose(fit.sd, 0.6, atol=0.12)
+
+
+@pytest.mark.parametrize("shared_sd, own", [(0.0, (1.0, 2.0)), (3.0, (1.0, 2.0)), (3.0, (4.0, 6.0))])
+def test_fit_shared_sd_recovers_how_far_people_deviate_together(shared_sd, own):
+    """The method of moments on agreement between participants finds the shared deviation that generated the
+    ratings (within 15 %; none when there is none), with the own noise left for the rest of the fitted sd."""
+    models = simulate_models(n_models=4, stimuli_per_pair=20, natural_per_class=10, seed=0)
+    percept = shared_deviation(models.probabilities[1], shared_sd, seed=5)
+    ratings = simulate_participants(percept, 12, ParticipantNoise(sd=own), seed=6)
+    fit = fit_noise(ratings, models.probabilities)
+    found = fit_shared_sd(ratings, models.probabilities, fit)
+    assert fit.reference == 1
+    assert found == pytest.approx(shared_sd, abs=0.3, rel=0.15)
+    assert fit.noise(found).sd[1] < fit.noise().sd[1]
+    with pytest.raises(ValueError, match="at least two participants"):
+        fit_shared_sd(ratings[:1], models.probabilities, fit)
 
 
 def test_a_shared_deviation_is_integrated_out_and_matches_studies_that_draw_it(tiny):

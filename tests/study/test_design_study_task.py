@@ -8,6 +8,13 @@ import numpy as np
 import pytest
 import torch
 
+from controversial.analysis.simulate import (
+    ParticipantNoise,
+    shared_deviation,
+    simulate_models,
+    simulate_participants,
+    write_study,
+)
 from controversial.study.bundle import load_bundle
 from controversial.tasks import design_study
 from testkit import run_task, write_tiny_checkpoints
@@ -17,18 +24,13 @@ from .helpers import fake_mnist_test, make_sweep
 MODELS = ("abs", "kde", "vgg")
 
 
-@pytest.mark.parametrize(
-    "shared_sd, criterion", [(0.0, "maximin"), (1.5, "maximin"), (0.0, "relative"), (0.0, "participants")]
-)
-def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch, shared_sd, criterion):
-    """With a shared deviation planned for (integrated out), every (truth, rival) is reported once, as without.
-    Every criterion reports the balanced design (10 per pair here) beside the chosen one, on one held-out panel;
-    the participants criterion also the count it planned each truth for (2 to plan.n_participants)."""
+def tiny_design_study(tmp_path, monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
+    """A sweep of three pairs, tiny checkpoints and fake MNIST test images; the overrides of a 43-trial study."""
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "kde"), ("abs", "vgg"), ("kde", "vgg")))
     write_tiny_checkpoints(tmp_path / "models" / "mnist", MODELS, "mnist")
     images, labels = fake_mnist_test("mnist", n_per_class=6)
     monkeypatch.setattr(design_study, "load_uint8", lambda *args: (torch.from_numpy(images), torch.from_numpy(labels)))
-    overrides = [
+    return [
         f"sweep_dir={sweep}",
         "name=designed",
         f"models=[{','.join(MODELS)}]",
@@ -43,11 +45,22 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
         "budget.class_tolerance=0.5",
         "plan.n_participants=6",
         "plan.n_panel=4",
-        f"plan.shared_sd={shared_sd}",
-        f"plan.criterion={criterion}",
         "plan.max_exchanges=5",
         "display.size=56",
         "n_demo=0",
+    ]
+
+
+@pytest.mark.parametrize(
+    "shared_sd, criterion", [(0.0, "maximin"), (1.5, "maximin"), (0.0, "relative"), (0.0, "participants")]
+)
+def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch, shared_sd, criterion):
+    """With a shared deviation planned for (integrated out), every (truth, rival) is reported once, as without.
+    Every criterion reports the balanced design (10 per pair here) beside the chosen one, on one held-out panel;
+    the participants criterion also the count it planned each truth for (2 to plan.n_participants)."""
+    overrides = tiny_design_study(tmp_path, monkeypatch) + [
+        f"plan.shared_sd={shared_sd}",
+        f"plan.criterion={criterion}",
     ]
     bundle = load_bundle(run_task("design_study", overrides, tmp_path / "run"))
     assert bundle.batch == 1 and bundle.label == "designed/v1"
@@ -74,3 +87,25 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
     assert sorted(balanced["weakest_z_ratio_per_truth"]) == sorted(MODELS)
     assert all(np.isfinite(q) and q > 0 for q in balanced["weakest_z_ratio_per_truth"].values())
     assert "- balanced design (10 per model pair, 40 stimuli" in (tmp_path / "run" / "design.md").read_text()
+
+
+def test_design_study_fits_the_shared_deviation_to_a_pilot(tmp_path, monkeypatch):
+    """plan.shared_sd=fit: the deviation a pilot's people share is fitted (``fit_shared_sd``) and planned for, and
+    the report says so; without a pilot or earlier batches there is nothing to fit, and the error says what to
+    give."""
+    models = simulate_models(n_models=3, stimuli_per_pair=20, natural_per_class=4, seed=2)
+    percept = shared_deviation(models.probabilities[0], 3.0, seed=1)
+    pilot = simulate_participants(percept, 6, ParticipantNoise(sd=(1.0, 2.0)), seed=3)
+    ratings, responses = write_study(tmp_path, models, pilot)
+    overrides = tiny_design_study(tmp_path, monkeypatch) + ["plan.shared_sd=fit", "plan.criterion=maximin"]
+    run_task(
+        "design_study",
+        overrides + [f"plan.pilot_ratings={ratings}", f"plan.pilot_model_responses={responses}"],
+        tmp_path / "run",
+    )
+    noise = json.loads((tmp_path / "run" / "design.json").read_text())["noise"]
+    assert noise["shared_sd_fitted"] and noise["shared_sd"] == pytest.approx(3.0, rel=0.3)
+    assert noise["sd"][1] < 2.5  # own noise: what the fitted sd holds beyond the shared deviation
+    assert "(fitted)" in (tmp_path / "run" / "design.md").read_text()
+    with pytest.raises(Exception, match="plan.shared_sd=fit needs ratings"):
+        run_task("design_study", overrides, tmp_path / "run2")
