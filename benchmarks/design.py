@@ -64,6 +64,7 @@ from controversial.study.design import (  # noqa: E402
     held_out_panel,
     participants_plan,
     select_design,
+    total_need,
 )
 
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
@@ -219,11 +220,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--criterion",
-        choices=("maximin", "relative", "participants"),
+        choices=("maximin", "relative", "participants", "total"),
         default="participants",
         help="plan.criterion: participants (the default): maximin with each truth's z taken at --fraction of the "
         "participants the paper's design needs for it; maximin: the weakest pairwise z; relative: each truth's "
-        "weakest z as a fraction of the paper design's",
+        "weakest z as a fraction of the paper design's; total: the predicted participants averaged over truths, "
+        "each truth's at most the paper design's (at the participants criterion's counts)",
     )
     parser.add_argument("--fraction", type=float, default=0.5, help="for --criterion participants")
     parser.add_argument(
@@ -267,12 +269,22 @@ def main() -> None:
         shared_sd=args.plan_shared_sd,
     )
     planned: float | np.ndarray = args.plan
-    if args.criterion == "participants":
+    objective = None
+    if args.criterion in ("participants", "total"):
         at_paper = panel.separation(design_weights(paper, len(pool.conditions)))
         planned = participants_plan(at_paper, 0.05, args.power, 45, args.fraction, max(GRID), args.floor)
         print("planned participants per truth: " + ", ".join(f"{n} {v:.2f}" for n, v in zip(names, planned[:, 0])))
+        if args.criterion == "total":
+            objective = total_need(at_paper, planned, 0.05, args.power, 45)
     optimal = select_design(
-        pool, panel, args.constraints, planned, args.temperature, seed=args.seed, baseline=args.baseline
+        pool,
+        panel,
+        args.constraints,
+        planned,
+        args.temperature,
+        seed=args.seed,
+        baseline=args.baseline,
+        objective=objective,
     )
     assert not check_design(pool, args.constraints, optimal.chosen.tolist())
     designs = {"paper": paper, "random": random, "optimal": optimal.chosen}

@@ -515,11 +515,12 @@ class DesignPlan(Settings):
         description="sd of a deviation from the truth that people share (logit units; integrated out); 0: none; "
         "fit: from the pilot or the earlier batches, by how much more people agree than the best model explains",
     )
-    criterion: Literal["maximin", "relative", "participants"] = Field(
+    criterion: Literal["maximin", "relative", "participants", "total"] = Field(
         "participants",
         description="maximin: the weakest pairwise z; relative: each truth's weakest z as a fraction of the "
         "balanced design's (no truth worse off than under the paper's kind of design); participants: the weakest "
-        "z with each truth's taken at plan.fraction of the participants the balanced design needs for it",
+        "z with each truth's taken at plan.fraction of the participants the balanced design needs for it; total: "
+        "the fewest predicted participants averaged over truths, none more than under the balanced design",
     )
     fraction: float = Field(
         0.5, gt=0, le=1, description="criterion participants: each truth planned for this share of its balanced need"

@@ -31,11 +31,12 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
+from scipy.stats import norm
 
-from controversial.analysis.separation import ReferencePanel, Separation, softmin
+from controversial.analysis.separation import ReferencePanel, Separation, critical_z, softmin
 from controversial.analysis.simulate import ParticipantNoise
 from controversial.analysis.study import NATURAL
 from controversial.errors import UserError
@@ -237,6 +238,50 @@ class Criterion:
         return softmin(flat, self.temperature, axis=-1)
 
 
+Objective = Callable[[np.ndarray], np.ndarray]  # (..., T, M) z at the planned counts -> (...) values to maximise
+
+
+@dataclass(frozen=True)
+class TotalNeed:
+    """Minus the participants the study is predicted to need, averaged over truths, with every truth held to at
+    most ``caps`` (``total_need``): the goal a design is judged by (the mean over truths of the participants
+    needed, no truth worse than under the paper's kind of design), as an objective.
+
+    A truth's need is its weakest rival's, read off z at the truth's planned count n_t as n_t (target / z)^2:
+    exact when participants' variance dominates, and near the planned count otherwise (the participants
+    criterion plans each truth near what it should reach). Each participant over a truth's cap costs
+    ``penalty`` participants of the mean."""
+
+    counts: np.ndarray  # (T, 1) planned participants per truth, the counts z is taken at
+    caps: np.ndarray  # (T,) the most each truth may need
+    target: float  # the z a pair needs: critical z (Sidak) + z of the power
+    penalty: float = 3.0
+
+    def needs(self, z: np.ndarray) -> np.ndarray:
+        """(..., T, M) z at the planned counts -> (..., T) each truth's predicted participants needed."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            pair = self.counts * (self.target / np.maximum(z, 0.05)) ** 2
+        return np.nanmax(pair, axis=-1)
+
+    def __call__(self, z: np.ndarray) -> np.ndarray:
+        need = self.needs(z)
+        over = np.maximum(need - self.caps, 0.0).sum(axis=-1)
+        return -(need.mean(axis=-1) + self.penalty * over)
+
+
+def total_need(
+    baseline: Separation,
+    counts: np.ndarray,
+    alpha: float,
+    power: float,
+    n_comparisons: int,
+) -> TotalNeed:
+    """``TotalNeed`` with each truth capped at the exact participants the ``baseline`` design needs for it."""
+    caps = baseline.participants_needed_per_truth(alpha, power, n_comparisons, whole=False)
+    target = critical_z(alpha, n_comparisons) + float(norm.ppf(power))
+    return TotalNeed(np.asarray(counts, dtype=np.float64).reshape(-1, 1), caps, target)
+
+
 BASELINE_Z_FLOOR = 1.0  # a truth the baseline barely separates (z below this) is scaled as if it had this z
 
 
@@ -295,7 +340,7 @@ def _best_swap(
     w: np.ndarray,
     fixed: set[int],
     n_participants: float | np.ndarray,
-    criterion: Criterion,
+    criterion: Objective,
     current: float,
     width: int,
 ) -> tuple[int, int, float] | None:
@@ -334,7 +379,7 @@ def _repair_swap(
     w: np.ndarray,
     fixed: set[int],
     n_participants: float | np.ndarray,
-    criterion: Criterion,
+    criterion: Objective,
 ) -> tuple[int, int] | None:
     """An exchange that strictly shrinks the class-balance deficit, for when greedy growth is stuck.
 
@@ -377,8 +422,10 @@ def select_design(
     fixed: Sequence[int] = (),
     restarts: int = 1,
     baseline: Sequence[int] | np.ndarray | None = None,
+    objective: Objective | None = None,
 ) -> Design:
-    """The constrained set maximising the (smooth) weakest pairwise separation with ``n_participants``.
+    """The constrained set maximising the (smooth) weakest pairwise separation with ``n_participants``, or
+    ``objective`` of the z there (e.g. ``total_need``).
 
     ``fixed``: pool indices that must be in the set (e.g. stimuli already shown in an earlier batch
     that should be kept); they count towards every constraint. ``restarts``: independent random
@@ -389,7 +436,9 @@ def select_design(
     """
     if panel.N != len(pool.conditions):
         raise DesignError(f"the reference panel covers {panel.N} stimuli, the pool {len(pool.conditions)}")
-    criterion = Criterion(temperature)
+    if objective is not None and baseline is not None:
+        raise DesignError("select_design takes a baseline (the relative criterion) or an objective, not both")
+    criterion: Objective = objective if objective is not None else Criterion(temperature)
     if baseline is not None:
         at_baseline = panel.separation(design_weights(baseline, panel.N))
         criterion = relative_criterion(at_baseline, n_participants, temperature)
@@ -414,7 +463,7 @@ def _grow(
     constraints: DesignConstraints,
     counts: _Counts,
     n_participants: float | np.ndarray,
-    criterion: Criterion,
+    criterion: Objective,
     step_fraction: float,
     rng: np.random.Generator,
     fixed: Sequence[int],
@@ -464,7 +513,7 @@ def _select_once(
     panel: ReferencePanel,
     constraints: DesignConstraints,
     n_participants: float | np.ndarray,
-    criterion: Criterion,
+    criterion: Objective,
     step_fraction: float,
     max_exchanges: int,
     exchange_width: int,

@@ -28,6 +28,7 @@ from controversial.study.design import (
     design_weights,
     held_out_panel,
     participants_plan,
+    total_need,
     ratio_to_baseline,
     select_design,
 )
@@ -157,9 +158,12 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     n = plan.n_participants
     n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
     planned: float | np.ndarray = n
-    if plan.criterion == "participants" and baseline is not None:  # _balanced raised if there is none
+    objective = None
+    if plan.criterion in ("participants", "total") and baseline is not None:  # _balanced raised if there is none
         at_baseline = panel.separation(design_weights(baseline.chosen, len(pool.conditions)))
         planned = participants_plan(at_baseline, plan.alpha, plan.power, n_comparisons, plan.fraction, n)
+        if plan.criterion == "total":
+            objective = total_need(at_baseline, planned, plan.alpha, plan.power, n_comparisons)
     design = select_design(
         pool,
         panel,
@@ -169,6 +173,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         max_exchanges=plan.max_exchanges,
         seed=cfg.seed,
         baseline=baseline.chosen if baseline is not None and plan.criterion == "relative" else None,
+        objective=objective,
     )
     del panel  # its memory, before the second panel is drawn
     check = held_out_panel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, shared_sd)
@@ -242,6 +247,7 @@ CRITERIA = {
     "relative": "maximin over truths of the truth's weakest expected z as a fraction of the balanced design's",
     "participants": "maximin expected bootstrap z, each truth's at a fraction of the participants the balanced "
     "design needs for it",
+    "total": "fewest predicted participants averaged over truths, none more than the balanced design needs",
 }
 
 

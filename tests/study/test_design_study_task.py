@@ -52,7 +52,8 @@ def tiny_design_study(tmp_path, monkeypatch) -> list[str]:  # type: ignore[no-un
 
 
 @pytest.mark.parametrize(
-    "shared_sd, criterion", [(0.0, "maximin"), (1.5, "maximin"), (0.0, "relative"), (0.0, "participants")]
+    "shared_sd, criterion",
+    [(0.0, "maximin"), (1.5, "maximin"), (0.0, "relative"), (0.0, "participants"), (0.0, "total")],
 )
 def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch, shared_sd, criterion):
     """With a shared deviation planned for (integrated out), every (truth, rival) is reported once, as without.
@@ -76,9 +77,9 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
     assert sorted(report["chosen"]) == sorted(e.image for e in bundle.key.values() if e.kind != "attention")
     assert (tmp_path / "run" / "design.md").read_text().startswith("# Study design, batch 1")
     balanced = report["balanced_design"]
-    assert report["criterion"].startswith("maximin over truths" if criterion == "relative" else "maximin expected")
+    assert report["criterion"] == design_study.CRITERIA[criterion]
     planned = report["planned_per_truth"]
-    if criterion == "participants":
+    if criterion in ("participants", "total"):
         assert sorted(planned) == sorted(MODELS) and all(2 <= k <= 6 for k in planned.values())
         assert "- planned per truth:" in (tmp_path / "run" / "design.md").read_text()
     else:
