@@ -157,13 +157,17 @@ def simulate_participants(
     shared_sd: float = 0.0,
 ) -> np.ndarray:
     """(N, K) true probabilities -> (S, N, K) quantised ratings of simulated participants. ``shared_sd``: each
-    rating also deviates by N(0, shared_sd^2) in the percept, drawn for each person (marginally, not shared)."""
+    percept also deviates by N(0, shared_sd^2) in logit units and stays a probability (its logit clipped as
+    :func:`logit` clips), the deviation drawn for each person alone: the marginal of :func:`shared_deviation`'s
+    populations, for one person (to share one deviation, pass its percept instead)."""
     rng = np.random.default_rng(seed)
     mean = logit(probabilities)
     gain, sd = _participants(n_participants, noise, rng)
-    sd = np.sqrt(sd * sd + (gain * shared_sd) ** 2)
-    latent = gain * mean[None] + sd * rng.standard_normal((n_participants, *mean.shape))
-    return quantise(_sigmoid(latent), scale)
+    own = sd * rng.standard_normal((n_participants, *mean.shape))
+    if shared_sd > 0:
+        bound = float(logit(np.array(1.0)))
+        mean = np.clip(mean + shared_sd * rng.standard_normal(own.shape), -bound, bound)
+    return quantise(_sigmoid(gain * mean + own), scale)
 
 
 def expected_ratings(
