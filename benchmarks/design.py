@@ -296,7 +296,8 @@ def main() -> None:
     del panel
     check = held_out_panel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
     print(
-        f"  optimal: weakest expected z at {args.plan} participants {optimal.weakest:.2f} on the panel it was chosen on"
+        f"  optimal: weakest expected z at the planned participants ({args.plan} or the per-truth counts above) "
+        f"{optimal.weakest:.2f} on the panel it was chosen on"
     )
     for label, design in designs.items():
         z = check.separation(design_weights(design, len(pool.conditions))).z(args.plan)
