@@ -510,7 +510,7 @@ class DesignPlan(Settings):
     n_panel: int = Field(
         256, ge=2, description="simulated reference participants per truth (fewer: the optimiser fits their noise)"
     )
-    shared_sd: Annotated[float, Field(ge=0)] | Literal["fit"] = Field(
+    shared_sd: float | Literal["fit"] = Field(
         0.0,
         description="sd of a deviation from the truth that people share (logit units; integrated out); 0: none; "
         "fit: from the pilot or the earlier batches, by how much more people agree than the best model explains",
@@ -529,6 +529,19 @@ class DesignPlan(Settings):
     max_exchanges: int = Field(200, ge=0, description="exchange steps after greedy selection")
 
     _range = field_validator("noise_sd", "gain")(lambda bounds: _ordered_range(bounds))
+
+    @field_validator("shared_sd", mode="before")
+    @classmethod
+    def _shared_sd(cls, value: Any) -> float | Literal["fit"]:
+        if value == "fit":
+            return value
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = -1.0
+        if not number >= 0:
+            raise ValueError(f"{value!r} is neither a number >= 0 (logit units) nor 'fit'")
+        return number
 
     @model_validator(mode="after")
     def _pilot(self) -> DesignPlan:

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from pydantic import ValidationError
 
 from controversial.analysis.simulate import (
     ParticipantNoise,
@@ -15,6 +16,8 @@ from controversial.analysis.simulate import (
     simulate_participants,
     write_study,
 )
+from controversial.cli import describe_validation_error
+from controversial.settings import DesignPlan
 from controversial.study.bundle import load_bundle
 from controversial.tasks import design_study
 from testkit import run_task, write_tiny_checkpoints
@@ -110,3 +113,11 @@ def test_design_study_fits_the_shared_deviation_to_a_pilot(tmp_path, monkeypatch
     assert "(fitted)" in (tmp_path / "run" / "design.md").read_text()
     with pytest.raises(Exception, match="plan.shared_sd=fit needs ratings"):
         run_task("design_study", overrides, tmp_path / "run2")
+
+
+@pytest.mark.parametrize("value", [-0.5, "abc", None])
+def test_plan_shared_sd_takes_a_number_or_fit_and_says_so(value):
+    assert DesignPlan(shared_sd="fit").shared_sd == "fit" and DesignPlan(shared_sd="1.5").shared_sd == 1.5
+    with pytest.raises(ValidationError) as refused:
+        DesignPlan(shared_sd=value)
+    assert "neither a number >= 0 (logit units) nor 'fit'" in describe_validation_error(refused.value)
