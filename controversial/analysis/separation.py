@@ -245,9 +245,11 @@ class ReferencePanel:
         sum_x = alpha_t * Vp[..., rows, own][..., None] - alpha * Vp - gamma * Vy[..., None]
         return sum_x2 - 2 * c * sum_x + c * c * V[..., None]
 
-    def _noise_totals(self, weights: np.ndarray) -> tuple[np.ndarray, ...]:
+    @staticmethod
+    def _noise_totals(weights: np.ndarray, sums: _NoiseSums) -> tuple[np.ndarray, ...]:
+        """Totals over the chosen set of a panel's noise sums (own noise, or the shared deviation)."""
         w = np.asarray(weights, dtype=np.float64)
-        return tuple(a @ w for a in self.noise)
+        return tuple(a @ w for a in sums)
 
     def _gradients(self, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per stimulus n, each (T, M, N): the panel mean of d(d)/d(w_n) from expected ratings, the variance of that
@@ -285,9 +287,8 @@ class ReferencePanel:
         if weights.shape != (self.N,) or weights.sum() < 2:
             raise ValueError("weights must be one 0/1 value per pool stimulus, at least two stimuli chosen")
         d = self._pairs(self._r(*(np.asarray(x) for x in self._totals(weights, self.expected))))  # (T, R, M)
-        own_noise = self._noise_variance(
-            *(np.asarray(x) for x in self._totals(weights, self.average)), *self._noise_totals(weights)
-        )
+        average = tuple(np.asarray(x) for x in self._totals(weights, self.average))
+        own_noise = self._noise_variance(*average, *self._noise_totals(weights, self.noise))
         mean_g, sampling_g, var_g = self._gradients(weights)
         limit = np.zeros_like(d[:, 0])
         noise = np.zeros_like(limit)
@@ -303,10 +304,7 @@ class ReferencePanel:
             limit += np.maximum(spread - sampling / self.R, 0.0)
             noise += (n_c - 1) * (w * var_g[..., members]).sum(axis=-1) / n_c
         if self.shared is not None:  # the population's shared deviation: does not average out over participants
-            limit = limit + self._noise_variance(
-                *(np.asarray(x) for x in self._totals(weights, self.average)),
-                *(a @ weights for a in self.shared),
-            )
+            limit = limit + self._noise_variance(*average, *self._noise_totals(weights, self.shared))
         out = Separation(self.truths, d.mean(axis=1), d.var(axis=1, ddof=1) + own_noise, limit, noise)
         return _mask_self(out)
 
@@ -334,29 +332,25 @@ class ReferencePanel:
         effect, pvar = d.mean(axis=-2), d.var(axis=-2, ddof=1)
         del r, d
         W, Su, Suu, Suv, Sv, Svv = self._totals(weights, self.average)
-        pvar = pvar + self._noise_variance(
+        average_after = (  # the average sums after each candidate's change, (C, ...)
             np.full(len(candidates), W + sign * self.K),
             Su + sign * self.average.u[:, candidates].T,
             Suu + sign * self.average.uu[:, candidates].T,
             Suv + sign * self.average.uv[..., candidates].transpose(2, 0, 1),
             Sv + sign * self.sv[:, candidates].T,
             Svv + sign * self.svv[:, candidates].T,
-            *(
-                total + sign * np.moveaxis(a[..., candidates], -1, 0)
-                for total, a in zip(self._noise_totals(weights), self.noise)
-            ),
         )
-        shared_var = 0.0
-        if self.shared is not None:
-            shared_var = self._noise_variance(
-                np.full(len(candidates), W + sign * self.K),
-                Su + sign * self.average.u[:, candidates].T,
-                Suu + sign * self.average.uu[:, candidates].T,
-                Suv + sign * self.average.uv[..., candidates].transpose(2, 0, 1),
-                Sv + sign * self.sv[:, candidates].T,
-                Svv + sign * self.svv[:, candidates].T,
-                *(a @ weights + sign * np.moveaxis(a[..., candidates], -1, 0) for a in self.shared),
+
+        def variance_after(sums: _NoiseSums) -> np.ndarray:
+            """(C, T, M) the variance of d over this noise after each candidate's change."""
+            after = (
+                total + sign * np.moveaxis(a[..., candidates], -1, 0)
+                for total, a in zip(self._noise_totals(weights, sums), sums)
             )
+            return self._noise_variance(*average_after, *after)
+
+        pvar = pvar + variance_after(self.noise)
+        shared_var = variance_after(self.shared) if self.shared is not None else 0.0
         mean_g, sampling_g, var_g = self._gradients(weights)
         chosen = (weights > 0).astype(np.float64)
         one_hot = np.eye(self.n_strata)[self.strata] * chosen[:, None]  # (N, strata): chosen members
