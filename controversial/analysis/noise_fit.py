@@ -15,11 +15,11 @@ from typing import Sequence
 
 import numpy as np
 from scipy.optimize import brentq, minimize
-from scipy.special import log_ndtr, ndtr
+from scipy.special import log_ndtr
 
 from controversial.analysis.correlation import participant_model_correlations
 from controversial.records.responses import RATING_SCALE
-from controversial.analysis.simulate import ParticipantNoise, logit, rating_cuts
+from controversial.analysis.simulate import LOGIT_BOUND, ParticipantNoise, logit, rating_cuts, rating_moments
 
 
 @dataclass(frozen=True)
@@ -108,12 +108,9 @@ def fit_shared_sd(
     r = np.corrcoef(flat)
     observed = float(r[np.triu_indices(len(r), 1)].mean())
     latent = logit(np.asarray(model, dtype=np.float64)[fit.reference]).ravel()
-    bound = float(logit(np.array(1.0)))
     points, weights = np.polynomial.hermite_e.hermegauss(nodes)
     weights = weights / weights.sum()
     gain, sd = np.abs(fit.gain)[:, None], fit.sd[:, None]
-    levels = np.asarray(scale, dtype=np.float64)
-    cuts = rating_cuts(levels)
 
     def agreement(shared: float) -> float:
         own = own_sd(sd, gain, shared)
@@ -121,13 +118,8 @@ def fit_shared_sd(
         square = np.zeros_like(first)
         cross = np.zeros((len(gain), len(gain)))
         for point, weight in zip(points, weights):
-            mean_latent = fit.gain[:, None] * np.clip(latent + shared * point, -bound, bound)
-            mean = np.full(first.shape, levels[0])
-            second = np.full(first.shape, levels[0] ** 2)
-            for k, cut in enumerate(cuts, start=1):
-                above = ndtr((mean_latent - cut) / own)
-                mean += (levels[k] - levels[k - 1]) * above
-                second += (levels[k] ** 2 - levels[k - 1] ** 2) * above
+            mean_latent = fit.gain[:, None] * np.clip(latent + shared * point, -LOGIT_BOUND, LOGIT_BOUND)
+            mean, second = rating_moments(mean_latent, own, scale)
             first += weight * mean
             square += weight * second
             cross += weight * (mean @ mean.T) / len(latent)

@@ -90,7 +90,7 @@ class Separation:
         """Smallest S with z(S) >= z_crit + z_power (Sidak-corrected over ``n_comparisons``); inf if none.
         ``whole=False``: the exact real S where z reaches it, not rounded up nor raised to the analysis's minimum of 2
         (what a plan scales: the floor would hide how much margin a truth has)."""
-        target = critical_z(alpha, n_comparisons) + norm.ppf(power)
+        target = target_z(alpha, power, n_comparisons)
         room = np.where(self.effect > 0, (self.effect / target) ** 2 - self.stimulus_var_limit, -1.0)
         with np.errstate(invalid="ignore", divide="ignore"):
             needed = (self.participant_var + self.stimulus_noise) / room
@@ -109,6 +109,11 @@ class Separation:
 def critical_z(alpha: float, n_comparisons: int = 1) -> float:
     """Two-sided critical z at the Sidak level for ``n_comparisons`` (Holm-Sidak's strictest step)."""
     return float(norm.ppf(1.0 - (1.0 - (1.0 - alpha) ** (1.0 / n_comparisons)) / 2.0))
+
+
+def target_z(alpha: float, power: float, n_comparisons: int = 1) -> float:
+    """The expected z a pair needs for ``power`` at ``alpha``, Sidak over ``n_comparisons``: critical z + z of power."""
+    return critical_z(alpha, n_comparisons) + float(norm.ppf(power))
 
 
 def softmin(values: np.ndarray, temperature: float, axis: int | None = None) -> np.ndarray:

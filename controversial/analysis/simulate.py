@@ -130,6 +130,9 @@ def logit(probabilities: np.ndarray) -> np.ndarray:
     return np.log(np.clip(probabilities, 1e-4, 1 - 1e-4) / np.clip(1 - probabilities, 1e-4, 1))
 
 
+LOGIT_BOUND = float(logit(np.array(1.0)))  # the largest logit :func:`logit` returns: a percept is a probability
+
+
 def rating_cuts(scale: Sequence[float] = RATING_SCALE) -> np.ndarray:
     """The latent logits at which :func:`quantise` of the sigmoid moves up a scale point: the logits of the
     midpoints between points. The simulated participants, their expected ratings and the noise fit
@@ -165,8 +168,7 @@ def simulate_participants(
     gain, sd = _participants(n_participants, noise, rng)
     own = sd * rng.standard_normal((n_participants, *mean.shape))
     if shared_sd > 0:
-        bound = float(logit(np.array(1.0)))
-        mean = np.clip(mean + shared_sd * rng.standard_normal(own.shape), -bound, bound)
+        mean = np.clip(mean + shared_sd * rng.standard_normal(own.shape), -LOGIT_BOUND, LOGIT_BOUND)
     return quantise(_sigmoid(gain * mean + own), scale)
 
 
@@ -187,7 +189,7 @@ def expected_ratings(
     """
     rng = np.random.default_rng(seed)
     gain, sd = _participants(n_participants, noise, rng)
-    return _rating_moments(gain * logit(probabilities)[None], sd, scale)
+    return rating_moments(gain * logit(probabilities)[None], sd, scale)
 
 
 def shared_moments(
@@ -218,16 +220,15 @@ def shared_moments(
     gain, sd = _participants(n_participants, noise, rng)
     base = logit(probabilities)[None]
     if shared_sd == 0:
-        mean, square = _rating_moments(gain * base, sd, scale)
+        mean, square = rating_moments(gain * base, sd, scale)
         return mean, square, np.zeros_like(mean)
-    bound = float(logit(np.array(1.0)))
     points, weights = np.polynomial.hermite_e.hermegauss(nodes)
     weights = weights / weights.sum()
     mean = np.zeros((n_participants, *base.shape[1:]))
     square, second = np.zeros_like(mean), np.zeros_like(mean)
     for point, weight in zip(points, weights):
-        conditional, conditional_square = _rating_moments(
-            gain * np.clip(base + shared_sd * point, -bound, bound), sd, scale
+        conditional, conditional_square = rating_moments(
+            gain * np.clip(base + shared_sd * point, -LOGIT_BOUND, LOGIT_BOUND), sd, scale
         )
         mean += weight * conditional
         square += weight * conditional_square
@@ -235,7 +236,7 @@ def shared_moments(
     return mean, square, np.maximum(second - mean * mean, 0.0)
 
 
-def _rating_moments(
+def rating_moments(
     mean_latent: np.ndarray, sd: np.ndarray, scale: Sequence[float] = RATING_SCALE
 ) -> tuple[np.ndarray, np.ndarray]:
     """E[y] and E[y^2] of y = the scale point nearest sigmoid(latent), latent ~ N(mean_latent, sd^2)."""

@@ -34,9 +34,8 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.stats import norm
 
-from controversial.analysis.separation import ReferencePanel, Separation, critical_z, softmin
+from controversial.analysis.separation import ReferencePanel, Separation, softmin, target_z
 from controversial.analysis.simulate import ParticipantNoise
 from controversial.analysis.study import NATURAL
 from controversial.errors import UserError
@@ -278,8 +277,7 @@ def total_need(
 ) -> TotalNeed:
     """``TotalNeed`` with each truth capped at the exact participants the ``baseline`` design needs for it."""
     caps = baseline.participants_needed_per_truth(alpha, power, n_comparisons, whole=False)
-    target = critical_z(alpha, n_comparisons) + float(norm.ppf(power))
-    return TotalNeed(np.asarray(counts, dtype=np.float64).reshape(-1, 1), caps, target)
+    return TotalNeed(np.asarray(counts, dtype=np.float64).reshape(-1, 1), caps, target_z(alpha, power, n_comparisons))
 
 
 BASELINE_Z_FLOOR = 1.0  # a truth the baseline barely separates (z below this) is scaled as if it had this z
@@ -321,10 +319,8 @@ def participants_plan(
     count it should reach instead asks every truth for the same relative gain in participants, the goal a study is
     judged by (docs/design.md, section 6).
     """
-    if floor < 2:  # exact needs: a truth the baseline identifies with 0.8 participants is planned at 0.8 * fraction
-        need = baseline.participants_needed_per_truth(alpha, power, n_comparisons, whole=False)
-    else:
-        need = baseline.participants_needed_per_truth(alpha, power, n_comparisons)
+    # below 2, exact needs: a truth the baseline identifies with 0.8 participants is planned at 0.8 * fraction
+    need = baseline.participants_needed_per_truth(alpha, power, n_comparisons, whole=floor >= 2)
     return np.clip(fraction * np.minimum(need, cap), floor, max(floor, cap))[:, None]
 
 
