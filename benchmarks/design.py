@@ -35,10 +35,15 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import logging
+import multiprocessing
 import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from functools import partial
 from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -70,28 +75,34 @@ from controversial.study.design import (  # noqa: E402
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
 
 
-def load_pool(path: Path) -> tuple[tuple[str, ...], np.ndarray, Pool]:
+def load_pool(path: Path) -> tuple[tuple[str, ...], np.ndarray, Pool, np.ndarray]:
+    """Model names, (M, N, K) probabilities, the pool, and which candidates the paper's kind of study could
+    have had (synthetic stimuli and random natural images, not the ranked natural ones)."""
     data = np.load(path)
     names = tuple(str(n) for n in data["models"])
     pairs = data["pairs"]
     conditions = tuple(NATURAL if a < 0 else "|".join(sorted((names[a], names[b]))) for a, b in pairs)
     targets = data["classes"].astype(np.int64)
+    source = data["source"] if "source" in data.files else np.where(pairs[:, 0] < 0, "natural", "synthetic")
     return (
         names,
         data["probabilities"].astype(np.float64),
         Pool(conditions, targets, data["true_class"].astype(np.int64)),
+        source != "ranked_natural",
     )
 
 
-def paper_design(pool: Pool, rng: np.random.Generator) -> np.ndarray:
-    """20 per pair with b = a+1 or a+5 (each class twice per side) + 10 random natural images per class."""
-    balanced = np.array([a >= 0 and (b - a) % 10 in (1, 5) for a, b in pool.targets])
+def paper_design(pool: Pool, plain: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """20 per pair with b = a+1 or a+5 (each class twice per side) + 10 random natural images per class, from the
+    ``plain`` candidates (synthetic and random natural)."""
+    balanced = plain & np.array([a >= 0 and (b - a) % 10 in (1, 5) for a, b in pool.targets])
     natural = [rng.choice(np.flatnonzero(pool.natural & (pool.true_class == c)), 10, replace=False) for c in range(10)]
     return np.sort(np.concatenate([np.flatnonzero(balanced), *natural]))
 
 
-def random_design(pool: Pool, rng: np.random.Generator) -> np.ndarray:
-    controversial = rng.choice(np.flatnonzero(~pool.natural), 720, replace=False)
+def random_design(pool: Pool, plain: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """720 random synthetic stimuli and 100 random natural images (``plain`` candidates only)."""
+    controversial = rng.choice(np.flatnonzero(~pool.natural & plain), 720, replace=False)
     natural = rng.choice(np.flatnonzero(pool.natural), 100, replace=False)
     return np.sort(np.concatenate([controversial, natural]))
 
@@ -239,6 +250,13 @@ def main() -> None:
         action="store_true",
         help="one shared deviation per truth for every simulated study (the runs before 2026-11-26), not one per study",
     )
+    parser.add_argument("--jobs", type=int, default=1, help="truths simulated in parallel processes")
+    parser.add_argument(
+        "--cache-dir",
+        default=str(ROOT / "outputs" / "design" / "cache"),
+        help="where chosen optimal designs are kept and found again (keyed by the pool and the choice's settings)",
+    )
+    parser.add_argument("--no-cache", action="store_true", help="always choose the optimal design anew; keep none")
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
     parser.add_argument(
         "--dedicated",
@@ -251,14 +269,16 @@ def main() -> None:
         parser.error(f"--fraction must be in (0, 1] (plan.fraction), got {args.fraction}")
     if args.panel < 2:
         parser.error(f"--panel must be >= 2, got {args.panel}")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
     logging.basicConfig(format="  %(message)s")
     logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
-    names, P, pool = load_pool(Path(args.pool))
+    names, P, pool, plain = load_pool(Path(args.pool))
     args.constraints = DesignConstraints(n_stimuli=820, natural_per_class=10, min_per_pair=2, class_tolerance=0.1)
     rng = np.random.default_rng(args.seed)
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
-    paper, random = paper_design(pool, rng), random_design(pool, rng)
+    paper, random = paper_design(pool, plain, rng), random_design(pool, plain, rng)
     args.baseline = paper if args.criterion == "relative" else None
     panel = ReferencePanel(
         P,
@@ -276,20 +296,33 @@ def main() -> None:
         print("planned participants per truth: " + ", ".join(f"{n} {v:.2f}" for n, v in zip(names, planned[:, 0])))
         if args.criterion == "total":
             objective = total_need(at_paper, planned, 0.05, args.power, 45)
-    optimal = select_design(
-        pool,
-        panel,
-        args.constraints,
-        planned,
-        args.temperature,
-        seed=args.seed,
-        baseline=args.baseline,
-        objective=objective,
-    )
-    assert not check_design(pool, args.constraints, optimal.chosen.tolist())
-    designs = {"paper": paper, "random": random, "optimal": optimal.chosen}
+    cache = _cache_path(args)
+    if cache is not None and cache.exists():
+        with np.load(cache) as cached:
+            chosen, weakest = cached["chosen"], float(cached["weakest"])
+        print(f"optimal design from the cache {cache} (--no-cache to choose it again)")
+    else:
+        optimal = select_design(
+            pool,
+            panel,
+            args.constraints,
+            planned,
+            args.temperature,
+            seed=args.seed,
+            baseline=args.baseline,
+            objective=objective,
+        )
+        chosen, weakest = optimal.chosen, optimal.weakest
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            unfinished = cache.with_name(cache.stem + ".partial.npz")
+            np.savez(unfinished, chosen=chosen, weakest=weakest)
+            unfinished.replace(cache)
+    assert not check_design(pool, args.constraints, chosen.tolist())
+    designs = {"paper": paper, "random": random, "optimal": chosen}
     print(
-        f"pool: {len(pool.conditions)} candidates ({int(pool.natural.sum())} natural); optimal design in "
+        f"pool: {len(pool.conditions)} candidates ({int(pool.natural.sum())} natural, {int((~plain).sum())} ranked "
+        f"natural, {int((~plain[chosen]).sum())} of them chosen); optimal design in "
         f"{time.perf_counter() - start:.0f} s"
     )
     # Every design is scored on a second panel: the optimal one was chosen to fit the first, noise included.
@@ -297,7 +330,7 @@ def main() -> None:
     check = held_out_panel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
     print(
         f"  optimal: weakest expected z at the planned participants ({args.plan} or the per-truth counts above) "
-        f"{optimal.weakest:.2f} on the panel it was chosen on"
+        f"{weakest:.2f} on the panel it was chosen on"
     )
     for label, design in designs.items():
         z = check.separation(design_weights(design, len(pool.conditions))).z(args.plan)
@@ -306,7 +339,7 @@ def main() -> None:
             f"mean over truths of the truth's weakest z {np.nanmean(np.nanmin(z, axis=1)):.2f}"
         )
     _predicted(check, designs, names, len(pool.conditions), args)
-    per_pair = {c: sum(pool.conditions[i] == c for i in optimal.chosen) for c in sorted(set(pool.conditions))}
+    per_pair = {c: sum(pool.conditions[i] == c for i in chosen) for c in sorted(set(pool.conditions))}
     print(
         "  optimal: stimuli per condition "
         + ", ".join(f"{c} {k}" for c, k in sorted(per_pair.items(), key=lambda x: -x[1]))
@@ -315,34 +348,67 @@ def main() -> None:
     runner_up = _population(P, names, pool, truths, designs["paper"], args)
     if args.predicted_only:
         return
-    rows = []
-    for t in truths:
-        study = Study(P, names, pool, t, args)
-        row = [names[t], runner_up[t]]
-        for label, design in designs.items():
-            n, p = needed(lambda n, s, d=design: study.success(d, n, s), args.sims, args.power)
-            row.append((n, p))
-        # adaptive: from 4 participants up (each batch needs two for its noise ceiling)
-        if args.adaptive_sims > 0:
-            n, p = needed(
-                lambda n, s: study.success_adaptive(designs["optimal"], n, s),
-                args.adaptive_sims,
-                args.power,
-                GRID.index(4),
-            )
-            row.append((n, p))
-        else:
-            row.append((None, "not run"))
-        if args.dedicated:
-            own = dedicated_design(P, pool, t, planned[t, 0] if np.ndim(planned) else planned, args)
-            n, p = needed(lambda n, s: study.success(own, n, s), args.sims, args.power)
-            row.append((n, p))
-        rows.append(row)
-        print(
-            f"  truth {names[t]}: " + ", ".join(_cell(c) for c in row[2:]) + f" ({time.perf_counter() - start:.0f} s)",
-            flush=True,
-        )
+    planned_of = {t: float(planned[t, 0]) if np.ndim(planned) else float(planned) for t in truths}
+    jobs = [partial(truth_row, P, names, pool, designs, args, t, runner_up[t], planned_of[t]) for t in truths]
+    if args.jobs > 1:
+        with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as workers:
+            futures = [workers.submit(job) for job in jobs]
+            for future in as_completed(futures):
+                _print_row(future.result(), start)
+            rows = [future.result() for future in futures]
+    else:
+        rows = []
+        for job in jobs:
+            rows.append(job())
+            _print_row(rows[-1], start)
     _table(rows, args, time.perf_counter() - start)
+
+
+def truth_row(
+    P: np.ndarray,
+    names: tuple[str, ...],
+    pool: Pool,
+    designs: dict[str, np.ndarray],
+    args: argparse.Namespace,
+    t: int,
+    runner_up: str,
+    planned: float,
+) -> list:
+    """One row of the table: the participants each design needs for truth ``t`` (and the adaptive study and the
+    dedicated design when asked for)."""
+    study = Study(P, names, pool, t, args)
+    row: list = [names[t], runner_up]
+    for design in designs.values():
+        row.append(needed(lambda n, s, d=design: study.success(d, n, s), args.sims, args.power))
+    if args.adaptive_sims > 0:  # from 4 participants up (each batch needs two for its noise ceiling)
+        adaptive = needed(
+            lambda n, s: study.success_adaptive(designs["optimal"], n, s), args.adaptive_sims, args.power, GRID.index(4)
+        )
+        row.append(adaptive)
+    else:
+        row.append((None, "not run"))
+    if args.dedicated:
+        own = dedicated_design(P, pool, t, planned, args)
+        row.append(needed(lambda n, s: study.success(own, n, s), args.sims, args.power))
+    return row
+
+
+def _print_row(row: list, start: float) -> None:
+    cells = ", ".join(_cell(c) for c in row[2:])
+    print(f"  truth {row[0]}: {cells} ({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+def _cache_path(args: argparse.Namespace) -> Path | None:
+    """Where the optimal design of these settings is kept (``--cache-dir``), so that a rerun with other simulation
+    settings (``--sims``, ``--jobs``, the population) does not choose it again: keyed by the pool file's bytes and
+    every setting the choice depends on."""
+    if args.no_cache:
+        return None
+    digest = hashlib.sha256(Path(args.pool).read_bytes())
+    choice = [args.seed, args.criterion, args.plan, args.temperature, args.panel, args.power, list(args.noise_sd)]
+    choice += [args.plan_shared_sd, args.fraction, args.floor]
+    digest.update(json.dumps(choice).encode())
+    return Path(args.cache_dir) / f"optimal-{digest.hexdigest()[:16]}.npz"
 
 
 def dedicated_design(P: np.ndarray, pool: Pool, truth: int, n_participants: float, args) -> np.ndarray:  # type: ignore[no-untyped-def]

@@ -10,7 +10,17 @@ CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``).
 Natural images: ``--natural-per-class`` random test images per class. Then all nine models rate
 every image (``evaluate.py``'s code path).
 
+Ranked natural images (since 2026-11-26; the issue's "most controversial natural images from
+``rank_natural.py``"): all nine models rate the whole test set, and for every model pair and ordered
+class pair the test image that ``rank_natural.py ... top_k=1`` would export for that cell joins the
+pool as a candidate of that pair (source ``natural``, its cell's targets) when its hard score reaches
+``--ranked-natural-threshold`` (default 0.5: no test image reaches synthesis's 0.75 for any of kde's
+pairs); an image that tops several cells of one pair joins once, for its best. The paper's and the
+random design (``benchmarks/design.py``) do not draw on them. ``--from-pool`` keeps an earlier pool's
+candidates verbatim and only adds these (no synthesis).
+
     python benchmarks/design_pool.py [--out outputs/design/pool.npz] [--max-steps 300] [--offsets 1 5 3 ...]
+    python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --out outputs/design/pool_ranked.npz
 """
 
 from __future__ import annotations
@@ -29,7 +39,8 @@ sys.path.insert(0, str(ROOT))
 
 from controversial.analysis.model_responses import probabilities as model_probabilities  # noqa: E402
 from controversial.data import load_uint8  # noqa: E402
-from controversial.synthesis.engine import SynthesisSettings, noise_images, synthesize_batch  # noqa: E402
+from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch  # noqa: E402
+from controversial.synthesis.natural import top_natural  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
 
 MODELS = ("vgg", "vgg_neg", "capsnet", "pcn", "madry_linf", "madry_l2", "capsnet_recon", "kde", "abs")
@@ -41,25 +52,31 @@ def pair_cells(offsets: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(a, (a + d) % 10) for d in offsets for a in range(10)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(ROOT / "outputs" / "design" / "pool.npz"))
-    parser.add_argument("--max-steps", type=int, default=300)
-    parser.add_argument(
-        "--offsets", type=int, nargs="+", default=OFFSETS, help="class offsets b - a to synthesise; must start with 1 5"
-    )
-    parser.add_argument("--natural-per-class", type=int, default=50)
-    parser.add_argument("--data-root", default=None)
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-    if list(args.offsets[:2]) != [1, 5] or not set(args.offsets) <= set(range(1, 10)):
-        parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
-    torch.set_num_threads(1)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    models = {name: load_model(name, "mnist", None, args.data_root) for name in MODELS}
-    for model in models.values():
-        model.eval()
+def ranked_natural(test_probabilities: np.ndarray, threshold: float) -> dict[str, np.ndarray]:
+    """Per model pair, the test images ``rank_natural.py ... top_k=1`` exports for its 90 cells, those reaching
+    ``threshold``, each image once (its best cell): pool columns ``test_index``, ``pairs``, ``classes``, ``hard``."""
+    logits = torch.logit(torch.from_numpy(test_probabilities).double(), eps=1e-12)  # (M, N, K)
+    cells = ordered_class_pairs(test_probabilities.shape[2])
+    rows: list[tuple[int, tuple[int, int], tuple[int, int], float]] = []
+    for i, j in combinations(range(len(MODELS)), 2):
+        best: dict[int, tuple[float, tuple[int, int]]] = {}
+        for pick in top_natural(logits[i], logits[j], cells, top_k=1, sharpness=1.0):
+            if pick.hard >= threshold and pick.hard > best.get(pick.index, (-1.0, (0, 0)))[0]:
+                best[pick.index] = (pick.hard, (pick.class_a, pick.class_b))
+        rows += [(index, (i, j), cell, hard) for index, (hard, cell) in sorted(best.items())]
+    return {
+        "test_index": np.array([r[0] for r in rows], dtype=np.int64),
+        "pairs": np.array([r[1] for r in rows], dtype=np.int64).reshape(-1, 2),
+        "classes": np.array([r[2] for r in rows], dtype=np.int64).reshape(-1, 2),
+        "hard": np.array([r[3] for r in rows], dtype=np.float64),
+    }
+
+
+def synthesize_pool(
+    models: dict, args: argparse.Namespace, test_images: torch.Tensor, test_labels: torch.Tensor
+) -> dict[str, np.ndarray]:
+    """Every cell of every pair, synthesised, plus ``--natural-per-class`` random test images per class, each
+    rated by every model: the pool's columns (source ``synthetic`` and ``natural``)."""
     settings = SynthesisSettings(max_steps=args.max_steps)
     cells = pair_cells(tuple(args.offsets))
     images, pairs, classes, hard = [], [], [], []
@@ -77,7 +94,6 @@ def main() -> None:
             f"{result.total_seconds:.0f} s (total {time.perf_counter() - start:.0f} s)",
             flush=True,
         )
-    test_images, test_labels = load_uint8("mnist", "test", args.data_root, False)
     rng = np.random.default_rng(args.seed)
     natural = np.sort(
         np.concatenate(
@@ -88,25 +104,107 @@ def main() -> None:
         )
     )
     all_images = torch.cat([*images, test_images[natural].float() / 255.0])
+    n_syn = len(pairs)
+    return {
+        "models": np.array(MODELS),
+        "probabilities": _rate(models, all_images).astype(np.float32),
+        "pairs": np.array(pairs + [(-1, -1)] * len(natural)),
+        "classes": np.array(classes + [(-1, -1)] * len(natural)),
+        "hard": np.concatenate([torch.cat(hard).numpy(), np.full(len(natural), np.nan)]),
+        "true_class": np.concatenate([np.full(n_syn, -1), test_labels.numpy()[natural]]),
+        "test_index": np.concatenate([np.full(n_syn, -1), natural]),
+        "source": np.array(["synthetic"] * n_syn + ["natural"] * len(natural)),
+        "images": (all_images * 255).round().to(torch.uint8).numpy(),
+        "max_steps": args.max_steps,
+    }
+
+
+def _rate(models: dict, images: torch.Tensor) -> np.ndarray:
+    """(M, N, K) every model's calibrated probabilities of (N, 1, 28, 28) images in [0, 1]."""
     probabilities = []
     for name, model in models.items():
         t0 = time.perf_counter()
-        probabilities.append(model_probabilities([model], all_images.numpy(), 256)[0])
-        print(f"evaluated {name} on {len(all_images)} images ({time.perf_counter() - t0:.0f} s)", flush=True)
-    n_syn = len(pairs)
-    np.savez_compressed(
-        out,
-        models=np.array(MODELS),
-        probabilities=np.stack(probabilities).astype(np.float32),
-        pairs=np.array(pairs + [(-1, -1)] * len(natural)),
-        classes=np.array(classes + [(-1, -1)] * len(natural)),
-        hard=np.concatenate([torch.cat(hard).numpy(), np.full(len(natural), np.nan)]),
-        true_class=np.concatenate([np.full(n_syn, -1), test_labels.numpy()[natural]]),
-        test_index=np.concatenate([np.full(n_syn, -1), natural]),
-        images=(all_images * 255).round().to(torch.uint8).numpy(),
-        max_steps=args.max_steps,
+        probabilities.append(model_probabilities([model], images.numpy(), 256)[0])
+        print(f"evaluated {name} on {len(images)} images ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return np.stack(probabilities)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(ROOT / "outputs" / "design" / "pool.npz"))
+    parser.add_argument("--max-steps", type=int, default=300)
+    parser.add_argument(
+        "--offsets", type=int, nargs="+", default=OFFSETS, help="class offsets b - a to synthesise; must start with 1 5"
     )
-    print(f"wrote {out}: {n_syn} synthetic + {len(natural)} natural ({time.perf_counter() - start:.0f} s)")
+    parser.add_argument("--natural-per-class", type=int, default=50)
+    parser.add_argument(
+        "--ranked-natural-threshold",
+        type=float,
+        default=0.5,
+        help="hard score a cell's most controversial test image needs to join the pool (above 1: none join)",
+    )
+    parser.add_argument(
+        "--from-pool", help="keep this earlier pool's candidates verbatim and only add the ranked natural ones"
+    )
+    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    if list(args.offsets[:2]) != [1, 5] or not set(args.offsets) <= set(range(1, 10)):
+        parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    models = {name: load_model(name, "mnist", None, args.data_root) for name in MODELS}
+    for model in models.values():
+        model.eval()
+    test_images, test_labels = load_uint8("mnist", "test", args.data_root, False)
+    test_images = test_images.reshape(len(test_images), 1, 28, 28)
+    if args.from_pool:
+        pool = _earlier_pool(Path(args.from_pool), parser)
+    else:
+        pool = synthesize_pool(models, args, test_images, test_labels)
+    test_ratings = _rate(models, test_images.float() / 255.0)
+    ranked = ranked_natural(test_ratings, args.ranked_natural_threshold)
+    index = ranked["test_index"]
+    added = {
+        "probabilities": test_ratings[:, index].astype(np.float32),
+        "pairs": ranked["pairs"],
+        "classes": ranked["classes"],
+        "hard": ranked["hard"],
+        "true_class": np.full(len(index), -1),
+        "test_index": index,
+        "source": np.array(["ranked_natural"] * len(index)),
+        "images": test_images[index].numpy(),
+    }
+    for key, column in added.items():
+        pool[key] = np.concatenate([pool[key], column], axis=1 if key == "probabilities" else 0)
+    tmp = out.with_name(out.stem + ".partial.npz")
+    np.savez_compressed(tmp, **pool)
+    tmp.replace(out)
+    counts = {s: int((pool["source"] == s).sum()) for s in ("synthetic", "natural", "ranked_natural")}
+    print(
+        f"wrote {out}: {counts['synthetic']} synthetic + {counts['natural']} natural + {counts['ranked_natural']} "
+        f"ranked natural (hard >= {args.ranked_natural_threshold:g}) ({time.perf_counter() - start:.0f} s)"
+    )
+
+
+def _earlier_pool(path: Path, parser: argparse.ArgumentParser) -> dict[str, np.ndarray]:
+    """An earlier pool's synthetic and random natural candidates, verbatim (its ranked natural ones are redone)."""
+    with np.load(path) as earlier:
+        pool = {key: earlier[key] for key in earlier.files}
+    if list(pool["models"]) != list(MODELS):
+        parser.error(f"--from-pool {path} rates models {list(pool['models'])}, not {list(MODELS)}")
+    if "source" not in pool:  # pools written before 2026-11-26: synthetic and random natural only
+        pool["source"] = np.where(pool["pairs"][:, 0] < 0, "natural", "synthetic")
+    keep = pool["source"] != "ranked_natural"
+    n = len(keep)
+    for key, value in pool.items():
+        if key == "probabilities":
+            pool[key] = value[:, keep]
+        elif value.ndim and len(value) == n:
+            pool[key] = value[keep]
+    return pool
 
 
 if __name__ == "__main__":
