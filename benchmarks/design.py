@@ -19,17 +19,25 @@ simulation i uses the same simulated people for every design and count).
 
 Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py``):
 (a) paper: 20 per model pair, every class twice per side, + 10 natural images per class;
-(b) random: 720 random controversial + 100 random natural images;
+(b) random: 720 random synthetic controversial + 100 random natural images;
 (c) optimal: ``controversial.study.design`` (maximin expected separation, each truth's at ``--fraction``
     of the participants the paper's design needs for it, as predicted; 10 natural per class, >= 2 per pair,
     class balance +-10 %; ``--criterion maximin``: all at ``--plan`` participants; ``--criterion relative``:
-    each truth's weakest separation as a fraction of the paper design's);
+    each truth's weakest separation as a fraction of the paper design's; ``--criterion total``: the predicted
+    participants averaged over truths, none above the paper design's need);
 (d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
     their ratings and a new design for the rest (``controversial.study.adaptive``); pooled test;
 (e) with ``--dedicated``: for each truth, a design chosen by the same planner to separate that truth alone (a reference
     panel of that truth only), what no design for all nine can be expected to beat: the headroom of (c).
 
-    python benchmarks/design.py [--pool outputs/design/pool.npz] [--sims 20] [--adaptive-sims 10]
+(a) and (b) draw on the synthetic stimuli and the random natural images only; (c)-(e) may also take the
+pool's ranked natural images (each cell's most controversial test image, when the pool has them).
+
+The optimal design is kept in ``--cache-dir`` (keyed by the pool file and every setting the choice depends on), so
+a rerun with more simulated studies or another population does not choose it again; ``--jobs N`` simulates N truths
+at once in separate processes.
+
+    python benchmarks/design.py [--pool outputs/design/pool.npz] [--sims 20] [--adaptive-sims 10] [--jobs 1]
 """
 
 from __future__ import annotations
