@@ -18,7 +18,8 @@ found by a galloping search and bisection (power grows with participants; common
 simulation i uses the same simulated people for every design and count).
 
 Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py``):
-(a) paper: 20 per model pair, every class twice per side, + 10 natural images per class;
+(a) paper: 20 per model pair, the most controversial with every class twice per side (the paper's integer
+    programme; ``--paper-rule offsets``: the fixed cells of the runs before 2026-11-27), + 10 natural per class;
 (b) random: 720 random synthetic controversial + 100 random natural images;
 (c) optimal: ``controversial.study.design`` (maximin expected separation, each truth's at ``--fraction``
     of the participants the paper's design needs for it, as predicted; 10 natural per class, >= 2 per pair,
@@ -69,6 +70,7 @@ from controversial.analysis.separation import ReferencePanel  # noqa: E402
 from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_participants  # noqa: E402
 from controversial.study.adaptive import Batch, evidence, next_batch  # noqa: E402
 from controversial.analysis.study import NATURAL  # noqa: E402
+from controversial.study.selection import balanced_cells  # noqa: E402
 from controversial.study.design import (  # noqa: E402
     DesignConstraints,
     Pool,
@@ -83,9 +85,9 @@ from controversial.study.design import (  # noqa: E402
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
 
 
-def load_pool(path: Path) -> tuple[tuple[str, ...], np.ndarray, Pool, np.ndarray]:
-    """Model names, (M, N, K) probabilities, the pool, and which candidates the paper's kind of study could
-    have had (synthetic stimuli and random natural images, not the ranked natural ones)."""
+def load_pool(path: Path) -> tuple[tuple[str, ...], np.ndarray, Pool, np.ndarray, np.ndarray]:
+    """Model names, (M, N, K) probabilities, the pool, which candidates the paper's kind of study could have had
+    (synthetic stimuli and random natural images, not the ranked natural ones), and each candidate's hard score."""
     data = np.load(path)
     names = tuple(str(n) for n in data["models"])
     pairs = data["pairs"]
@@ -97,15 +99,26 @@ def load_pool(path: Path) -> tuple[tuple[str, ...], np.ndarray, Pool, np.ndarray
         data["probabilities"].astype(np.float64),
         Pool(conditions, targets, data["true_class"].astype(np.int64)),
         source != "ranked_natural",
+        data["hard"].astype(np.float64),
     )
 
 
-def paper_design(pool: Pool, plain: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """20 per pair with b = a+1 or a+5 (each class twice per side) + 10 random natural images per class, from the
-    ``plain`` candidates (synthetic and random natural)."""
-    balanced = plain & np.array([a >= 0 and (b - a) % 10 in (1, 5) for a, b in pool.targets])
+def paper_design(pool: Pool, plain: np.ndarray, hard: np.ndarray, rule: str, rng: np.random.Generator) -> np.ndarray:
+    """The paper's design from the ``plain`` candidates (synthetic and random natural): per model pair the 20 stimuli
+    with the largest summed hard score such that every class is each model's target twice (``rule`` "ilp", the
+    paper's selection, METHODS.md section 2; ``selection.balanced_cells``), or (``rule`` "offsets", the runs before
+    2026-11-27) the 20 cells b = a+1 and a+5, which meet the same balance whatever their scores; then 10 random
+    natural images per class."""
+    controversial = []
+    for condition in sorted({c for c in pool.conditions if c != NATURAL}):
+        members = np.flatnonzero(plain & np.array([c == condition for c in pool.conditions]))
+        if rule == "offsets":
+            controversial += [n for n in members if (pool.targets[n, 1] - pool.targets[n, 0]) % 10 in (1, 5)]
+        else:
+            cells = [(int(a), int(b)) for a, b in pool.targets[members]]
+            controversial += members[balanced_cells(cells, hard[members], 2, pool.n_classes)].tolist()
     natural = [rng.choice(np.flatnonzero(pool.natural & (pool.true_class == c)), 10, replace=False) for c in range(10)]
-    return np.sort(np.concatenate([np.flatnonzero(balanced), *natural]))
+    return np.sort(np.concatenate([np.array(controversial, dtype=np.int64), *natural]))
 
 
 def random_design(pool: Pool, plain: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -239,12 +252,13 @@ def main() -> None:
     )
     parser.add_argument(
         "--criterion",
+        nargs="+",
         choices=("maximin", "relative", "participants", "total"),
-        default="participants",
-        help="plan.criterion: participants (the default): maximin with each truth's z taken at --fraction of the "
-        "participants the paper's design needs for it; maximin: the weakest pairwise z; relative: each truth's "
-        "weakest z as a fraction of the paper design's; total: the predicted participants averaged over truths, "
-        "each truth's at most the paper design's (at the participants criterion's counts)",
+        default=["participants"],
+        help="plan.criterion, one column (c) each: participants (the default): maximin with each truth's z "
+        "taken at --fraction of the participants the paper's design needs for it; maximin: the weakest pairwise z; "
+        "relative: each truth's weakest z as a fraction of the paper design's; total: the predicted participants "
+        "averaged over truths, each truth's at most the paper design's (at the participants criterion's counts)",
     )
     parser.add_argument("--fraction", type=float, default=0.5, help="for --criterion participants")
     parser.add_argument(
@@ -257,6 +271,13 @@ def main() -> None:
         "--fixed-population",
         action="store_true",
         help="one shared deviation per truth for every simulated study (the runs before 2026-11-26), not one per study",
+    )
+    parser.add_argument(
+        "--paper-rule",
+        choices=("ilp", "offsets"),
+        default="ilp",
+        help="how (a) picks 20 per pair: ilp, the paper's (largest summed hard score, every class twice per side); "
+        "offsets, the cells b = a+1 and a+5 (the runs before 2026-11-27)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="truths simulated in parallel processes")
     parser.add_argument(
@@ -282,12 +303,13 @@ def main() -> None:
     logging.basicConfig(format="  %(message)s")
     logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
-    names, P, pool, plain = load_pool(Path(args.pool))
+    names, P, pool, plain, hard = load_pool(Path(args.pool))
     args.constraints = DesignConstraints(n_stimuli=820, natural_per_class=10, min_per_pair=2, class_tolerance=0.1)
     rng = np.random.default_rng(args.seed)
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
-    paper, random = paper_design(pool, plain, rng), random_design(pool, plain, rng)
-    args.baseline = paper if args.criterion == "relative" else None
+    paper = paper_design(pool, plain, hard, args.paper_rule, rng)
+    random = random_design(pool, plain, rng)
+    args.baseline = paper if args.criterion[0] == "relative" else None  # the adaptive study's second batch
     panel = ReferencePanel(
         P,
         pool.conditions,
@@ -296,50 +318,22 @@ def main() -> None:
         seed=args.seed,
         shared_sd=args.plan_shared_sd,
     )
-    planned: float | np.ndarray = args.plan
-    objective = None
-    if args.criterion in ("participants", "total"):
-        at_paper = panel.separation(design_weights(paper, len(pool.conditions)))
-        planned = participants_plan(at_paper, 0.05, args.power, 45, args.fraction, max(GRID), args.floor)
-        print("planned participants per truth: " + ", ".join(f"{n} {v:.2f}" for n, v in zip(names, planned[:, 0])))
-        if args.criterion == "total":
-            objective = total_need(at_paper, planned, 0.05, args.power, 45)
-    cache = _cache_path(args)
-    if cache is not None and cache.exists():
-        with np.load(cache) as cached:
-            chosen, weakest = cached["chosen"], float(cached["weakest"])
-        print(f"optimal design from the cache {cache} (--no-cache to choose it again)")
-    else:
-        optimal = select_design(
-            pool,
-            panel,
-            args.constraints,
-            planned,
-            args.temperature,
-            seed=args.seed,
-            baseline=args.baseline,
-            objective=objective,
-        )
-        chosen, weakest = optimal.chosen, optimal.weakest
-        if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            unfinished = cache.with_name(cache.stem + ".partial.npz")
-            np.savez(unfinished, chosen=chosen, weakest=weakest)
-            unfinished.replace(cache)
-    assert not check_design(pool, args.constraints, chosen.tolist())
-    designs = {"paper": paper, "random": random, "optimal": chosen}
+    at_paper = panel.separation(design_weights(paper, len(pool.conditions)))
+    plan = participants_plan(at_paper, 0.05, args.power, 45, args.fraction, max(GRID), args.floor)
+    print("planned participants per truth: " + ", ".join(f"{n} {v:.2f}" for n, v in zip(names, plan[:, 0])))
+    designs = {"paper": paper, "random": random}
+    for criterion in args.criterion:
+        designs[f"optimal, {criterion}"] = _optimal(pool, panel, paper, at_paper, plan, criterion, args)
+    optimal = {label: d for label, d in designs.items() if label.startswith("optimal")}
+    chosen = np.unique(np.concatenate(list(optimal.values())))
     print(
         f"pool: {len(pool.conditions)} candidates ({int(pool.natural.sum())} natural, {int((~plain).sum())} ranked "
-        f"natural, {int((~plain[chosen]).sum())} of them chosen); optimal design in "
+        f"natural, {int((~plain[chosen]).sum())} of them chosen); optimal designs in "
         f"{time.perf_counter() - start:.0f} s"
     )
     # Every design is scored on a second panel: the optimal one was chosen to fit the first, noise included.
     del panel
     check = held_out_panel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
-    print(
-        f"  optimal: weakest expected z at the planned participants ({args.plan} or the per-truth counts above) "
-        f"{weakest:.2f} on the panel it was chosen on"
-    )
     for label, design in designs.items():
         z = check.separation(design_weights(design, len(pool.conditions))).z(args.plan)
         print(
@@ -347,17 +341,18 @@ def main() -> None:
             f"mean over truths of the truth's weakest z {np.nanmean(np.nanmin(z, axis=1)):.2f}"
         )
     _predicted(check, designs, names, len(pool.conditions), args)
-    per_pair = {c: sum(pool.conditions[i] == c for i in chosen) for c in sorted(set(pool.conditions))}
-    print(
-        "  optimal: stimuli per condition "
-        + ", ".join(f"{c} {k}" for c, k in sorted(per_pair.items(), key=lambda x: -x[1]))
-    )
+    for label, design in optimal.items():
+        per_pair = {c: sum(pool.conditions[i] == c for i in design) for c in sorted(set(pool.conditions))}
+        print(
+            f"  {label}: stimuli per condition "
+            + ", ".join(f"{c} {k}" for c, k in sorted(per_pair.items(), key=lambda x: -x[1]))
+        )
+    planned = plan if args.criterion[0] in ("participants", "total") else np.full_like(plan, args.plan)
     truths = range(len(names)) if args.truths == "all" else [names.index(t) for t in args.truths.split(",")]
     runner_up = _population(P, names, pool, truths, designs["paper"], args)
     if args.predicted_only:
         return
-    planned_of = {t: float(planned[t, 0]) if np.ndim(planned) else float(planned) for t in truths}
-    jobs = [partial(truth_row, P, names, pool, designs, args, t, runner_up[t], planned_of[t]) for t in truths]
+    jobs = [partial(truth_row, P, names, pool, designs, args, t, runner_up[t], float(planned[t, 0])) for t in truths]
     if args.jobs > 1:
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as workers:
             futures = [workers.submit(job) for job in jobs]
@@ -369,7 +364,46 @@ def main() -> None:
         for job in jobs:
             rows.append(job())
             _print_row(rows[-1], start)
-    _table(rows, args, time.perf_counter() - start)
+    _table(rows, list(designs), args, time.perf_counter() - start)
+
+
+def _optimal(
+    pool: Pool,
+    panel: ReferencePanel,
+    paper: np.ndarray,
+    at_paper,  # type: ignore[no-untyped-def]
+    plan: np.ndarray,
+    criterion: str,
+    args: argparse.Namespace,
+) -> np.ndarray:
+    """The optimal design under ``criterion``, from the cache when it was chosen before with the same settings."""
+    cache = _cache_path(args, criterion)
+    if cache is not None and cache.exists():
+        with np.load(cache) as cached:
+            chosen = cached["chosen"]
+        print(f"optimal design ({criterion}) from the cache {cache} (--no-cache to choose it again)")
+    else:
+        planned: float | np.ndarray = plan if criterion in ("participants", "total") else args.plan
+        objective = total_need(at_paper, plan, 0.05, args.power, 45) if criterion == "total" else None
+        design = select_design(
+            pool,
+            panel,
+            args.constraints,
+            planned,
+            args.temperature,
+            seed=args.seed,
+            baseline=paper if criterion == "relative" else None,
+            objective=objective,
+        )
+        chosen = design.chosen
+        print(f"  optimal ({criterion}): weakest expected z {design.weakest:.2f} on the panel it was chosen on")
+        if cache is not None:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            unfinished = cache.with_name(cache.stem + ".partial.npz")
+            np.savez(unfinished, chosen=chosen)
+            unfinished.replace(cache)
+    assert not check_design(pool, args.constraints, chosen.tolist())
+    return chosen
 
 
 def truth_row(
@@ -390,7 +424,10 @@ def truth_row(
         row.append(needed(lambda n, s, d=design: study.success(d, n, s), args.sims, args.power))
     if args.adaptive_sims > 0:  # from 4 participants up (each batch needs two for its noise ceiling)
         adaptive = needed(
-            lambda n, s: study.success_adaptive(designs["optimal"], n, s), args.adaptive_sims, args.power, GRID.index(4)
+            lambda n, s: study.success_adaptive(designs[f"optimal, {args.criterion[0]}"], n, s),
+            args.adaptive_sims,
+            args.power,
+            GRID.index(4),
         )
         row.append(adaptive)
     else:
@@ -406,15 +443,15 @@ def _print_row(row: list, start: float) -> None:
     print(f"  truth {row[0]}: {cells} ({time.perf_counter() - start:.0f} s)", flush=True)
 
 
-def _cache_path(args: argparse.Namespace) -> Path | None:
+def _cache_path(args: argparse.Namespace, criterion: str) -> Path | None:
     """Where the optimal design of these settings is kept (``--cache-dir``), so that a rerun with other simulation
     settings (``--sims``, ``--jobs``, the population) does not choose it again: keyed by the pool file's bytes and
     every setting the choice depends on."""
     if args.no_cache:
         return None
     digest = hashlib.sha256(Path(args.pool).read_bytes())
-    choice = [args.seed, args.criterion, args.plan, args.temperature, args.panel, args.power, list(args.noise_sd)]
-    choice += [args.plan_shared_sd, args.fraction, args.floor]
+    choice = [args.seed, criterion, args.plan, args.temperature, args.panel, args.power, list(args.noise_sd)]
+    choice += [args.plan_shared_sd, args.fraction, args.floor, args.paper_rule]
     digest.update(json.dumps(choice).encode())
     return Path(args.cache_dir) / f"optimal-{digest.hexdigest()[:16]}.npz"
 
@@ -478,29 +515,43 @@ def _cell(cell: tuple[int | None, str]) -> str:
     return cell[1]
 
 
-def _table(rows: list, args, elapsed: float) -> None:  # type: ignore[no-untyped-def]
+def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type: ignore[no-untyped-def]
+    """The table of participants needed, its mean row, and per optimal design the change against the paper's
+    design and the truths it leaves worse off."""
     print()
-    columns = ["(a) paper", "(b) random", "(c) optimal", "(d) adaptive, 2 batches"]
-    columns += ["(e) dedicated to the truth"] if args.dedicated else []
+    columns = [f"({'a' if k == 0 else 'b' if k == 1 else 'c'}) {label}" for k, label in enumerate(labels)]
+    columns += ["(d) adaptive, 2 batches"] + (["(e) dedicated to the truth"] if args.dedicated else [])
     print("| truth | runner-up (population) | " + " | ".join(columns) + " |")
     print("|---|---|" + "---|" * len(columns))
     for row in rows:
         print(f"| {row[0]} | {row[1]} | " + " | ".join(_cell(c) for c in row[2:]) + " |")
-    means = []
+    means, counts = [], []
     for k in range(2, 2 + len(columns)):
         if all(r[k][1] == "not run" for r in rows):
             means.append("not run")
+            counts.append(None)
             continue
-        values = [2 * max(GRID) if c[0] is None else c[0] for c in (r[k] for r in rows)]
+        counts.append([2 * max(GRID) if c[0] is None else c[0] for c in (r[k] for r in rows)])
         capped = any(r[k][0] is None for r in rows)
-        means.append(f"{np.mean(values):.1f}" + (f" (> x counted as {2 * max(GRID)})" if capped else ""))
+        means.append(f"{np.mean(counts[-1]):.1f}" + (f" (> x counted as {2 * max(GRID)})" if capped else ""))
     print("| **mean** | | " + " | ".join(means) + " |")
+    print()
+    paper = np.array(counts[0], dtype=float)
+    for column, values in zip(columns[1:], counts[1:]):
+        if values is None:
+            continue
+        worse = [f"{r[0]} {v} against {int(p)}" for r, v, p in zip(rows, values, paper) if v > p]
+        print(
+            f"{column}: {100 * (np.mean(values) / paper.mean() - 1):+.0f} % participants against (a); "
+            f"worse than (a): {', '.join(worse) or 'none'}"
+        )
     print()
     planned_with = f"a shared deviation of sd {args.plan_shared_sd:g}" if args.plan_shared_sd else "plain noise"
     print(
         f"Population: shared deviation sd {args.shared_sd:g}, own noise sd {list(args.noise.sd)} (logit units), "
         f"{'one draw per truth for every simulated study' if args.fixed_population else 'a draw per simulated study'}; "
-        f"the optimal design planned for {args.plan} participants with {planned_with}, criterion {args.criterion}. "
+        f"the optimal designs planned for {args.plan} participants with {planned_with}, criteria "
+        f"{', '.join(args.criterion)}; (a) by the rule {args.paper_rule}. "
         f"Power >= {args.power} with {args.sims} simulated studies per count ({args.adaptive_sims} adaptive), "
         f"{args.resamples} bootstrap resamples each; grid {list(GRID)}. Monte-Carlo SE of a power of 0.8: "
         f"{np.sqrt(0.16 / args.sims):.3f}"

@@ -133,30 +133,21 @@ def _solve_pair(
                     f"cells (e.g. more seeds or steps) or lower per_pair"
                 )
     keys = sorted(cells)
-    constraints = lil_matrix((2 * n_classes, len(keys)))
-    for column, (cls_first, cls_second) in enumerate(keys):
-        constraints[cls_first, column] = 1
-        constraints[n_classes + cls_second, column] = 1
-    scores = np.array([cells[k].row.hard_score for k in keys], dtype=np.float64)
-    result = milp(
-        c=-scores,
-        constraints=LinearConstraint(constraints.tocsr(), per_class, per_class),
-        integrality=np.ones(len(keys)),
-        bounds=Bounds(0, 1),
-    )
-    if result.status != 0 or result.x is None:
+    try:
+        picked = balanced_cells(keys, np.array([cells[k].row.hard_score for k in keys]), per_class, n_classes)
+    except SelectionError as error:
         counts_first = {cls: sum(1 for c in cells if c[0] == cls) for cls in range(n_classes)}
         counts_second = {cls: sum(1 for c in cells if c[1] == cls) for cls in range(n_classes)}
         scarce = sorted(range(n_classes), key=lambda c: min(counts_first[c], counts_second[c]))[:3]
         raise SelectionError(
             f"pair {first} vs {second}: no balanced selection of {per_class * n_classes} stimuli exists "
-            f"({result.message}); the scarcest classes are "
+            f"({error}); the scarcest classes are "
             + ", ".join(
                 f"'{class_name.get(c, c)}' ({counts_first[c]} as {first}'s target, {counts_second[c]} as {second}'s)"
                 for c in scarce
             )
-        )
-    chosen = [cells[k] for k, x in zip(keys, result.x, strict=True) if x > 0.5]
+        ) from error
+    chosen = [cells[keys[i]] for i in picked]
     log.info(
         "pair %s vs %s: %d stimuli, total controversiality %.3f (of %d candidate cells)",
         first,
@@ -166,6 +157,27 @@ def _solve_pair(
         len(keys),
     )
     return chosen
+
+
+def balanced_cells(
+    cells: Sequence[tuple[int, int]], scores: np.ndarray, per_class: int, n_classes: int
+) -> np.ndarray:
+    """The paper's selection within one model pair: indices of the ``cells`` (first model's target, second's) with the
+    largest summed ``scores`` such that every class is each model's target exactly ``per_class`` times (an integer
+    linear programme, HiGHS). Raises SelectionError with the solver's message when no such set exists."""
+    constraints = lil_matrix((2 * n_classes, len(cells)))
+    for column, (cls_first, cls_second) in enumerate(cells):
+        constraints[cls_first, column] = 1
+        constraints[n_classes + cls_second, column] = 1
+    result = milp(
+        c=-np.asarray(scores, dtype=np.float64),
+        constraints=LinearConstraint(constraints.tocsr(), per_class, per_class),
+        integrality=np.ones(len(cells)),
+        bounds=Bounds(0, 1),
+    )
+    if result.status != 0 or result.x is None:
+        raise SelectionError(str(result.message))
+    return np.flatnonzero(result.x > 0.5)
 
 
 def select_controversial(
