@@ -19,7 +19,7 @@ simulation i uses the same simulated people for every design and count).
 
 Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py``):
 (a) paper: 20 per model pair, the most controversial with every class twice per side (the paper's integer
-    programme; ``--paper-rule offsets``: the fixed cells of the runs before 2026-11-27), + 10 natural per class;
+    programme; ``--paper-rule offsets``: the fixed cells of the runs up to commit 2774cff), + 10 natural per class;
 (b) random: 720 random synthetic controversial + 100 random natural images;
 (c) optimal: ``controversial.study.design`` (maximin expected separation, each truth's at ``--fraction``
     of the participants the paper's design needs for it, as predicted; 10 natural per class, >= 2 per pair,
@@ -106,8 +106,8 @@ def load_pool(path: Path) -> tuple[tuple[str, ...], np.ndarray, Pool, np.ndarray
 def paper_design(pool: Pool, plain: np.ndarray, hard: np.ndarray, rule: str, rng: np.random.Generator) -> np.ndarray:
     """The paper's design from the ``plain`` candidates (synthetic and random natural): per model pair the 20 stimuli
     with the largest summed hard score such that every class is each model's target twice (``rule`` "ilp", the
-    paper's selection, METHODS.md section 2; ``selection.balanced_cells``), or (``rule`` "offsets", the runs before
-    2026-11-27) the 20 cells b = a+1 and a+5, which meet the same balance whatever their scores; then 10 random
+    paper's selection, METHODS.md section 2; ``selection.balanced_cells``), or (``rule`` "offsets", the runs up to
+    commit 2774cff) the 20 cells b = a+1 and a+5, which meet the same balance whatever their scores; then 10 random
     natural images per class."""
     controversial = []
     for condition in sorted({c for c in pool.conditions if c != NATURAL}):
@@ -277,7 +277,7 @@ def main() -> None:
         choices=("ilp", "offsets"),
         default="ilp",
         help="how (a) picks 20 per pair: ilp, the paper's (largest summed hard score, every class twice per side); "
-        "offsets, the cells b = a+1 and a+5 (the runs before 2026-11-27)",
+        "offsets, the cells b = a+1 and a+5 (the runs up to commit 2774cff)",
     )
     parser.add_argument("--jobs", type=int, default=1, help="truths simulated in parallel processes")
     parser.add_argument(
