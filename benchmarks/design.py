@@ -66,7 +66,7 @@ sys.path.insert(0, str(ROOT))
 from controversial.analysis.ceilings import noise_ceiling  # noqa: E402
 from controversial.analysis.correlation import participant_model_correlations  # noqa: E402
 from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests, pooled_bootstrap  # noqa: E402
-from controversial.analysis.separation import ReferencePanel  # noqa: E402
+from controversial.analysis.separation import ReferencePanel, Separation  # noqa: E402
 from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_participants  # noqa: E402
 from controversial.study.adaptive import Batch, evidence, next_batch  # noqa: E402
 from controversial.analysis.study import NATURAL  # noqa: E402
@@ -371,7 +371,7 @@ def _optimal(
     pool: Pool,
     panel: ReferencePanel,
     paper: np.ndarray,
-    at_paper,  # type: ignore[no-untyped-def]
+    at_paper: Separation,
     plan: np.ndarray,
     criterion: str,
     args: argparse.Namespace,
