@@ -354,11 +354,13 @@ def main() -> None:
         return
     jobs = [partial(truth_row, P, names, pool, designs, args, t, runner_up[t], float(planned[t, 0])) for t in truths]
     if args.jobs > 1:
+        # the truths that need the most participants take longest: start them first
+        order = sorted(range(len(jobs)), key=lambda k: -plan[list(truths)[k], 0])
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as workers:
-            futures = [workers.submit(job) for job in jobs]
-            for future in as_completed(futures):
+            futures = {k: workers.submit(jobs[k]) for k in order}
+            for future in as_completed(futures.values()):
                 _print_row(future.result(), start)
-            rows = [future.result() for future in futures]
+            rows = [futures[k].result() for k in range(len(jobs))]
     else:
         rows = []
         for job in jobs:
