@@ -159,9 +159,7 @@ def _solve_pair(
     return chosen
 
 
-def balanced_cells(
-    cells: Sequence[tuple[int, int]], scores: np.ndarray, per_class: int, n_classes: int
-) -> np.ndarray:
+def balanced_cells(cells: Sequence[tuple[int, int]], scores: np.ndarray, per_class: int, n_classes: int) -> np.ndarray:
     """The paper's selection within one model pair: indices of the ``cells`` (first model's target, second's) with the
     largest summed ``scores`` such that every class is each model's target exactly ``per_class`` times (an integer
     linear programme, HiGHS). Raises SelectionError with the solver's message when no such set exists."""
