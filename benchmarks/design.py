@@ -35,8 +35,8 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
 pool's ranked natural images (each cell's most controversial test image, when the pool has them).
 
 The optimal design is kept in ``--cache-dir`` (keyed by the pool file and every setting the choice depends on), so
-a rerun with more simulated studies or another population does not choose it again; ``--jobs N`` simulates N truths
-at once in separate processes.
+a rerun with more simulated studies or another population does not choose it again; ``--jobs N`` simulates N
+(truth, design) cells of the table at once in separate processes.
 
     python benchmarks/design.py [--pool outputs/design/pool.npz] [--sims 20] [--adaptive-sims 10] [--jobs 1]
 """
@@ -279,7 +279,7 @@ def main() -> None:
         help="how (a) picks 20 per pair: ilp, the paper's (largest summed hard score, every class twice per side); "
         "offsets, the cells b = a+1 and a+5 (the runs up to commit 2774cff)",
     )
-    parser.add_argument("--jobs", type=int, default=1, help="truths simulated in parallel processes")
+    parser.add_argument("--jobs", type=int, default=1, help="(truth, design) cells simulated in parallel processes")
     parser.add_argument(
         "--cache-dir",
         default=str(ROOT / "outputs" / "design" / "cache"),
@@ -352,20 +352,33 @@ def main() -> None:
     runner_up = _population(P, names, pool, truths, designs["paper"], args)
     if args.predicted_only:
         return
-    jobs = [partial(truth_row, P, names, pool, designs, args, t, runner_up[t], float(planned[t, 0])) for t in truths]
+    columns = [*designs, "adaptive"] + (["dedicated"] if args.dedicated else [])
+    cells: dict[tuple[int, str], tuple[int | None, str]] = {}
+    if args.adaptive_sims == 0:
+        cells.update({(t, "adaptive"): (None, "not run") for t in truths})
+    # one job per (truth, column); the truths planned for the most participants take longest: start them first
+    jobs = {
+        (t, c): partial(cell, P, names, pool, designs, args, t, c, float(planned[t, 0]))
+        for t in sorted(truths, key=lambda t: -plan[t, 0])
+        for c in columns
+        if (t, c) not in cells
+    }
+
+    def finished(key: tuple[int, str], value: tuple[int | None, str]) -> None:
+        cells[key] = value
+        t = key[0]
+        if all((t, c) in cells for c in columns):
+            _print_row([names[t], runner_up[t], *(cells[t, c] for c in columns)], start)
+
     if args.jobs > 1:
-        # the truths that need the most participants take longest: start them first
-        order = sorted(range(len(jobs)), key=lambda k: -plan[list(truths)[k], 0])
         with ProcessPoolExecutor(args.jobs, mp_context=multiprocessing.get_context("fork")) as workers:
-            futures = {k: workers.submit(jobs[k]) for k in order}
-            for future in as_completed(futures.values()):
-                _print_row(future.result(), start)
-            rows = [futures[k].result() for k in range(len(jobs))]
+            futures = {workers.submit(job): key for key, job in jobs.items()}
+            for future in as_completed(futures):
+                finished(futures[future], future.result())
     else:
-        rows = []
-        for job in jobs:
-            rows.append(job())
-            _print_row(rows[-1], start)
+        for key, job in jobs.items():
+            finished(key, job())
+    rows = [[names[t], runner_up[t], *(cells[t, c] for c in columns)] for t in truths]
     _table(rows, list(designs), args, time.perf_counter() - start)
 
 
@@ -408,36 +421,25 @@ def _optimal(
     return chosen
 
 
-def truth_row(
+def cell(
     P: np.ndarray,
     names: tuple[str, ...],
     pool: Pool,
     designs: dict[str, np.ndarray],
     args: argparse.Namespace,
     t: int,
-    runner_up: str,
+    column: str,
     planned: float,
-) -> list:
-    """One row of the table: the participants each design needs for truth ``t`` (and the adaptive study and the
-    dedicated design when asked for)."""
+) -> tuple[int | None, str]:
+    """One cell of the table: the participants truth ``t`` needs under the design ``column`` (a label of
+    ``designs``, "adaptive", or "dedicated": a design chosen for ``t`` alone at its ``planned`` count)."""
     study = Study(P, names, pool, t, args)
-    row: list = [names[t], runner_up]
-    for design in designs.values():
-        row.append(needed(lambda n, s, d=design: study.success(d, n, s), args.sims, args.power))
-    if args.adaptive_sims > 0:  # from 4 participants up (each batch needs two for its noise ceiling)
-        adaptive = needed(
-            lambda n, s: study.success_adaptive(designs[f"optimal, {args.criterion[0]}"], n, s),
-            args.adaptive_sims,
-            args.power,
-            GRID.index(4),
-        )
-        row.append(adaptive)
-    else:
-        row.append((None, "not run"))
-    if args.dedicated:
-        own = dedicated_design(P, pool, t, planned, args)
-        row.append(needed(lambda n, s: study.success(own, n, s), args.sims, args.power))
-    return row
+    if column == "adaptive":  # from 4 participants up (each batch needs two for its noise ceiling)
+        first = designs[f"optimal, {args.criterion[0]}"]
+        trial = partial(study.success_adaptive, first)
+        return needed(trial, args.adaptive_sims, args.power, GRID.index(4))
+    design = dedicated_design(P, pool, t, planned, args) if column == "dedicated" else designs[column]
+    return needed(partial(study.success, design), args.sims, args.power)
 
 
 def _print_row(row: list, start: float) -> None:
