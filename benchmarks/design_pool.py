@@ -10,17 +10,18 @@ CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``).
 Natural images: ``--natural-per-class`` random test images per class. Then all nine models rate
 every image (``evaluate.py``'s code path).
 
-Ranked natural images (since 2026-11-26; the issue's "most controversial natural images from
-``rank_natural.py``"): all nine models rate the whole test set, and for every model pair and ordered
-class pair the test image that ``rank_natural.py ... top_k=1`` would export for that cell joins the
-pool as a candidate of that pair (source ``natural``, its cell's targets) when its hard score reaches
-``--ranked-natural-threshold`` (default 0.5: no test image reaches synthesis's 0.75 for any of kde's
+Ranked natural images (optional, ``--ranked-natural-threshold T``; the most controversial natural images
+that ``rank_natural.py`` exports): all nine models rate the whole test set, and for every model pair
+and ordered class pair the test image that ``rank_natural.py ... top_k=1`` would export for that cell
+joins the pool as a candidate of that pair (source ``ranked_natural``, its cell's targets) when its hard
+score reaches T (0.5 in docs/design.md: no test image reaches synthesis's 0.75 for any of kde's
 pairs); an image that tops several cells of one pair joins once, for its best. The paper's and the
 random design (``benchmarks/design.py``) do not draw on them. ``--from-pool`` keeps an earlier pool's
 candidates verbatim and only adds these (no synthesis).
 
     python benchmarks/design_pool.py [--out outputs/design/pool.npz] [--max-steps 300] [--offsets 1 5 3 ...]
-    python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --out outputs/design/pool_ranked.npz
+    python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --ranked-natural-threshold 0.5 \
+        --out outputs/design/pool_ranked.npz
 """
 
 from __future__ import annotations
@@ -140,8 +141,8 @@ def main() -> None:
     parser.add_argument(
         "--ranked-natural-threshold",
         type=float,
-        default=0.5,
-        help="hard score a cell's most controversial test image needs to join the pool (above 1: none join)",
+        default=None,
+        help="add each cell's most controversial test image when its hard score reaches this (default: none)",
     )
     parser.add_argument(
         "--from-pool", help="keep this earlier pool's candidates verbatim and only add the ranked natural ones"
@@ -151,6 +152,8 @@ def main() -> None:
     args = parser.parse_args()
     if list(args.offsets[:2]) != [1, 5] or not set(args.offsets) <= set(range(1, 10)):
         parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
+    if args.from_pool and args.ranked_natural_threshold is None:
+        parser.error("--from-pool only adds ranked natural images: give --ranked-natural-threshold too")
     torch.set_num_threads(1)
     start = time.perf_counter()
     out = Path(args.out)
@@ -164,8 +167,22 @@ def main() -> None:
         pool = _earlier_pool(Path(args.from_pool), parser)
     else:
         pool = synthesize_pool(models, args, test_images, test_labels)
+    if args.ranked_natural_threshold is not None:
+        _add_ranked_natural(pool, models, test_images, args.ranked_natural_threshold)
+    tmp = out.with_name(out.stem + ".partial.npz")
+    np.savez_compressed(tmp, **pool)
+    tmp.replace(out)
+    counts = {s: int((pool["source"] == s).sum()) for s in ("synthetic", "natural", "ranked_natural")}
+    print(
+        f"wrote {out}: {counts['synthetic']} synthetic + {counts['natural']} natural + {counts['ranked_natural']} "
+        f"ranked natural ({time.perf_counter() - start:.0f} s)"
+    )
+
+
+def _add_ranked_natural(pool: dict[str, np.ndarray], models: dict, test_images: torch.Tensor, threshold: float) -> None:
+    """Append the ranked natural candidates (``ranked_natural``) to the pool's columns, in place."""
     test_ratings = _rate(models, test_images.float() / 255.0)
-    ranked = ranked_natural(test_ratings, args.ranked_natural_threshold)
+    ranked = ranked_natural(test_ratings, threshold)
     index = ranked["test_index"]
     added = {
         "probabilities": test_ratings[:, index].astype(np.float32),
@@ -179,14 +196,6 @@ def main() -> None:
     }
     for key, column in added.items():
         pool[key] = np.concatenate([pool[key], column], axis=1 if key == "probabilities" else 0)
-    tmp = out.with_name(out.stem + ".partial.npz")
-    np.savez_compressed(tmp, **pool)
-    tmp.replace(out)
-    counts = {s: int((pool["source"] == s).sum()) for s in ("synthetic", "natural", "ranked_natural")}
-    print(
-        f"wrote {out}: {counts['synthetic']} synthetic + {counts['natural']} natural + {counts['ranked_natural']} "
-        f"ranked natural (hard >= {args.ranked_natural_threshold:g}) ({time.perf_counter() - start:.0f} s)"
-    )
 
 
 def _earlier_pool(path: Path, parser: argparse.ArgumentParser) -> dict[str, np.ndarray]:
