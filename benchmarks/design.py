@@ -300,6 +300,8 @@ def main() -> None:
         parser.error(f"--panel must be >= 2, got {args.panel}")
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if not Path(args.pool).is_file():
+        parser.error(f"--pool {args.pool}: no such file; build it once with python benchmarks/design_pool.py")
     logging.basicConfig(format="  %(message)s")
     logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
