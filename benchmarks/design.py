@@ -64,6 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from controversial.analysis.ceilings import noise_ceiling  # noqa: E402
+from controversial.atomic import atomic_write  # noqa: E402
 from controversial.analysis.correlation import participant_model_correlations  # noqa: E402
 from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests, pooled_bootstrap  # noqa: E402
 from controversial.analysis.separation import ReferencePanel, Separation  # noqa: E402
@@ -349,7 +350,7 @@ def main() -> None:
             f"  {label}: stimuli per condition "
             + ", ".join(f"{c} {k}" for c, k in sorted(per_pair.items(), key=lambda x: -x[1]))
         )
-    planned = plan if args.criterion[0] in ("participants", "total") else np.full_like(plan, args.plan)
+    planned = _planned(args.criterion[0], plan, args)
     truths = range(len(names)) if args.truths == "all" else [names.index(t) for t in args.truths.split(",")]
     runner_up = _population(P, names, pool, truths, designs["paper"], args)
     if args.predicted_only:
@@ -384,6 +385,12 @@ def main() -> None:
     _table(rows, list(designs), args, time.perf_counter() - start)
 
 
+def _planned(criterion: str, plan: np.ndarray, args: argparse.Namespace) -> np.ndarray:
+    """(T, 1) the participants ``criterion`` plans each truth at: the participants plan (``participants_plan``) for the
+    participants and total criteria, ``--plan`` for every truth otherwise."""
+    return plan if criterion in ("participants", "total") else np.full_like(plan, args.plan)
+
+
 def _optimal(
     pool: Pool,
     panel: ReferencePanel,
@@ -400,7 +407,7 @@ def _optimal(
             chosen = cached["chosen"]
         print(f"optimal design ({criterion}) from the cache {cache} (--no-cache to choose it again)")
     else:
-        planned: float | np.ndarray = plan if criterion in ("participants", "total") else args.plan
+        planned = _planned(criterion, plan, args)
         objective = total_need(at_paper, plan, 0.05, args.power, 45) if criterion == "total" else None
         design = select_design(
             pool,
@@ -415,10 +422,8 @@ def _optimal(
         chosen = design.chosen
         print(f"  optimal ({criterion}): weakest expected z {design.weakest:.2f} on the panel it was chosen on")
         if cache is not None:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            unfinished = cache.with_name(cache.stem + ".partial.npz")
-            np.savez(unfinished, chosen=chosen)
-            unfinished.replace(cache)
+            with atomic_write(cache, "wb") as handle:
+                np.savez(handle, chosen=chosen)
     assert not check_design(pool, args.constraints, chosen.tolist())
     return chosen
 

@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from controversial.analysis.model_responses import probabilities as model_probabilities  # noqa: E402
+from controversial.atomic import atomic_write  # noqa: E402
 from controversial.data import load_uint8  # noqa: E402
 from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch  # noqa: E402
 from controversial.synthesis.natural import top_natural  # noqa: E402
@@ -157,7 +158,6 @@ def main() -> None:
     torch.set_num_threads(1)
     start = time.perf_counter()
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     models = {name: load_model(name, "mnist", None, args.data_root) for name in MODELS}
     for model in models.values():
         model.eval()
@@ -169,9 +169,8 @@ def main() -> None:
         pool = synthesize_pool(models, args, test_images, test_labels)
     if args.ranked_natural_threshold is not None:
         _add_ranked_natural(pool, models, test_images, args.ranked_natural_threshold)
-    tmp = out.with_name(out.stem + ".partial.npz")
-    np.savez_compressed(tmp, **pool)
-    tmp.replace(out)
+    with atomic_write(out, "wb") as handle:
+        np.savez_compressed(handle, **pool)
     counts = {s: int((pool["source"] == s).sum()) for s in ("synthetic", "natural", "ranked_natural")}
     print(
         f"wrote {out}: {counts['synthetic']} synthetic + {counts['natural']} natural + {counts['ranked_natural']} "
