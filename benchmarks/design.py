@@ -361,7 +361,7 @@ def main() -> None:
         cells.update({(t, "adaptive"): (None, "not run") for t in truths})
     # one job per (truth, column); the truths planned for the most participants take longest: start them first
     jobs = {
-        (t, c): partial(cell, P, names, pool, designs, args, t, c, float(planned[t, 0]))
+        (t, c): partial(simulate_cell, P, names, pool, designs, args, t, c, float(planned[t, 0]))
         for t in sorted(truths, key=lambda t: -plan[t, 0])
         for c in columns
         if (t, c) not in cells
@@ -428,7 +428,7 @@ def _optimal(
     return chosen
 
 
-def cell(
+def simulate_cell(
     P: np.ndarray,
     names: tuple[str, ...],
     pool: Pool,
