@@ -177,8 +177,10 @@ class Study:
     def second_design(self, batch1: Batch, n2: int, sim: int) -> np.ndarray:
         """Batch 2's design; cached on (candidate truths, fitted noise ranges rounded to 0.1) to save time."""
         found = evidence([batch1], self.names, n_resamples=500, fit_stimuli=100, seed=sim)
-        noise = found.noise.noise()
-        key = (found.candidates, tuple(np.round([*noise.sd, *noise.gain], 1)), n2)
+        planned = self.args.adaptive_shared_sd
+        shared = found.shared_sd if planned == "fit" else float(planned)
+        noise = found.noise.noise(shared)
+        key = (found.candidates, tuple(np.round([*noise.sd, *noise.gain, shared], 1)), n2)
         if key not in self.cache:
             self.cache[key] = next_batch(
                 self.pool,
@@ -186,8 +188,8 @@ class Study:
                 found,
                 self.args.constraints,
                 max(n2, 2),
-                n_panel=self.args.panel,
-                shared_sd=self.args.plan_shared_sd,
+                n_panel=self.args.adaptive_panel,
+                shared_sd=planned,
                 temperature=self.args.temperature,
                 baseline=self.args.baseline,
                 step_fraction=0.05,
@@ -230,6 +232,19 @@ def main() -> None:
     parser.add_argument("--sims", type=int, default=20, help="simulated studies per count")
     parser.add_argument(
         "--adaptive-sims", type=int, default=10, help="simulated adaptive studies per count (0: skip it)"
+    )
+    parser.add_argument(
+        "--adaptive-panel",
+        type=int,
+        default=64,
+        help="reference participants per candidate truth for the adaptive study's second batch, chosen anew in "
+        "every simulated study (fewer than --panel, for time)",
+    )
+    parser.add_argument(
+        "--adaptive-shared-sd",
+        default=None,
+        help="shared deviation sd the second batch plans with: a number, or fit (plan.shared_sd=fit: fitted to "
+        "batch 1's ratings); default --plan-shared-sd",
     )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--plan", type=int, default=20, help="participants the optimal design is planned for")
@@ -299,6 +314,17 @@ def main() -> None:
         parser.error(f"--fraction must be in (0, 1] (plan.fraction), got {args.fraction}")
     if args.panel < 2:
         parser.error(f"--panel must be >= 2, got {args.panel}")
+    if args.adaptive_panel < 2:
+        parser.error(f"--adaptive-panel must be >= 2, got {args.adaptive_panel}")
+    if args.adaptive_shared_sd is None:
+        args.adaptive_shared_sd = args.plan_shared_sd
+    elif args.adaptive_shared_sd != "fit":
+        try:
+            args.adaptive_shared_sd = float(args.adaptive_shared_sd)
+        except ValueError:
+            parser.error(f"--adaptive-shared-sd must be a number >= 0 or fit, got {args.adaptive_shared_sd!r}")
+        if args.adaptive_shared_sd < 0:
+            parser.error(f"--adaptive-shared-sd must be a number >= 0 or fit, got {args.adaptive_shared_sd}")
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     if not Path(args.pool).is_file():
@@ -563,7 +589,13 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
         f"{'one draw per truth for every simulated study' if args.fixed_population else 'a draw per simulated study'}; "
         f"the optimal designs planned for {args.plan} participants with {planned_with}, criteria "
         f"{', '.join(args.criterion)}; (a) by the rule {args.paper_rule}. "
-        f"Power >= {args.power} with {args.sims} simulated studies per count ({args.adaptive_sims} adaptive), "
+        + (
+            f"(d): batch 1 on the {args.criterion[0]} design, batch 2 chosen with {args.adaptive_panel} reference "
+            f"participants per candidate truth and shared deviation sd {args.adaptive_shared_sd}. "
+            if args.adaptive_sims
+            else ""
+        )
+        + f"Power >= {args.power} with {args.sims} simulated studies per count ({args.adaptive_sims} adaptive), "
         f"{args.resamples} bootstrap resamples each; grid {list(GRID)}. Monte-Carlo SE of a power of 0.8: "
         f"{np.sqrt(0.16 / args.sims):.3f}"
         + (f" ({np.sqrt(0.16 / args.adaptive_sims):.3f} adaptive). " if args.adaptive_sims else ". ")
