@@ -27,7 +27,9 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
     each truth's weakest separation as a fraction of the paper design's; ``--criterion total``: the predicted
     participants averaged over truths, none above the paper design's need);
 (d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
-    their ratings and a new design for the rest (``controversial.study.adaptive``); pooled test;
+    their ratings and a new design for the rest (``controversial.study.adaptive``; ``--adaptive-panel``
+    reference participants per candidate truth, ``--adaptive-shared-sd``); pooled test; at least 4 participants,
+    since each batch needs 2 for its noise ceiling;
 (e) with ``--dedicated``: for each truth, a design chosen by the same planner to separate that truth alone (a reference
     panel of that truth only), what no design for all nine can be expected to beat: the headroom of (c).
 
