@@ -138,6 +138,7 @@ class Study:
         self.P, self.names, self.pool, self.truth, self.args = probabilities, names, pool, truth, args
         self.cache: dict = {}
         self.percepts: dict[int, np.ndarray] = {}
+        self.screens: dict[tuple[int, int], tuple[tuple[int, ...], float]] = {}  # (n, sim) -> batch 1's screen
 
     def percept(self, sim: int) -> np.ndarray:
         """The population's shared percept in simulation ``sim``: the truth plus one deviation per (stimulus,
@@ -179,6 +180,7 @@ class Study:
     def second_design(self, batch1: Batch, n2: int, sim: int) -> np.ndarray:
         """Batch 2's design; cached on (candidate truths, fitted noise ranges rounded to 0.1) to save time."""
         found = evidence([batch1], self.names, n_resamples=500, fit_stimuli=100, seed=sim)
+        self.screens[len(batch1.human) + n2, sim] = (found.candidates, found.shared_sd)
         planned = self.args.adaptive_shared_sd
         shared = found.shared_sd if planned == "fit" else float(planned)
         noise = found.noise.noise(shared)
@@ -472,9 +474,29 @@ def simulate_cell(
     if column == "adaptive":  # from 4 participants up (each batch needs two for its noise ceiling)
         first = designs[f"optimal, {args.criterion[0]}"]
         trial = partial(study.success_adaptive, first)
-        return needed(trial, args.adaptive_sims, args.power, GRID.index(4))
+        result = needed(trial, args.adaptive_sims, args.power, GRID.index(4))
+        print(_screen_summary(study, result[0] or max(GRID)), flush=True)
+        return result
     design = dedicated_design(P, pool, t, planned, args) if column == "dedicated" else designs[column]
     return needed(partial(study.success, design), args.sims, args.power)
+
+
+def _screen_summary(study: Study, n: int) -> str:
+    """What batch 1's screen left for batch 2 in the simulated studies of ``n`` participants: what drives (d)."""
+    screens = [study.screens[n, sim] for sim in range(study.args.adaptive_sims) if (n, sim) in study.screens]
+    if not screens:
+        return f"  (d) truth {study.names[study.truth]}: no simulated study ran at {n} participants"
+    kept = [c for c, _ in screens]
+    times_kept = {m: sum(m in c for c in kept) for m in range(len(study.names))}
+    by_count = sorted(times_kept.items(), key=lambda x: -x[1])
+    others = [f"{study.names[m]} {k}" for m, k in by_count if k and m != study.truth]
+    size = np.mean([len(c) for c in kept])
+    shared = np.mean([sd for _, sd in screens])
+    return (
+        f"  (d) truth {study.names[study.truth]}, {n} participants: batch 1 ({(n + 1) // 2}) kept the truth a "
+        f"candidate in {times_kept[study.truth]} of {len(kept)} studies, {size:.1f} candidates on average (others: "
+        f"{', '.join(others) or 'none'}); fitted shared sd {shared:.1f}"
+    )
 
 
 def _print_row(row: list, start: float) -> None:
