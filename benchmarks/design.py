@@ -178,12 +178,11 @@ class Study:
         return self.wins(pooled_bootstrap(parts, self.names, self.args.resamples, seed=sim))
 
     def second_design(self, batch1: Batch, n2: int, sim: int) -> np.ndarray:
-        """Batch 2's design; cached on (candidate truths, fitted noise ranges rounded to 0.1) to save time."""
+        """Batch 2's design; cached on (candidate truths, planned noise ranges and shared sd rounded to 0.1) to save
+        time."""
         found = evidence([batch1], self.names, n_resamples=500, fit_stimuli=100, seed=sim)
         self.screens[len(batch1.human) + n2, sim] = (found.candidates, found.shared_sd)
-        planned = self.args.adaptive_shared_sd
-        shared = found.shared_sd if planned == "fit" else float(planned)
-        noise = found.noise.noise(shared)
+        noise, shared = found.planned_noise(self.args.adaptive_shared_sd)
         key = (found.candidates, tuple(np.round([*noise.sd, *noise.gain, shared], 1)), n2)
         if key not in self.cache:
             self.cache[key] = next_batch(
@@ -193,7 +192,7 @@ class Study:
                 self.args.constraints,
                 max(n2, 2),
                 n_panel=self.args.adaptive_panel,
-                shared_sd=planned,
+                shared_sd=self.args.adaptive_shared_sd,
                 temperature=self.args.temperature,
                 baseline=self.args.baseline,
                 step_fraction=0.05,
@@ -324,11 +323,12 @@ def main() -> None:
         args.adaptive_shared_sd = args.plan_shared_sd
     elif args.adaptive_shared_sd != "fit":
         try:
-            args.adaptive_shared_sd = float(args.adaptive_shared_sd)
+            number = float(args.adaptive_shared_sd)
         except ValueError:
+            number = -1.0
+        if not number >= 0:  # also NaN
             parser.error(f"--adaptive-shared-sd must be a number >= 0 or fit, got {args.adaptive_shared_sd!r}")
-        if args.adaptive_shared_sd < 0:
-            parser.error(f"--adaptive-shared-sd must be a number >= 0 or fit, got {args.adaptive_shared_sd}")
+        args.adaptive_shared_sd = number
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     if not Path(args.pool).is_file():

@@ -20,6 +20,7 @@ import numpy as np
 from controversial.analysis.bootstrap import pooled_bootstrap
 from controversial.analysis.noise_fit import NoiseFit, fit_noise, fit_shared_sd
 from controversial.analysis.separation import ReferencePanel
+from controversial.analysis.simulate import ParticipantNoise
 from controversial.study.design import Design, DesignConstraints, Pool, select_design
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,12 @@ class Evidence:
     noise: NoiseFit
     estimates: np.ndarray  # (M,) pooled mean r so far
     shared_sd: float = 0.0  # the deviation from the leader the participants share (``fit_shared_sd``)
+
+    def planned_noise(self, shared_sd: float | Literal["fit"]) -> tuple[ParticipantNoise, float]:
+        """The noise model a next batch is planned with and the shared deviation it plans for: ``shared_sd``, or
+        "fit": the one the batches so far show. The fitted own noise keeps what that deviation does not explain."""
+        shared = self.shared_sd if shared_sd == "fit" else float(shared_sd)
+        return self.noise.noise(shared), shared
 
 
 def plausible_truths(samples: np.ndarray, estimates: np.ndarray, screen_alpha: float) -> tuple[int, ...]:
@@ -103,13 +110,12 @@ def next_batch(
 ) -> Design:
     """The next batch's stimuli: maximin separation of the remaining candidate truths from every rival
     (``design_options``: ``select_design``'s, e.g. ``baseline`` for the relative criterion). ``shared_sd``: the
-    deviation people share to plan for, or "fit": the one the batches so far show (``found.shared_sd``); the
-    fitted own noise keeps what it does not explain."""
-    shared = found.shared_sd if shared_sd == "fit" else float(shared_sd)
+    deviation people share to plan for, or "fit" (``Evidence.planned_noise``)."""
+    noise, shared = found.planned_noise(shared_sd)
     panel = ReferencePanel(
         probabilities,
         pool.conditions,
-        found.noise.noise(shared),
+        noise,
         n_panel,
         truths=found.candidates,
         seed=seed,

@@ -149,8 +149,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     if cfg.adaptive.previous:
         batches = [previous_batch(e, candidates, probabilities, categories) for e in cfg.adaptive.previous]
         found = evidence(batches, names, cfg.adaptive.screen_alpha, seed=cfg.seed)
-        shared_sd = found.shared_sd if plan.shared_sd == "fit" else plan.shared_sd
-        noise, truths = found.noise.noise(shared_sd), list(found.candidates)
+        (noise, shared_sd), truths = found.planned_noise(plan.shared_sd), list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     pool = candidates.pool
     baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion)
