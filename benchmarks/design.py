@@ -29,7 +29,10 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
 (d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
     their ratings and a new design for the rest (``controversial.study.adaptive``; ``--adaptive-panel``
     reference participants per candidate truth, ``--adaptive-shared-sd``); pooled test; at least 4 participants,
-    since each batch needs 2 for its noise ceiling;
+    since each batch needs 2 for its noise ceiling. With ``--interim-alpha a`` an interim look after batch 1 stops
+    the study when the test at alpha a puts one model above every other (a success only if it is the truth), and
+    the final test runs at 0.05 - a; the cell then also gives the participants such studies take on average
+    (E, at the count with power >= 0.8);
 (e) with ``--dedicated``: for each truth, a design chosen by the same planner to separate that truth alone (a reference
     panel of that truth only), what no design for all nine can be expected to beat: the headroom of (c).
 
@@ -55,6 +58,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
+from typing import NamedTuple
 from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -68,10 +72,10 @@ sys.path.insert(0, str(ROOT))
 from controversial.analysis.ceilings import noise_ceiling  # noqa: E402
 from controversial.atomic import atomic_write  # noqa: E402
 from controversial.analysis.correlation import participant_model_correlations  # noqa: E402
-from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests, pooled_bootstrap  # noqa: E402
+from controversial.analysis.bootstrap import bootstrap, pooled_bootstrap  # noqa: E402
 from controversial.analysis.separation import ReferencePanel, Separation  # noqa: E402
 from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_participants  # noqa: E402
-from controversial.study.adaptive import Batch, evidence, next_batch  # noqa: E402
+from controversial.study.adaptive import Batch, confirmed_best, evidence, final_alpha, next_batch  # noqa: E402
 from controversial.analysis.study import NATURAL  # noqa: E402
 from controversial.study.selection import balanced_cells  # noqa: E402
 from controversial.study.design import (  # noqa: E402
@@ -86,6 +90,16 @@ from controversial.study.design import (  # noqa: E402
 )
 
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
+ALPHA = 0.05  # the study's family-wise level
+
+
+class Cell(NamedTuple):
+    """One cell of the table: the participants needed (None: more than the grid), how it prints, and for an
+    adaptive study with an interim look the participants its simulated studies took on average at that count."""
+
+    count: int | None
+    label: str
+    expected: float | None = None
 
 
 def load_pool(path: Path) -> tuple[tuple[str, ...], np.ndarray, Pool, np.ndarray, np.ndarray]:
@@ -139,6 +153,7 @@ class Study:
         self.cache: dict = {}
         self.percepts: dict[int, np.ndarray] = {}
         self.screens: dict[tuple[int, int], tuple[tuple[int, ...], float]] = {}  # (n, sim) -> batch 1's screen
+        self.stops: dict[tuple[int, int], int | None] = {}  # (n, sim) -> the model the interim look stopped on
 
     def percept(self, sim: int) -> np.ndarray:
         """The population's shared percept in simulation ``sim``: the truth plus one deviation per (stimulus,
@@ -155,10 +170,8 @@ class Study:
         seed = np.random.SeedSequence([self.args.seed, self.truth, sim])
         return simulate_participants(self.percept(sim), max(GRID), self.args.noise, seed=seed)[:n]
 
-    def wins(self, dist) -> bool:  # type: ignore[no-untyped-def]
-        tests = pairwise_tests(dist, include=[*self.names, LOWER])
-        t = self.truth
-        return all(tests.significance[t, j] == 1 for j in range(len(self.names)) if j != t)
+    def wins(self, dist, alpha: float = ALPHA) -> bool:  # type: ignore[no-untyped-def]
+        return confirmed_best(dist, self.names, alpha) == self.truth
 
     def success(self, design: np.ndarray, n: int, sim: int) -> bool:
         ratings = self.people(sim, n)[:, design]
@@ -172,10 +185,23 @@ class Study:
         people = self.people(sim, n)
         n1 = (n + 1) // 2
         batch1 = Batch(people[:n1][:, first], self.P[:, first], [self.pool.conditions[i] for i in first])
+        interim = self.args.interim_alpha
+        if interim:  # the interim look: batch 1 alone, the final test's resamples, at the interim alpha
+            dist = bootstrap(batch1.human, batch1.model, self.names, batch1.conditions, self.args.resamples, seed=sim)
+            self.stops[n, sim] = confirmed_best(dist, self.names, interim)
+            if self.stops[n, sim] is not None:
+                return self.stops[n, sim] == self.truth
         second = self.second_design(batch1, n - n1, sim)
         batch2 = Batch(people[n1:][:, second], self.P[:, second], [self.pool.conditions[i] for i in second])
         parts = [(b.human, b.model, b.conditions) for b in (batch1, batch2)]
-        return self.wins(pooled_bootstrap(parts, self.names, self.args.resamples, seed=sim))
+        dist = pooled_bootstrap(parts, self.names, self.args.resamples, seed=sim)
+        return self.wins(dist, final_alpha(ALPHA, interim, 1))
+
+    def expected_participants(self, n: int) -> float:
+        """Participants the simulated adaptive studies of ``n`` took on average: batch 1's where the interim look
+        stopped them."""
+        stopped = sum(self.stops.get((n, sim)) is not None for sim in range(self.args.adaptive_sims))
+        return n - (n - (n + 1) // 2) * stopped / self.args.adaptive_sims
 
     def second_design(self, batch1: Batch, n2: int, sim: int) -> np.ndarray:
         """Batch 2's design; cached on (candidate truths, planned noise ranges and shared sd rounded to 0.1) to save
@@ -205,7 +231,7 @@ def power(trial, n: int, sims: int) -> float:  # type: ignore[no-untyped-def]
     return float(np.mean([trial(n, s) for s in range(sims)]))
 
 
-def needed(trial, sims: int, target: float, lo: int = 0) -> tuple[int | None, str]:  # type: ignore[no-untyped-def]
+def needed(trial, sims: int, target: float, lo: int = 0) -> Cell:  # type: ignore[no-untyped-def]
     """Smallest count in GRID[lo:] with power >= target, and how to print it ("> x" when even the largest
     falls short, "<= x" when GRID[lo] > 2 already suffices). Galloping search: GRID[lo], then steps of
     1, 2, 4, ... grid points up to the first success, then bisection below it (power grows with count)."""
@@ -219,14 +245,14 @@ def needed(trial, sims: int, target: float, lo: int = 0) -> tuple[int | None, st
         if failed < len(GRID) - 1 and power(trial, GRID[-1], sims) >= target:
             passed = len(GRID) - 1
         else:
-            return None, f"> {GRID[-1]}"
+            return Cell(None, f"> {GRID[-1]}")
     while passed - failed > 1:
         mid = (passed + failed) // 2
         if power(trial, GRID[mid], sims) >= target:
             passed = mid
         else:
             failed = mid
-    return GRID[passed], (f"<= {GRID[passed]}" if passed == lo and GRID[lo] > GRID[0] else str(GRID[passed]))
+    return Cell(GRID[passed], f"<= {GRID[passed]}" if passed == lo and GRID[lo] > GRID[0] else str(GRID[passed]))
 
 
 def main() -> None:
@@ -248,6 +274,13 @@ def main() -> None:
         default=None,
         help="shared deviation sd the second batch plans with: a number, or fit (plan.shared_sd=fit: fitted to "
         "batch 1's ratings); default --plan-shared-sd",
+    )
+    parser.add_argument(
+        "--interim-alpha",
+        type=float,
+        default=0.0,
+        help="the adaptive study's interim look after batch 1 (adaptive.interim_alpha): stop when one model is above "
+        "every other at this alpha; the final test gets 0.05 minus it; 0: no interim look",
     )
     parser.add_argument("--resamples", type=int, default=1000)
     parser.add_argument("--plan", type=int, default=20, help="participants the optimal design is planned for")
@@ -329,6 +362,8 @@ def main() -> None:
         if not number >= 0:  # also NaN
             parser.error(f"--adaptive-shared-sd must be a number >= 0 or fit, got {args.adaptive_shared_sd!r}")
         args.adaptive_shared_sd = number
+    if not 0 <= args.interim_alpha < ALPHA:
+        parser.error(f"--interim-alpha must be in [0, {ALPHA}): it is spent out of the study's alpha")
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     if not Path(args.pool).is_file():
@@ -386,9 +421,9 @@ def main() -> None:
     if args.predicted_only:
         return
     columns = [*designs, "adaptive"] + (["dedicated"] if args.dedicated else [])
-    cells: dict[tuple[int, str], tuple[int | None, str]] = {}
+    cells: dict[tuple[int, str], Cell] = {}
     if args.adaptive_sims == 0:
-        cells.update({(t, "adaptive"): (None, "not run") for t in truths})
+        cells.update({(t, "adaptive"): Cell(None, "not run") for t in truths})
     # one job per (truth, column); the truths planned for the most participants take longest: start them first
     jobs = {
         (t, c): partial(simulate_cell, P, names, pool, designs, args, t, c, float(planned[t, 0]))
@@ -397,7 +432,7 @@ def main() -> None:
         if (t, c) not in cells
     }
 
-    def finished(key: tuple[int, str], value: tuple[int | None, str]) -> None:
+    def finished(key: tuple[int, str], value: Cell) -> None:
         cells[key] = value
         t = key[0]
         if all((t, c) in cells for c in columns):
@@ -467,7 +502,7 @@ def simulate_cell(
     t: int,
     column: str,
     planned: float,
-) -> tuple[int | None, str]:
+) -> Cell:
     """One cell of the table: the participants truth ``t`` needs under the design ``column`` (a label of
     ``designs``, "adaptive", or "dedicated": a design chosen for ``t`` alone at its ``planned`` count)."""
     study = Study(P, names, pool, t, args)
@@ -475,17 +510,28 @@ def simulate_cell(
         first = designs[f"optimal, {args.criterion[0]}"]
         trial = partial(study.success_adaptive, first)
         result = needed(trial, args.adaptive_sims, args.power, GRID.index(4))
-        print(_screen_summary(study, result[0] or max(GRID)), flush=True)
-        return result
+        print(_screen_summary(study, result.count or max(GRID)), flush=True)
+        if not args.interim_alpha or result.count is None:
+            return result
+        expected = study.expected_participants(result.count)
+        return result._replace(label=f"{result.label} (E {expected:.1f})", expected=expected)
     design = dedicated_design(P, pool, t, planned, args) if column == "dedicated" else designs[column]
     return needed(partial(study.success, design), args.sims, args.power)
 
 
 def _screen_summary(study: Study, n: int) -> str:
     """What batch 1's screen left for batch 2 in the simulated studies of ``n`` participants: what drives (d)."""
-    screens = [study.screens[n, sim] for sim in range(study.args.adaptive_sims) if (n, sim) in study.screens]
+    sims = range(study.args.adaptive_sims)
+    stops = [study.stops[n, sim] for sim in sims if study.stops.get((n, sim)) is not None]
+    stopped = (
+        f"the interim look stopped {len(stops)} of {len(sims)} studies after batch 1 ({stops.count(study.truth)} on "
+        f"the truth); "
+        if study.args.interim_alpha
+        else ""
+    )
+    screens = [study.screens[n, sim] for sim in sims if (n, sim) in study.screens]
     if not screens:
-        return f"  (d) truth {study.names[study.truth]}: no simulated study ran at {n} participants"
+        return f"  (d) truth {study.names[study.truth]}, {n} participants: {stopped}no study reached batch 2"
     kept = [c for c, _ in screens]
     times_kept = {m: sum(m in c for c in kept) for m in range(len(study.names))}
     by_count = sorted(times_kept.items(), key=lambda x: -x[1])
@@ -493,7 +539,7 @@ def _screen_summary(study: Study, n: int) -> str:
     size = np.mean([len(c) for c in kept])
     shared = np.mean([sd for _, sd in screens])
     return (
-        f"  (d) truth {study.names[study.truth]}, {n} participants: batch 1 ({(n + 1) // 2}) kept the truth a "
+        f"  (d) truth {study.names[study.truth]}, {n} participants: {stopped}batch 1 ({(n + 1) // 2}) kept the truth a "
         f"candidate in {times_kept[study.truth]} of {len(kept)} studies, {size:.1f} candidates on average (others: "
         f"{', '.join(others) or 'none'}); fitted shared sd {shared:.1f}"
     )
@@ -572,8 +618,8 @@ def _predicted(panel: ReferencePanel, designs: dict, names: tuple[str, ...], n: 
     print()
 
 
-def _cell(cell: tuple[int | None, str]) -> str:
-    return cell[1]
+def _cell(cell: Cell) -> str:
+    return cell.label
 
 
 def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type: ignore[no-untyped-def]
@@ -587,14 +633,19 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
     for row in rows:
         print(f"| {row[0]} | {row[1]} | " + " | ".join(_cell(c) for c in row[2:]) + " |")
     means, counts = [], []
+    expected: list[float] | None = None  # (d)'s average participants, when every truth's studies could stop early
     for k in range(2, 2 + len(columns)):
-        if all(r[k][1] == "not run" for r in rows):
+        cells: list[Cell] = [r[k] for r in rows]
+        if all(c.label == "not run" for c in cells):
             means.append("not run")
             counts.append(None)
             continue
-        counts.append([2 * max(GRID) if c[0] is None else c[0] for c in (r[k] for r in rows)])
-        capped = any(r[k][0] is None for r in rows)
+        counts.append([2 * max(GRID) if c.count is None else c.count for c in cells])
+        capped = any(c.count is None for c in cells)
         means.append(f"{np.mean(counts[-1]):.1f}" + (f" (> x counted as {2 * max(GRID)})" if capped else ""))
+        if all(c.expected is not None for c in cells):
+            expected = [float(c.expected) for c in cells]  # type: ignore[arg-type]
+            means[-1] += f" (E {np.mean(expected):.1f})"
     print("| **mean** | | " + " | ".join(means) + " |")
     print()
     paper = np.array(counts[0], dtype=float)
@@ -606,6 +657,13 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
             f"{column}: {100 * (np.mean(values) / paper.mean() - 1):+.0f} % participants against (a); "
             f"worse than (a): {', '.join(worse) or 'none'}"
         )
+    if expected is not None:
+        worse = [f"{r[0]} {e:.1f} against {int(p)}" for r, e, p in zip(rows, expected, paper) if e > p]
+        change = 100 * (np.mean(expected) / paper.mean() - 1)
+        print(
+            f"(d) adaptive, participants the studies took on average (E): {change:+.0f} % against (a); more than (a): "
+            f"{', '.join(worse) or 'none'}"
+        )
     print()
     planned_with = f"a shared deviation of sd {args.plan_shared_sd:g}" if args.plan_shared_sd else "plain noise"
     print(
@@ -615,7 +673,13 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
         f"{', '.join(args.criterion)}; (a) by the rule {args.paper_rule}. "
         + (
             f"(d): batch 1 on the {args.criterion[0]} design, batch 2 chosen with {args.adaptive_panel} reference "
-            f"participants per candidate truth and shared deviation sd {args.adaptive_shared_sd}. "
+            f"participants per candidate truth and shared deviation sd {args.adaptive_shared_sd}"
+            + (
+                f"; an interim look after batch 1 at alpha {args.interim_alpha:g}, the final test at "
+                f"{final_alpha(ALPHA, args.interim_alpha, 1):g}. "
+                if args.interim_alpha
+                else ". "
+            )
             if args.adaptive_sims
             else ""
         )

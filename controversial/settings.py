@@ -560,6 +560,16 @@ class AdaptiveSettings(Settings):
     screen_alpha: float = Field(
         0.05, gt=0, lt=1, description="a model stays a candidate truth unless this significantly below the leader"
     )
+    interim_alpha: float = Field(
+        0.0,
+        ge=0,
+        lt=1,
+        description="each interim look (before every batch after the first) stops the study when one model is "
+        "above every other at this alpha; spent out of plan.alpha, the final test gets the rest; 0: no early stop",
+    )
+    n_resamples: int = Field(
+        100_000, ge=1000, description="bootstrap resamples of the screen and the interim look (analyze.py's default)"
+    )
 
 
 class DesignStudySettings(Settings):
@@ -590,6 +600,12 @@ class DesignStudySettings(Settings):
         unknown = [t for t in self.plan.truths if t not in names]
         if unknown:
             raise ValueError(f"plan.truths: {', '.join(unknown)} not among models ({', '.join(names)})")
+        looks = len(self.adaptive.previous)
+        if self.adaptive.interim_alpha * max(looks, 1) >= self.plan.alpha:
+            raise ValueError(
+                f"adaptive.interim_alpha={self.adaptive.interim_alpha:g} over {max(looks, 1)} interim look(s) leaves "
+                f"nothing of plan.alpha={self.plan.alpha:g} for the final test: each look's alpha is spent out of it"
+            )
         return self
 
 

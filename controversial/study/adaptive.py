@@ -7,6 +7,12 @@ model stays a candidate truth unless it is significantly below the leader (one-s
 weakest separation between the remaining candidate truths and every rival. The final analysis pools
 all batches as replications (``analyze.py``; ``analysis.bootstrap.pooled_bootstrap``); the screen only
 decides where to spend the next participants.
+
+An interim look (``interim_alpha`` > 0, preregistered) may also stop the study: when the analysis's own test
+at ``interim_alpha`` already puts one model above every other (``confirmed_best``), no further batch is run. Each
+look spends its ``interim_alpha`` out of the study's family-wise alpha and the final test gets the rest
+(``final_alpha``): by the union bound over looks, the chance that any look declares a wrong winner stays within
+the study's alpha, whatever the looks' dependence and however the later batches were chosen.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-from controversial.analysis.bootstrap import pooled_bootstrap
+from controversial.analysis.bootstrap import LOWER, Distributions, pairwise_tests, pooled_bootstrap
 from controversial.analysis.noise_fit import NoiseFit, fit_noise, fit_shared_sd
 from controversial.analysis.separation import ReferencePanel
 from controversial.analysis.simulate import ParticipantNoise
@@ -43,12 +49,35 @@ class Evidence:
     noise: NoiseFit
     estimates: np.ndarray  # (M,) pooled mean r so far
     shared_sd: float = 0.0  # the deviation from the leader the participants share (``fit_shared_sd``)
+    confirmed: int | None = None  # the model above every other at the interim look's alpha (``confirmed_best``)
 
     def planned_noise(self, shared_sd: float | Literal["fit"]) -> tuple[ParticipantNoise, float]:
         """The noise model a next batch is planned with and the shared deviation it plans for: ``shared_sd``, or
         "fit": the one the batches so far show. The fitted own noise keeps what that deviation does not explain."""
         shared = self.shared_sd if shared_sd == "fit" else float(shared_sd)
         return self.noise.noise(shared), shared
+
+
+def confirmed_best(dist: Distributions, names: Sequence[str], alpha: float) -> int | None:
+    """The model the analysis's test puts significantly above every other model at ``alpha`` (two-sided bootstrap
+    p, Holm-Sidak over all pairs of the models and the lower noise ceiling: ``analyze.py`` with
+    ``bootstrap.alpha=alpha``), or None when no model is."""
+    tests = pairwise_tests(dist, include=[*names, LOWER], alpha=alpha)
+    M = len(names)
+    winners = [m for m in range(M) if all(tests.significance[m, j] == 1 for j in range(M) if j != m)]
+    return winners[0] if winners else None
+
+
+def final_alpha(alpha: float, interim_alpha: float, interim_looks: int) -> float:
+    """The alpha left for the final test after ``interim_looks`` looks at ``interim_alpha`` each (union bound);
+    a ValueError when nothing is left."""
+    left = alpha - interim_alpha * interim_looks
+    if left <= 0:
+        raise ValueError(
+            f"{interim_looks} interim looks at alpha {interim_alpha:g} spend all of the study's alpha {alpha:g}: "
+            "lower the interim alpha or stop after fewer batches"
+        )
+    return left
 
 
 def plausible_truths(samples: np.ndarray, estimates: np.ndarray, screen_alpha: float) -> tuple[int, ...]:
@@ -66,8 +95,10 @@ def evidence(
     n_resamples: int = 2000,
     fit_stimuli: int | None = 300,
     seed: int = 0,
+    interim_alpha: float = 0.0,
 ) -> Evidence:
-    """Pooled bootstrap screen and noise refit (on at most ``fit_stimuli`` stimuli per batch, for speed)."""
+    """Pooled bootstrap screen and noise refit (on at most ``fit_stimuli`` stimuli per batch, for speed); with
+    ``interim_alpha`` > 0 also the interim look's verdict on the same resamples (``Evidence.confirmed``)."""
     M = len(names)
     dist = pooled_bootstrap([(b.human, b.model, b.conditions) for b in batches], names, n_resamples, seed)
     candidates = plausible_truths(dist.samples[:, :M], dist.estimates[:M], screen_alpha)
@@ -94,7 +125,8 @@ def evidence(
         noise.gain.max(),
         shared_sd,
     )
-    return Evidence(candidates, noise, dist.estimates[:M], shared_sd)
+    confirmed = confirmed_best(dist, names, interim_alpha) if interim_alpha > 0 else None
+    return Evidence(candidates, noise, dist.estimates[:M], shared_sd, confirmed)
 
 
 def next_batch(

@@ -18,7 +18,7 @@ from controversial.atomic import atomic_write_text
 from controversial.data import load_uint8
 from controversial.records.responses import read_human_ratings, read_model_responses
 from controversial.settings import DesignPlan, DesignStudySettings, Invocation, PreviousBatch
-from controversial.study.adaptive import Batch, evidence
+from controversial.study.adaptive import Batch, Evidence, evidence, final_alpha
 from controversial.study.bundle import load_bundle
 from controversial.study.candidates import Balanced, Candidates, balanced_design, build_candidates
 from controversial.study.design import (
@@ -117,7 +117,9 @@ def planning_noise(plan: DesignPlan, first_batch: bool = True) -> tuple[Particip
 
 
 def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
-    """Choose the set, write ``design.md``/``design.json`` into the run dir and the bundle under ``studies_dir``."""
+    """Choose the set, write ``design.md``/``design.json`` into the run dir and the bundle under ``studies_dir``
+    (returned). With ``adaptive.interim_alpha`` > 0, a later batch's interim look may stop the study instead: then
+    no bundle is written and the report's path is returned."""
     out = invocation.out_dir
     web_source = Path(cfg.web_source) if cfg.web_source else DEFAULT_WEB_SOURCE
     check_web_texts(web_source, cfg.pilot)  # before any model runs
@@ -146,9 +148,15 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     noise, shared_sd, noise_source = planning_noise(plan, first_batch=not cfg.adaptive.previous)
     truths = [names.index(t) for t in plan.truths] if plan.truths else None
     batch = 1 + len(cfg.adaptive.previous)
+    interim = cfg.adaptive.interim_alpha
+    alpha = final_alpha(plan.alpha, interim, batch - 1)  # the final test's, should the study end with this batch
     if cfg.adaptive.previous:
         batches = [previous_batch(e, candidates, probabilities, categories) for e in cfg.adaptive.previous]
-        found = evidence(batches, names, cfg.adaptive.screen_alpha, seed=cfg.seed)
+        found = evidence(
+            batches, names, cfg.adaptive.screen_alpha, cfg.adaptive.n_resamples, seed=cfg.seed, interim_alpha=interim
+        )
+        if found.confirmed is not None:
+            return _stop(out, cfg, names, found, sum(b.human.shape[0] for b in batches))
         (noise, shared_sd), truths = found.planned_noise(plan.shared_sd), list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     pool = candidates.pool
@@ -160,9 +168,9 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     objective = None
     if plan.criterion in ("participants", "total") and baseline is not None:  # _balanced raised if there is none
         at_baseline = panel.separation(design_weights(baseline.chosen, len(pool.conditions)))
-        planned = participants_plan(at_baseline, plan.alpha, plan.power, n_comparisons, plan.fraction, n)
+        planned = participants_plan(at_baseline, alpha, plan.power, n_comparisons, plan.fraction, n)
         if plan.criterion == "total":
-            objective = total_need(at_baseline, planned, plan.alpha, plan.power, n_comparisons)
+            objective = total_need(at_baseline, planned, alpha, plan.power, n_comparisons)
     design = select_design(
         pool,
         panel,
@@ -177,7 +185,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     del panel  # its memory, before the second panel is drawn
     check = held_out_panel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, shared_sd)
     predicted = check.separation(design_weights(design.chosen, len(pool.conditions)))
-    rows = pair_report(predicted, names, n, plan.alpha, plan.power, n_comparisons)
+    rows = pair_report(predicted, names, n, alpha, plan.power, n_comparisons)
     summary = {
         "batch": batch,
         "criterion": CRITERIA[plan.criterion],
@@ -195,7 +203,8 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
             "source": noise_source,
         },
         "candidate_truths": [names[t] for t in predicted.truths],
-        "alpha": plan.alpha,
+        "alpha": alpha,  # the final test's, should the study end with this batch
+        "interim_alpha": interim,
         "power": plan.power,
         "correction": plan.correction,
         "participants_needed": _needed(rows),
@@ -208,7 +217,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
             "per_pair": baseline.per_pair,
             "stimuli": len(baseline.chosen),
             "weakest_z": float(np.nanmin(balanced.z(n))),
-            "participants_needed": _needed(pair_report(balanced, names, n, plan.alpha, plan.power, n_comparisons)),
+            "participants_needed": _needed(pair_report(balanced, names, n, alpha, plan.power, n_comparisons)),
             "weakest_z_ratio_per_truth": {names[t]: float(q) for t, q in zip(predicted.truths, ratios)},
         }
     _write_report(out, summary, rows, design, candidates)
@@ -239,6 +248,40 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         f"-> {path} (report: {out / 'design.md'})"
     )
     return path
+
+
+def _stop(out: Path, cfg: DesignStudySettings, names: Sequence[str], found: Evidence, participants: int) -> Path:
+    """The interim look found a winner: report it and how to analyse the study, write no bundle."""
+    batches = len(cfg.adaptive.previous)
+    interim, winner = cfg.adaptive.interim_alpha, names[found.confirmed]  # type: ignore[index]
+    responses = ",".join(b.responses for b in cfg.adaptive.previous)
+    summary = {
+        "batch": batches + 1,
+        "stopped": True,
+        "confirmed": winner,
+        "interim_alpha": interim,
+        "participants": participants,
+        "mean_r": {m: float(r) for m, r in zip(names, found.estimates)},
+        "analyze": f"python analyze.py 'human_ratings=[{responses}]' model_responses=<models.csv> "
+        f"bootstrap.alpha={interim:g}",
+    }
+    atomic_write_text(out / "design.json", json.dumps(summary, indent=2) + "\n")
+    lines = [
+        f"# Study design: stop before batch {batches + 1}",
+        "",
+        f"- interim look after batch{'es 1-' if batches > 1 else ' '}{batches} ({participants} participants): "
+        f"{winner} is above every other model at alpha {interim:g} (Holm-Sidak over all pairs of the models and the "
+        f"lower noise ceiling, {cfg.adaptive.n_resamples} resamples); the study stops here, no batch "
+        f"{batches + 1} is written",
+        "- pooled mean r so far: " + ", ".join(f"{m} {r:.3f}" for m, r in summary["mean_r"].items()),
+        f"- report it with the test it stopped on: `{summary['analyze']}`",
+    ]
+    atomic_write_text(out / "design.md", "\n".join(lines) + "\n")
+    print(
+        f"stop: after {participants} participants {winner} is above every other model at the interim alpha "
+        f"{interim:g}; no batch {batches + 1} written (report: {out / 'design.md'})"
+    )
+    return out / "design.md"
 
 
 CRITERIA = {
@@ -287,6 +330,18 @@ def _balanced_lines(balanced: dict | None) -> list[str]:
     ]
 
 
+def _interim_lines(summary: dict) -> list[str]:
+    """How the study's alpha is split between interim looks and the final test (adaptive.interim_alpha)."""
+    if not summary["interim_alpha"]:
+        return []
+    looks = summary["batch"] - 1
+    return [
+        f"- interim looks at alpha {summary['interim_alpha']:g} each, before every later batch ({looks} so far); "
+        f"should the study end with this batch, its final analysis runs at `bootstrap.alpha={summary['alpha']:g}`, "
+        "what the looks left of plan.alpha"
+    ]
+
+
 def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, candidates: Candidates) -> None:
     conditions: dict[str, int] = {}
     for i in design.chosen:
@@ -309,8 +364,9 @@ def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, ca
         f"{summary['noise']['shared_sd']:.2f}{' (fitted)' if summary['noise']['shared_sd_fitted'] else ''} "
         f"({summary['noise']['source']})",
         f"- candidate truths: {', '.join(summary['candidate_truths'])}",
-        f"- participants needed for power {summary['power']} at alpha {summary['alpha']} ({summary['correction']}): "
+        f"- participants needed for power {summary['power']} at alpha {summary['alpha']:g} ({summary['correction']}): "
         f"{summary['participants_needed'] or 'not reachable with these stimuli'}",
+        *_interim_lines(summary),
         *_balanced_lines(summary["balanced_design"]),
         "",
         "| truth | rival | expected difference in mean r | z | power | participants needed |",

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests
 from controversial.analysis.results import AnalysisResults
 from controversial.analysis.separation import ReferencePanel
-from controversial.analysis.simulate import ParticipantNoise, simulate_participants
+from controversial.analysis.simulate import ParticipantNoise, simulate_models, simulate_participants
 from controversial.records.responses import write_model_responses
 from controversial.settings import PreviousBatch
-from controversial.study.adaptive import evidence, next_batch
+from controversial.study.adaptive import confirmed_best, evidence, final_alpha, next_batch
 from controversial.study.bundle import load_bundle
 from controversial.study.candidates import build_candidates
 from controversial.study.design import DesignConstraints, select_design
@@ -117,8 +118,9 @@ def test_two_batch_adaptive_study_through_the_server_recovers_the_true_model(tmp
 
     first = previous_batch(PreviousBatch(bundle=str(v1), responses=str(r1)), candidates, P, DIGITS)
     assert first.human.shape == (4, 40, 10)
-    found = evidence([first], MODELS, n_resamples=500)
+    found = evidence([first], MODELS, n_resamples=500, interim_alpha=0.01)
     assert TRUTH in found.candidates and 0.4 < found.noise.sd.mean() < 1.3
+    assert found.confirmed in (None, TRUTH)  # an interim look may stop the study, on the truth only
     second = next_batch(candidates.pool, P, found, constraints, 4, n_panel=8, max_exchanges=10)
     v2 = write(second, 2)
     assert load_bundle(v2).batch == 2 and v2.name == "v2"
@@ -163,3 +165,28 @@ def analyze(out: Path, ratings: str, models: Path) -> AnalysisResults:
     ]
     out.mkdir(parents=True, exist_ok=True)
     return run_task("analyze", overrides, out)
+
+
+def simulated_study(noise_sd: tuple[float, float], n_people: int):  # type: ignore[no-untyped-def]
+    """Three simulated models, people who follow the second, and the bootstrap the analysis would run."""
+    models = simulate_models(n_models=3, stimuli_per_pair=20, natural_per_class=4, seed=2)
+    people = simulate_participants(models.probabilities[1], n_people, ParticipantNoise(sd=noise_sd), seed=3)
+    conditions = [s.condition for s in models.stimuli]
+    return models.names, bootstrap(people, models.probabilities, models.names, conditions, 2000, seed=0)
+
+
+def test_the_interim_look_confirms_the_model_the_analysis_puts_above_every_other():
+    """``confirmed_best`` is the analysis's own verdict (``pairwise_tests`` over the models and the lower ceiling,
+    Holm-Sidak): the generating model once every comparison with it is significant, nobody while one is not."""
+    names, clear = simulated_study((0.5, 1.0), 8)
+    verdict = pairwise_tests(clear, include=[*names, LOWER], alpha=0.01).significance
+    assert all(verdict[1, j] == 1 for j in (0, 2)) and confirmed_best(clear, names, 0.01) == 1
+    names, faint = simulated_study((20.0, 30.0), 2)
+    verdict = pairwise_tests(faint, include=[*names, LOWER], alpha=0.01).significance
+    assert not all(verdict[1, j] == 1 for j in (0, 2)) and confirmed_best(faint, names, 0.01) is None
+
+
+def test_each_interim_look_spends_its_alpha_out_of_the_final_tests():
+    assert final_alpha(0.05, 0.01, 0) == 0.05 and final_alpha(0.05, 0.01, 2) == pytest.approx(0.03)
+    with pytest.raises(ValueError, match="2 interim looks at alpha 0.025 spend all of the study's alpha 0.05"):
+        final_alpha(0.05, 0.025, 2)

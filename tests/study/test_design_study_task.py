@@ -17,10 +17,12 @@ from controversial.analysis.simulate import (
     write_study,
 )
 from controversial.cli import describe_validation_error
+from controversial.records.responses import write_human_ratings
 from controversial.settings import DesignPlan
 from controversial.study.bundle import load_bundle
+from controversial.study.candidates import build_candidates
 from controversial.tasks import design_study
-from testkit import run_task, write_tiny_checkpoints
+from testkit import run_task, settings_for, write_tiny_checkpoints
 
 from .helpers import fake_mnist_test, make_sweep
 
@@ -121,3 +123,75 @@ def test_plan_shared_sd_takes_a_number_or_fit_and_says_so(value):
     with pytest.raises(ValidationError) as refused:
         DesignPlan(shared_sd=value)
     assert "neither a number >= 0 (logit units) nor 'fit'" in describe_validation_error(refused.value)
+
+
+def test_an_interim_look_stops_the_study_once_one_model_is_above_every_other(tmp_path, monkeypatch):
+    """adaptive.interim_alpha: batch 1's people follow kde closely, so the look before batch 2 puts kde above abs
+    and vgg at 0.01 (Holm-Sidak, the analysis's test) and the study stops: no v2 bundle, and a report naming kde and
+    the alpha to analyse at. Without the look the same ratings give batch 2, planned at the full alpha; with it and
+    people who follow none of the models, batch 2 is planned at what the look left (0.05 - 0.01)."""
+    overrides = tiny_design_study(tmp_path, monkeypatch)
+    seen = {}
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen["candidates"] = build_candidates(*args, **kwargs)
+        return seen["candidates"]
+
+    def probabilities(models, images, batch_size):  # type: ignore[no-untyped-def]
+        logits = np.random.default_rng(0).normal(-2.0, 2.0, (len(MODELS), len(images), 10))
+        return 1 / (1 + np.exp(-logits))  # three unrelated models
+
+    monkeypatch.setattr(design_study, "build_candidates", recording)
+    monkeypatch.setattr(design_study, "model_probabilities", probabilities)
+    v1 = run_task("design_study", overrides, tmp_path / "run1")
+    names = seen["candidates"].names
+    chosen = [names.index(image) for image in json.loads((tmp_path / "run1" / "design.json").read_text())["chosen"]]
+    P = probabilities(None, names, 0)
+
+    def responses(path, percept):  # type: ignore[no-untyped-def]
+        people = simulate_participants(percept[chosen], 4, ParticipantNoise(sd=(0.3, 0.5)), seed=1)
+        rows = [
+            [f"P{s + 1:04d}", names[n], 0, str(k), "", "", "", "", float(people[s, i, k]), 1.0, 2.0, i]
+            for s in range(4)
+            for i, n in enumerate(chosen)
+            for k in range(10)
+        ]
+        write_human_ratings(path, rows)
+        return path
+
+    follows_kde = responses(tmp_path / "kde.csv", P[MODELS.index("kde")])
+    later = [f"adaptive.previous=[{{bundle: {v1}, responses: {follows_kde}}}]", "adaptive.n_resamples=2000"]
+    stop = run_task("design_study", overrides + later + ["adaptive.interim_alpha=0.01"], tmp_path / "run2")
+    report = json.loads((tmp_path / "run2" / "design.json").read_text())
+    assert stop == tmp_path / "run2" / "design.md" and not (tmp_path / "studies" / "designed" / "v2").exists()
+    assert report["stopped"] and report["confirmed"] == "kde" and report["participants"] == 4
+    assert report["mean_r"]["kde"] > max(report["mean_r"]["abs"], report["mean_r"]["vgg"])
+    assert "bootstrap.alpha=0.01" in report["analyze"] and "kde is above every other model" in stop.read_text()
+
+    v2 = run_task("design_study", overrides + later, tmp_path / "run3")
+    assert load_bundle(v2).batch == 2 and json.loads((tmp_path / "run3" / "design.json").read_text())["alpha"] == 0.05
+
+    unrelated = 1 / (1 + np.exp(-np.random.default_rng(1).normal(-2.0, 2.0, P[0].shape)))
+    noise_only = responses(tmp_path / "none.csv", unrelated)
+    look = [f"adaptive.previous=[{{bundle: {v1}, responses: {noise_only}}}]", "adaptive.n_resamples=2000"]
+    v3 = run_task("design_study", overrides + look + ["adaptive.interim_alpha=0.01"], tmp_path / "run4")
+    summary = json.loads((tmp_path / "run4" / "design.json").read_text())
+    assert load_bundle(v3).batch == 2 and summary["alpha"] == pytest.approx(0.04) and summary["interim_alpha"] == 0.01
+    assert "its final analysis runs at `bootstrap.alpha=0.04`" in (tmp_path / "run4" / "design.md").read_text()
+
+
+@pytest.mark.parametrize("interim, batches", [(0.05, 0), (0.03, 2)])
+def test_interim_looks_must_leave_alpha_for_the_final_test(tmp_path, interim, batches):
+    previous = ",".join("{bundle: b, responses: r.csv}" for _ in range(batches))
+    with pytest.raises(ValidationError) as refused:
+        settings_for(
+            "design_study",
+            [
+                "sweep_dir=s",
+                "name=n",
+                "models=[a,b]",
+                f"adaptive.interim_alpha={interim}",
+                f"adaptive.previous=[{previous}]",
+            ],
+        )
+    assert "leaves nothing of plan.alpha=0.05 for the final test" in describe_validation_error(refused.value)
