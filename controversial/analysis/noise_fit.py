@@ -99,18 +99,25 @@ def fit_shared_sd(
     reference model does not predict, and the fitted sd (``fit_noise``) holds both, sd^2 = own^2 + (gain x
     shared)^2; so for a candidate shared sd each person keeps the rest as own noise and the agreement follows.
     The expected r is integrated over the deviation (Gauss-Hermite, as ``simulate.shared_moments``).
-    Needs two participants; returns 0 when people agree no more than the reference model explains.
+    Needs two participants whose ratings vary (one who gives a single rating throughout agrees with nobody and
+    is left out); returns 0 when people agree no more than the reference model explains. A ValueError when
+    neither the ratings nor the fitted noise model leave a pair of participants to compare.
     """
     human = np.asarray(human, dtype=np.float64)
-    if human.shape[0] < 2:
-        raise ValueError(f"fit_shared_sd needs ratings of at least two participants, got {human.shape[0]}")
     flat = human.reshape(human.shape[0], -1)
+    varies = flat.std(axis=1) > 0
+    if varies.sum() < 2:
+        raise ValueError(
+            f"fit_shared_sd needs ratings of at least two participants whose ratings vary; of {len(flat)}, "
+            f"{int((~varies).sum())} gave one rating throughout"
+        )
+    flat = flat[varies]
     r = np.corrcoef(flat)
     observed = float(r[np.triu_indices(len(r), 1)].mean())
     latent = logit(np.asarray(model, dtype=np.float64)[fit.reference]).ravel()
     points, weights = np.polynomial.hermite_e.hermegauss(nodes)
     weights = weights / weights.sum()
-    gain, sd = np.abs(fit.gain)[:, None], fit.sd[:, None]
+    gain, sd, signed_gain = np.abs(fit.gain[varies])[:, None], fit.sd[varies][:, None], fit.gain[varies]
 
     def agreement(shared: float) -> float:
         own = own_sd(sd, gain, shared)
@@ -118,7 +125,7 @@ def fit_shared_sd(
         square = np.zeros_like(first)
         cross = np.zeros((len(gain), len(gain)))
         for point, weight in zip(points, weights):
-            mean_latent = fit.gain[:, None] * np.clip(latent + shared * point, -LOGIT_BOUND, LOGIT_BOUND)
+            mean_latent = signed_gain[:, None] * np.clip(latent + shared * point, -LOGIT_BOUND, LOGIT_BOUND)
             mean, second = rating_moments(mean_latent, own, scale)
             first += weight * mean
             square += weight * second
@@ -126,10 +133,17 @@ def fit_shared_sd(
         centre = first.mean(axis=1)
         covariance = cross - np.outer(centre, centre)
         variance = square.mean(axis=1) - centre**2
-        expected = covariance / np.sqrt(np.outer(variance, variance))
-        return float(expected[np.triu_indices(len(expected), 1)].mean())
+        with np.errstate(divide="ignore", invalid="ignore"):  # a person the model expects to rate one level
+            expected = covariance / np.sqrt(np.outer(variance, variance))
+        pairs = expected[np.triu_indices(len(expected), 1)]
+        return float(pairs[np.isfinite(pairs)].mean()) if np.isfinite(pairs).any() else np.nan
 
     high = float(np.min(sd[:, 0] / np.maximum(gain[:, 0], 1e-6)))
+    if not np.isfinite(agreement(0.0)):
+        raise ValueError(
+            "fit_shared_sd: the fitted noise model expects every participant but one to give a single rating "
+            "throughout (gain near 0 against the reference model), so it predicts no agreement to match"
+        )
     if agreement(0.0) >= observed:
         return 0.0
     if agreement(high) <= observed:

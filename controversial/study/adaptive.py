@@ -48,13 +48,18 @@ class Evidence:
     candidates: tuple[int, ...]  # model indices still plausible as the truth
     noise: NoiseFit
     estimates: np.ndarray  # (M,) pooled mean r so far
-    shared_sd: float = 0.0  # the deviation from the leader the participants share (``fit_shared_sd``)
+    shared_sd: float = 0.0  # the deviation from the leader the participants share (``fit_shared_sd``); nan: unfit
     confirmed: int | None = None  # the model above every other at the interim look's alpha (``confirmed_best``)
 
     def planned_noise(self, shared_sd: float | Literal["fit"]) -> tuple[ParticipantNoise, float]:
         """The noise model a next batch is planned with and the shared deviation it plans for: ``shared_sd``, or
         "fit": the one the batches so far show. The fitted own noise keeps what that deviation does not explain."""
         shared = self.shared_sd if shared_sd == "fit" else float(shared_sd)
+        if np.isnan(shared):
+            raise ValueError(
+                "shared_sd=fit: the batches so far give no shared deviation to fit (each needs two participants "
+                "whose ratings vary; see the log); give a number instead (0: none)"
+            )
         return self.noise.noise(shared), shared
 
 
@@ -111,11 +116,13 @@ def evidence(
         fit = fit_noise(b.human[:, keep], b.model[:, keep], reference=leader)
         gains.append(fit.gain)
         sds.append(fit.sd)
-        if len(fit.sd) >= 2:  # agreement needs a pair of participants
+        try:
             shared.append(fit_shared_sd(b.human[:, keep], b.model[:, keep], fit))
             weights.append(len(fit.sd))
+        except ValueError as reason:  # too few people, or none whose ratings vary: this batch gives no fit
+            log.warning("batch of %d participants: no shared deviation fitted (%s)", len(fit.sd), reason)
     noise = NoiseFit(leader, np.concatenate(gains), np.concatenate(sds))
-    shared_sd = float(np.average(shared, weights=weights)) if shared else 0.0
+    shared_sd = float(np.average(shared, weights=weights)) if shared else np.nan
     log.info(
         "evidence: candidate truths %s, fitted sd %.2f-%.2f, gain %.2f-%.2f, shared sd %.2f",
         [names[m] for m in candidates],

@@ -108,7 +108,10 @@ def planning_noise(plan: DesignPlan, first_batch: bool = True) -> tuple[Particip
         exclude_repetitions=True,
     )
     fit = fit_noise(pilot.human, pilot.model)
-    shared = fit_shared_sd(pilot.human, pilot.model, fit) if plan.shared_sd == "fit" else plan.shared_sd
+    try:
+        shared = fit_shared_sd(pilot.human, pilot.model, fit) if plan.shared_sd == "fit" else plan.shared_sd
+    except ValueError as reason:
+        raise DesignError(f"plan.shared_sd=fit on {plan.pilot_ratings}: {reason}") from reason
     return (
         fit.noise(shared),
         shared,
@@ -157,7 +160,11 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         )
         if found.confirmed is not None:
             return _stop(out, cfg, names, found, sum(b.human.shape[0] for b in batches))
-        (noise, shared_sd), truths = found.planned_noise(plan.shared_sd), list(found.candidates)
+        try:
+            noise, shared_sd = found.planned_noise(plan.shared_sd)
+        except ValueError as reason:
+            raise DesignError(f"plan.{reason}") from reason
+        truths = list(found.candidates)
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     pool = candidates.pool
     baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion)

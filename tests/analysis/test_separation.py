@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from controversial.analysis.bootstrap import bootstrap
-from controversial.analysis.noise_fit import fit_noise, fit_shared_sd
+from controversial.analysis.noise_fit import NoiseFit, fit_noise, fit_shared_sd
 from controversial.analysis.separation import ReferencePanel, critical_z, softmin
 from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_models, simulate_participants
 
@@ -113,6 +113,20 @@ def test_fit_shared_sd_recovers_how_far_people_deviate_together(shared_sd, own):
     assert fit.noise(found).sd[1] < fit.noise().sd[1]
     with pytest.raises(ValueError, match="at least two participants"):
         fit_shared_sd(ratings[:1], models.probabilities, fit)
+
+
+def test_a_participant_who_gives_one_rating_throughout_is_left_out_of_the_shared_fit():
+    """A straight-liner agrees with nobody (their r is undefined): the fit uses the others, and says so when fewer
+    than two are left rather than fail inside the root finder."""
+    models = simulate_models(n_models=4, stimuli_per_pair=20, natural_per_class=10, seed=0)
+    ratings = simulate_participants(shared_deviation(models.probabilities[1], 3.0, seed=5), 6, seed=6)
+    fit = fit_noise(ratings, models.probabilities)
+    alone = fit_shared_sd(ratings[1:], models.probabilities, NoiseFit(fit.reference, fit.gain[1:], fit.sd[1:]))
+    ratings[0] = 0.25
+    assert fit_shared_sd(ratings, models.probabilities, fit) == pytest.approx(alone)
+    ratings[2:] = 0.25
+    with pytest.raises(ValueError, match="of 6, 5 gave one rating throughout"):
+        fit_shared_sd(ratings, models.probabilities, fit)
 
 
 def test_a_shared_deviation_is_integrated_out_and_matches_studies_that_draw_it(tiny):

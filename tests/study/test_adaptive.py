@@ -16,7 +16,8 @@ from controversial.analysis.separation import ReferencePanel
 from controversial.analysis.simulate import ParticipantNoise, simulate_models, simulate_participants
 from controversial.records.responses import write_model_responses
 from controversial.settings import PreviousBatch
-from controversial.study.adaptive import confirmed_best, evidence, final_alpha, next_batch
+from controversial.analysis.noise_fit import NoiseFit
+from controversial.study.adaptive import Evidence, confirmed_best, evidence, final_alpha, next_batch
 from controversial.study.bundle import load_bundle
 from controversial.study.candidates import build_candidates
 from controversial.study.design import DesignConstraints, select_design
@@ -190,3 +191,10 @@ def test_each_interim_look_spends_its_alpha_out_of_the_final_tests():
     assert final_alpha(0.05, 0.01, 0) == 0.05 and final_alpha(0.05, 0.01, 2) == pytest.approx(0.03)
     with pytest.raises(ValueError, match="2 interim looks at alpha 0.025 spend all of the study's alpha 0.05"):
         final_alpha(0.05, 0.025, 2)
+
+
+def test_planning_for_a_fitted_shared_deviation_the_batches_could_not_give_says_so():
+    found = Evidence((0,), NoiseFit(0, np.ones(2), np.ones(2)), np.zeros(2), shared_sd=np.nan)
+    with pytest.raises(ValueError, match="shared_sd=fit: the batches so far give no shared deviation to fit"):
+        found.planned_noise("fit")
+    assert found.planned_noise(1.5)[1] == 1.5
