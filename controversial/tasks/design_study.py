@@ -272,7 +272,6 @@ def _stop(out: Path, cfg: DesignStudySettings, names: Sequence[str], found: Evid
         "analyze": f"python analyze.py 'human_ratings=[{responses}]' model_responses=<models.csv> "
         f"bootstrap.alpha={interim:g}",
     }
-    atomic_write_text(out / "design.json", json.dumps(summary, indent=2) + "\n")
     lines = [
         f"# Study design: stop before batch {batches + 1}",
         "",
@@ -283,7 +282,7 @@ def _stop(out: Path, cfg: DesignStudySettings, names: Sequence[str], found: Evid
         "- pooled mean r so far: " + ", ".join(f"{m} {r:.3f}" for m, r in summary["mean_r"].items()),
         f"- report it with the test it stopped on: `{summary['analyze']}`",
     ]
-    atomic_write_text(out / "design.md", "\n".join(lines) + "\n")
+    _write_reports(out, summary, lines)
     print(
         f"stop: after {participants} participants {winner} is above every other model at the interim alpha "
         f"{interim:g}; no batch {batches + 1} written (report: {out / 'design.md'})"
@@ -359,7 +358,6 @@ def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, ca
         "stimuli_per_condition": conditions,
         "chosen": [candidates.names[i] for i in design.chosen],
     }
-    atomic_write_text(out / "design.json", json.dumps(payload, indent=2) + "\n")
     lines = [
         f"# Study design, batch {summary['batch']}",
         "",
@@ -386,4 +384,10 @@ def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, ca
     ]
     lines += ["", "| condition | stimuli |", "|---|---|"]
     lines += [f"| {c} | {k} |" for c, k in sorted(conditions.items(), key=lambda x: -x[1])]
+    _write_reports(out, payload, lines)
+
+
+def _write_reports(out: Path, payload: dict, lines: list[str]) -> None:
+    """design.json and design.md in the run dir, each written whole or not at all."""
+    atomic_write_text(out / "design.json", json.dumps(payload, indent=2) + "\n")
     atomic_write_text(out / "design.md", "\n".join(lines) + "\n")
