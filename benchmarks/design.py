@@ -28,11 +28,11 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
     participants averaged over truths, none above the paper design's need);
 (d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
     their ratings and a new design for the rest (``controversial.study.adaptive``; ``--adaptive-panel``
-    reference participants per candidate truth, ``--adaptive-shared-sd``); pooled test; at least 4 participants,
-    since each batch needs 2 for its noise ceiling. With ``--interim-alpha a`` an interim look after batch 1 stops
-    the study when the test at alpha a puts one model above every other (a success only if it is the truth), and
-    the final test runs at 0.05 - a; the cell then also gives the participants such studies take on average
-    (E, at the count with power >= 0.8);
+    reference participants per candidate truth, ``--adaptive-shared-sd``; ``--sim-jobs`` processes per cell);
+    pooled test; at least 4 participants, since each batch needs 2 for its noise ceiling. With ``--interim-alpha a``
+    an interim look after batch 1 stops the study when the test at alpha a puts one model above every other (a
+    success only if it is the truth), and the final test runs at 0.05 - a; the cell then also gives the
+    participants such studies take on average (E, at the count with power >= 0.8);
 (e) with ``--dedicated``: for each truth, a design chosen by the same planner to separate that truth alone (a reference
     panel of that truth only), what no design for all nine can be expected to beat: the headroom of (c).
 
@@ -58,7 +58,7 @@ import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from functools import partial
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 from pathlib import Path
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -197,6 +197,11 @@ class Study:
         dist = pooled_bootstrap(parts, self.names, self.args.resamples, seed=sim)
         return self.wins(dist, final_alpha(ALPHA, interim, 1))
 
+    def adaptive_trial(self, first: np.ndarray, n: int, sim: int) -> tuple[bool, tuple | None, int | None]:
+        """``success_adaptive`` with what it recorded, for a run in another process (``adaptive_power``)."""
+        success = self.success_adaptive(first, n, sim)
+        return success, self.screens.get((n, sim)), self.stops.get((n, sim))
+
     def expected_participants(self, n: int) -> float:
         """Participants the simulated adaptive studies of ``n`` took on average: batch 1's where the interim look
         stopped them."""
@@ -227,28 +232,40 @@ class Study:
         return self.cache[key]
 
 
-def power(trial, n: int, sims: int) -> float:  # type: ignore[no-untyped-def]
+def power(trial, sims: int, n: int) -> float:  # type: ignore[no-untyped-def]
+    """The share of ``sims`` simulated studies of ``n`` participants in which ``trial(n, sim)`` succeeds."""
     return float(np.mean([trial(n, s) for s in range(sims)]))
 
 
-def needed(trial, sims: int, target: float, lo: int = 0) -> Cell:  # type: ignore[no-untyped-def]
-    """Smallest count in GRID[lo:] with power >= target, and how to print it ("> x" when even the largest
-    falls short, "<= x" when GRID[lo] > 2 already suffices). Galloping search: GRID[lo], then steps of
+def adaptive_power(study: Study, first: np.ndarray, sims: int, workers: ProcessPoolExecutor, n: int) -> float:
+    """``power`` of the adaptive study with its simulated studies in ``workers`` processes; what each recorded
+    (batch 1's screen, the interim look's stop) is copied back into ``study``."""
+    outcomes = list(workers.map(partial(study.adaptive_trial, first, n), range(sims)))
+    for sim, (_, screen, stop) in enumerate(outcomes):
+        if screen is not None:
+            study.screens[n, sim] = screen
+        study.stops[n, sim] = stop
+    return float(np.mean([success for success, _, _ in outcomes]))
+
+
+def needed(power_at: Callable[[int], float], target: float, lo: int = 0) -> Cell:
+    """Smallest count in GRID[lo:] with ``power_at(count)`` >= target, and how to print it ("> x" when even the
+    largest falls short, "<= x" when GRID[lo] > 2 already suffices). Galloping search: GRID[lo], then steps of
     1, 2, 4, ... grid points up to the first success, then bisection below it (power grows with count)."""
     passed, failed, step, at = None, lo - 1, 1, lo
     while at < len(GRID):
-        if power(trial, GRID[at], sims) >= target:
+        if power_at(GRID[at]) >= target:
             passed = at
             break
         failed, at, step = at, at + step, 2 * step
     if passed is None:
-        if failed < len(GRID) - 1 and power(trial, GRID[-1], sims) >= target:
+        if failed < len(GRID) - 1 and power_at(GRID[-1]) >= target:
             passed = len(GRID) - 1
         else:
             return Cell(None, f"> {GRID[-1]}")
     while passed - failed > 1:
         mid = (passed + failed) // 2
-        if power(trial, GRID[mid], sims) >= target:
+        if power_at(GRID[mid]) >= target:
             passed = mid
         else:
             failed = mid
@@ -333,6 +350,13 @@ def main() -> None:
     )
     parser.add_argument("--jobs", type=int, default=1, help="(truth, design) cells simulated in parallel processes")
     parser.add_argument(
+        "--sim-jobs",
+        type=int,
+        default=1,
+        help="processes per adaptive cell, each running some of its simulated studies (the adaptive cells of truths "
+        "that need many participants take longest; with many cores, --jobs x --sim-jobs up to their number)",
+    )
+    parser.add_argument(
         "--cache-dir",
         default=str(ROOT / "outputs" / "design" / "cache"),
         help="where chosen optimal designs are kept and found again (keyed by the pool and the choice's settings)",
@@ -364,8 +388,8 @@ def main() -> None:
         args.adaptive_shared_sd = number
     if not 0 <= args.interim_alpha < ALPHA:
         parser.error(f"--interim-alpha must be in [0, {ALPHA}): it is spent out of the study's alpha")
-    if args.jobs < 1:
-        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    if args.jobs < 1 or args.sim_jobs < 1:
+        parser.error(f"--jobs and --sim-jobs must be >= 1, got {args.jobs} and {args.sim_jobs}")
     if not Path(args.pool).is_file():
         parser.error(f"--pool {args.pool}: no such file; build it once with python benchmarks/design_pool.py")
     logging.basicConfig(format="  %(message)s")
@@ -507,16 +531,19 @@ def simulate_cell(
     ``designs``, "adaptive", or "dedicated": a design chosen for ``t`` alone at its ``planned`` count)."""
     study = Study(P, names, pool, t, args)
     if column == "adaptive":  # from 4 participants up (each batch needs two for its noise ceiling)
-        first = designs[f"optimal, {args.criterion[0]}"]
-        trial = partial(study.success_adaptive, first)
-        result = needed(trial, args.adaptive_sims, args.power, GRID.index(4))
+        first, lo = designs[f"optimal, {args.criterion[0]}"], GRID.index(4)
+        if args.sim_jobs > 1:
+            with ProcessPoolExecutor(args.sim_jobs, mp_context=multiprocessing.get_context("fork")) as workers:
+                result = needed(partial(adaptive_power, study, first, args.adaptive_sims, workers), args.power, lo)
+        else:
+            result = needed(partial(power, partial(study.success_adaptive, first), args.adaptive_sims), args.power, lo)
         print(_screen_summary(study, result.count or max(GRID)), flush=True)
         if not args.interim_alpha or result.count is None:
             return result
         expected = study.expected_participants(result.count)
         return result._replace(label=f"{result.label} (E {expected:.1f})", expected=expected)
     design = dedicated_design(P, pool, t, planned, args) if column == "dedicated" else designs[column]
-    return needed(partial(study.success, design), args.sims, args.power)
+    return needed(partial(power, partial(study.success, design), args.sims), args.power)
 
 
 def _screen_summary(study: Study, n: int) -> str:
