@@ -139,12 +139,13 @@ def fit_shared_sd(
         return float(pairs[np.isfinite(pairs)].mean()) if np.isfinite(pairs).any() else np.nan
 
     high = float(np.min(sd[:, 0] / np.maximum(gain[:, 0], 1e-6)))
-    if not np.isfinite(agreement(0.0)):
+    without = agreement(0.0)
+    if not np.isfinite(without):
         raise ValueError(
             "fit_shared_sd: the fitted noise model expects every participant but one to give a single rating "
             "throughout (gain near 0 against the reference model), so it predicts no agreement to match"
         )
-    if agreement(0.0) >= observed:
+    if without >= observed:
         return 0.0
     if agreement(high) <= observed:
         return high
