@@ -83,6 +83,15 @@ def fit_noise(
     return NoiseFit(reference, np.array(gains), np.array(sds))
 
 
+VARIANCE_FLOOR = 1e-8  # a rating variance below this (sd 1e-4 on the rating scale) is a single rating throughout
+
+
+def _rating_variance(mean_latent: np.ndarray, sd: np.ndarray, scale: Sequence[float]) -> np.ndarray:
+    """(P,) each participant's expected variance of their ratings over all entries, for latent means (P, E)."""
+    mean, square = rating_moments(mean_latent, sd, scale)
+    return square.mean(axis=1) - mean.mean(axis=1) ** 2
+
+
 def fit_shared_sd(
     human: np.ndarray,
     model: np.ndarray,
@@ -99,25 +108,30 @@ def fit_shared_sd(
     reference model does not predict, and the fitted sd (``fit_noise``) holds both, sd^2 = own^2 + (gain x
     shared)^2; so for a candidate shared sd each person keeps the rest as own noise and the agreement follows.
     The expected r is integrated over the deviation (Gauss-Hermite, as ``simulate.shared_moments``).
-    Needs two participants whose ratings vary (one who gives a single rating throughout agrees with nobody and
-    is left out); returns 0 when people agree no more than the reference model explains. A ValueError when
-    neither the ratings nor the fitted noise model leave a pair of participants to compare.
+    Both averages cover the same participants: those whose ratings vary and whom the fitted noise model expects
+    to vary (one who gives a single rating throughout, or whom it fits with a gain near 0 and little noise,
+    agrees with nobody and is left out). Returns 0 when people agree no more than the reference model explains;
+    a ValueError when fewer than two participants are left to compare.
     """
     human = np.asarray(human, dtype=np.float64)
     flat = human.reshape(human.shape[0], -1)
-    varies = flat.std(axis=1) > 0
-    if varies.sum() < 2:
-        raise ValueError(
-            f"fit_shared_sd needs ratings of at least two participants whose ratings vary; of {len(flat)}, "
-            f"{int((~varies).sum())} gave one rating throughout"
-        )
-    flat = flat[varies]
-    r = np.corrcoef(flat)
-    observed = float(r[np.triu_indices(len(r), 1)].mean())
     latent = logit(np.asarray(model, dtype=np.float64)[fit.reference]).ravel()
     points, weights = np.polynomial.hermite_e.hermegauss(nodes)
     weights = weights / weights.sum()
-    gain, sd, signed_gain = np.abs(fit.gain[varies])[:, None], fit.sd[varies][:, None], fit.gain[varies]
+    if len(flat) != len(fit.gain):
+        raise ValueError(f"fit_shared_sd: ratings of {len(flat)} participants, a noise fit of {len(fit.gain)}")
+    varies = flat.std(axis=1) > 0
+    expected_to_vary = _rating_variance(fit.gain[:, None] * latent, fit.sd[:, None], scale) > VARIANCE_FLOOR
+    if (varies & expected_to_vary).sum() < 2:
+        raise ValueError(
+            f"fit_shared_sd needs at least two participants whose ratings vary and whom the fitted noise model "
+            f"expects to vary; of {len(flat)}, {int((~varies).sum())} gave one rating throughout and "
+            f"{int((varies & ~expected_to_vary).sum())} more are fitted with too little gain and noise to vary"
+        )
+    keep = varies & expected_to_vary
+    r = np.corrcoef(flat[keep])
+    observed = float(r[np.triu_indices(len(r), 1)].mean())
+    gain, sd, signed_gain = np.abs(fit.gain[keep])[:, None], fit.sd[keep][:, None], fit.gain[keep]
 
     def agreement(shared: float) -> float:
         own = own_sd(sd, gain, shared)
@@ -132,20 +146,12 @@ def fit_shared_sd(
             cross += weight * (mean @ mean.T) / len(latent)
         centre = first.mean(axis=1)
         covariance = cross - np.outer(centre, centre)
-        variance = square.mean(axis=1) - centre**2
-        with np.errstate(divide="ignore", invalid="ignore"):  # a person the model expects to rate one level
-            expected = covariance / np.sqrt(np.outer(variance, variance))
-        pairs = expected[np.triu_indices(len(expected), 1)]
-        return float(pairs[np.isfinite(pairs)].mean()) if np.isfinite(pairs).any() else np.nan
+        variance = np.maximum(square.mean(axis=1) - centre**2, VARIANCE_FLOOR)
+        expected = covariance / np.sqrt(np.outer(variance, variance))
+        return float(expected[np.triu_indices(len(expected), 1)].mean())
 
     high = float(np.min(sd[:, 0] / np.maximum(gain[:, 0], 1e-6)))
-    without = agreement(0.0)
-    if not np.isfinite(without):
-        raise ValueError(
-            "fit_shared_sd: the fitted noise model expects every participant but one to give a single rating "
-            "throughout (gain near 0 against the reference model), so it predicts no agreement to match"
-        )
-    if without >= observed:
+    if agreement(0.0) >= observed:
         return 0.0
     if agreement(high) <= observed:
         return high

@@ -112,6 +112,8 @@ def test_fit_shared_sd_recovers_how_far_people_deviate_together(shared_sd, own):
     assert found == pytest.approx(shared_sd, abs=0.3, rel=0.15)
     assert fit.noise(found).sd[1] < fit.noise().sd[1]
     with pytest.raises(ValueError, match="at least two participants"):
+        fit_shared_sd(ratings[:1], models.probabilities, NoiseFit(fit.reference, fit.gain[:1], fit.sd[:1]))
+    with pytest.raises(ValueError, match="ratings of 1 participants, a noise fit of 12"):
         fit_shared_sd(ratings[:1], models.probabilities, fit)
 
 
@@ -127,6 +129,22 @@ def test_a_participant_who_gives_one_rating_throughout_is_left_out_of_the_shared
     ratings[2:] = 0.25
     with pytest.raises(ValueError, match="of 6, 5 gave one rating throughout"):
         fit_shared_sd(ratings, models.probabilities, fit)
+
+
+def test_a_participant_the_noise_model_expects_to_give_one_rating_is_left_out_of_both_agreements():
+    """Observed and modelled agreement average over the same people: one whose ratings vary but whom the fitted
+    noise model expects to give one rating throughout (gain 0, almost no noise) is left out of both, so the fit
+    equals the fit without them (before, the observed agreement kept them and the modelled one dropped them)."""
+    models = simulate_models(n_models=4, stimuli_per_pair=20, natural_per_class=10, seed=0)
+    ratings = simulate_participants(shared_deviation(models.probabilities[1], 3.0, seed=5), 6, seed=6)
+    fit = fit_noise(ratings, models.probabilities)
+    alone = fit_shared_sd(ratings[1:], models.probabilities, NoiseFit(fit.reference, fit.gain[1:], fit.sd[1:]))
+    flat = NoiseFit(fit.reference, np.r_[0.0, fit.gain[1:]], np.r_[0.01, fit.sd[1:]])
+    assert fit_shared_sd(ratings, models.probabilities, flat) == pytest.approx(alone)
+    unlike = NoiseFit(fit.reference, np.r_[0.0, 0.0, fit.gain[2:]], np.r_[0.01, 0.01, fit.sd[2:]])
+    ratings[2:] = 0.25
+    with pytest.raises(ValueError, match="of 6, 4 gave one rating throughout and 2 more are fitted"):
+        fit_shared_sd(ratings, models.probabilities, unlike)
 
 
 def test_a_shared_deviation_is_integrated_out_and_matches_studies_that_draw_it(tiny):
