@@ -303,6 +303,21 @@ def main() -> None:
     parser.add_argument("--plan", type=int, default=20, help="participants the optimal design is planned for")
     parser.add_argument("--temperature", type=float, default=0.5, help="smooth minimum over pairs (plan.temperature)")
     parser.add_argument("--panel", type=int, default=256, help="reference participants per truth (plan.n_panel)")
+    parser.add_argument(
+        "--exchange-width",
+        type=int,
+        default=4,
+        help="(c)'s search: each exchange step tries this many removals x additions (select_design's exchange_width)",
+    )
+    parser.add_argument(
+        "--max-exchanges", type=int, default=200, help="(c)'s search: the most exchanges (plan.max_exchanges)"
+    )
+    parser.add_argument(
+        "--step-fraction",
+        type=float,
+        default=0.02,
+        help="(c)'s search: the share of the design greedy growth adds per step (select_design's step_fraction)",
+    )
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--truths", default="all", help="comma-separated model names, or all")
     parser.add_argument("--seed", type=int, default=0)
@@ -388,6 +403,11 @@ def main() -> None:
         args.adaptive_shared_sd = number
     if not 0 <= args.interim_alpha < ALPHA:
         parser.error(f"--interim-alpha must be in [0, {ALPHA}): it is spent out of the study's alpha")
+    if args.exchange_width < 1 or args.max_exchanges < 0 or not 0 < args.step_fraction <= 1:
+        parser.error(
+            f"--exchange-width must be >= 1, --max-exchanges >= 0 and --step-fraction in (0, 1]; got "
+            f"{args.exchange_width}, {args.max_exchanges}, {args.step_fraction}"
+        )
     if args.jobs < 1 or args.sim_jobs < 1:
         parser.error(f"--jobs and --sim-jobs must be >= 1, got {args.jobs} and {args.sim_jobs}")
     if not Path(args.pool).is_file():
@@ -507,6 +527,9 @@ def _optimal(
             seed=args.seed,
             baseline=paper if criterion == "relative" else None,
             objective=objective,
+            step_fraction=args.step_fraction,
+            max_exchanges=args.max_exchanges,
+            exchange_width=args.exchange_width,
         )
         chosen = design.chosen
         print(f"  optimal ({criterion}): weakest expected z {design.weakest:.2f} on the panel it was chosen on")
@@ -586,6 +609,9 @@ def _cache_path(args: argparse.Namespace, criterion: str) -> Path | None:
     digest = hashlib.sha256(Path(args.pool).read_bytes())
     choice = [args.seed, criterion, args.plan, args.temperature, args.panel, args.power, list(args.noise_sd)]
     choice += [args.plan_shared_sd, args.fraction, args.floor, args.paper_rule]
+    search = [args.exchange_width, args.max_exchanges, args.step_fraction]
+    if search != [4, 200, 0.02]:  # the defaults leave the keys of designs cached before these options unchanged
+        choice += search
     digest.update(json.dumps(choice).encode())
     return Path(args.cache_dir) / f"optimal-{digest.hexdigest()[:16]}.npz"
 
