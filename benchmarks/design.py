@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import inspect
 import json
 import logging
 import multiprocessing
@@ -91,6 +92,11 @@ from controversial.study.design import (  # noqa: E402
 
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
 ALPHA = 0.05  # the study's family-wise level
+# (c)'s search settings and their defaults, select_design's own: a design chosen with these keeps its cache key
+SEARCH_DEFAULTS = {
+    name: inspect.signature(select_design).parameters[name].default
+    for name in ("exchange_width", "max_exchanges", "step_fraction")
+}
 
 
 class Cell(NamedTuple):
@@ -306,16 +312,19 @@ def main() -> None:
     parser.add_argument(
         "--exchange-width",
         type=int,
-        default=4,
+        default=SEARCH_DEFAULTS["exchange_width"],
         help="(c)'s search: each exchange step tries this many removals x additions (select_design's exchange_width)",
     )
     parser.add_argument(
-        "--max-exchanges", type=int, default=200, help="(c)'s search: the most exchanges (plan.max_exchanges)"
+        "--max-exchanges",
+        type=int,
+        default=SEARCH_DEFAULTS["max_exchanges"],
+        help="(c)'s search: the most exchanges (plan.max_exchanges)",
     )
     parser.add_argument(
         "--step-fraction",
         type=float,
-        default=0.02,
+        default=SEARCH_DEFAULTS["step_fraction"],
         help="(c)'s search: the share of the design greedy growth adds per step (select_design's step_fraction)",
     )
     parser.add_argument("--power", type=float, default=0.8)
@@ -527,9 +536,7 @@ def _optimal(
             seed=args.seed,
             baseline=paper if criterion == "relative" else None,
             objective=objective,
-            step_fraction=args.step_fraction,
-            max_exchanges=args.max_exchanges,
-            exchange_width=args.exchange_width,
+            **{name: getattr(args, name) for name in SEARCH_DEFAULTS},
         )
         chosen = design.chosen
         print(f"  optimal ({criterion}): weakest expected z {design.weakest:.2f} on the panel it was chosen on")
@@ -609,9 +616,9 @@ def _cache_path(args: argparse.Namespace, criterion: str) -> Path | None:
     digest = hashlib.sha256(Path(args.pool).read_bytes())
     choice = [args.seed, criterion, args.plan, args.temperature, args.panel, args.power, list(args.noise_sd)]
     choice += [args.plan_shared_sd, args.fraction, args.floor, args.paper_rule]
-    search = [args.exchange_width, args.max_exchanges, args.step_fraction]
-    if search != [4, 200, 0.02]:  # the defaults leave the keys of designs cached before these options unchanged
-        choice += search
+    search = {name: getattr(args, name) for name in SEARCH_DEFAULTS}
+    if search != SEARCH_DEFAULTS:  # the defaults leave the keys of designs cached before these options unchanged
+        choice += list(search.values())
     digest.update(json.dumps(choice).encode())
     return Path(args.cache_dir) / f"optimal-{digest.hexdigest()[:16]}.npz"
 

@@ -115,11 +115,11 @@ def fit_shared_sd(
     """
     human = np.asarray(human, dtype=np.float64)
     flat = human.reshape(human.shape[0], -1)
+    if len(flat) != len(fit.gain):
+        raise ValueError(f"fit_shared_sd: ratings of {len(flat)} participants, a noise fit of {len(fit.gain)}")
     latent = logit(np.asarray(model, dtype=np.float64)[fit.reference]).ravel()
     points, weights = np.polynomial.hermite_e.hermegauss(nodes)
     weights = weights / weights.sum()
-    if len(flat) != len(fit.gain):
-        raise ValueError(f"fit_shared_sd: ratings of {len(flat)} participants, a noise fit of {len(fit.gain)}")
     varies = flat.std(axis=1) > 0
     expected_to_vary = _rating_variance(fit.gain[:, None] * latent, fit.sd[:, None], scale) > VARIANCE_FLOOR
     if (varies & expected_to_vary).sum() < 2:
