@@ -1,10 +1,13 @@
 """The candidate pool for ``benchmarks/design.py``: controversial stimuli of every MNIST model pair plus
 natural test images, with every model's calibrated probabilities, cached as one ``.npz``.
 
-Per unordered pair of the nine models, every cell a sweep synthesises is synthesised (one seed each,
-batched): the 90 ordered class pairs (a, b), a != b, listed by offset b - a (mod 10) so that the first
-20 are the paper's balanced ones (every class twice per side: b = a+1 and a+5). ``--offsets 1 5 3``
-gives the 30-cell pool of the benchmark runs before 2026-11-26, which capped any pair at 30 stimuli.
+Per unordered pair of the nine models, every cell a sweep synthesises is synthesised (``--seeds-per-cell``
+seeds each, default one, batched): the 90 ordered class pairs (a, b), a != b, listed by offset b - a (mod 10) so
+that the first 20 are the paper's balanced ones (every class twice per side: b = a+1 and a+5). ``--offsets 1 5 3``
+gives the 30-cell pool of the benchmark runs before 2026-11-26, which capped any pair at 30 stimuli. With more
+than one seed per cell the pool's ``seed`` column numbers them; the paper's kind of design (``benchmarks/design.py``
+(a) and (b), ``design_study.py``'s balanced design) takes each cell's most controversial seed, as a sweep's export
+does, and the optimal design may take any of them.
 Synthesis runs the project's engine with the paper's settings except ``max_steps`` (default 300, a
 CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``).
 Natural images: ``--natural-per-class`` random test images per class. Then all nine models rate
@@ -22,6 +25,8 @@ candidates verbatim and only adds these (no synthesis).
     python benchmarks/design_pool.py [--out outputs/design/pool.npz] [--max-steps 300] [--offsets 1 5 3 ...]
     python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --ranked-natural-threshold 0.5 \
         --out outputs/design/pool_ranked.npz
+    python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --seeds-per-cell 3 \
+        --out outputs/design/pool_seeds3.npz   # two more seeds of every cell, the first kept verbatim
 """
 
 from __future__ import annotations
@@ -74,28 +79,50 @@ def ranked_natural(test_probabilities: np.ndarray, threshold: float) -> dict[str
     }
 
 
+def synthesize_seeds(
+    models: dict, args: argparse.Namespace, cells: list[tuple[int, int]], seed_indices: range
+) -> dict[str, np.ndarray]:
+    """Every cell of every pair synthesised once per seed index, each rated by every model: the pool's columns
+    (source ``synthetic``). Seed index 0 of pair i starts from seed ``--seed`` + i, as pools before the ``seed``
+    column did; index k > 0 from ``--seed`` + 100 k + i, so no two (pair, seed index) share a start."""
+    settings = SynthesisSettings(max_steps=args.max_steps)
+    images, pairs, classes, hard, seeds = [], [], [], [], []
+    start = time.perf_counter()
+    for k in seed_indices:
+        for i, (a, b) in enumerate(combinations(MODELS, 2)):
+            seed = args.seed + 100 * k + i
+            initial = noise_images(cells, [seed] * len(cells), (1, 28, 28))
+            result = synthesize_batch([models[a], models[b]], torch.tensor(cells), initial, settings, seed=seed)
+            images.append(result.images)
+            pairs += [(MODELS.index(a), MODELS.index(b))] * len(cells)
+            classes += cells
+            hard.append(result.hard)
+            seeds += [k] * len(cells)
+            print(
+                f"seed {k}, {a} vs {b}: {int((result.hard >= 0.75).sum())}/{len(cells)} at >= 0.75, "
+                f"{result.total_seconds:.0f} s (total {time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
+    all_images = torch.cat(images)
+    return {
+        "probabilities": _rate(models, all_images).astype(np.float32),
+        "pairs": np.array(pairs, dtype=np.int64),
+        "classes": np.array(classes, dtype=np.int64),
+        "hard": torch.cat(hard).numpy().astype(np.float64),
+        "true_class": np.full(len(pairs), -1),
+        "test_index": np.full(len(pairs), -1),
+        "source": np.array(["synthetic"] * len(pairs)),
+        "seed": np.array(seeds, dtype=np.int64),
+        "images": (all_images * 255).round().to(torch.uint8).numpy(),
+    }
+
+
 def synthesize_pool(
     models: dict, args: argparse.Namespace, test_images: torch.Tensor, test_labels: torch.Tensor
 ) -> dict[str, np.ndarray]:
-    """Every cell of every pair, synthesised, plus ``--natural-per-class`` random test images per class, each
-    rated by every model: the pool's columns (source ``synthetic`` and ``natural``)."""
-    settings = SynthesisSettings(max_steps=args.max_steps)
-    cells = pair_cells(tuple(args.offsets))
-    images, pairs, classes, hard = [], [], [], []
-    start = time.perf_counter()
-    for i, (a, b) in enumerate(combinations(MODELS, 2)):
-        targets = torch.tensor(cells)
-        initial = noise_images(cells, [args.seed + i] * len(cells), (1, 28, 28))
-        result = synthesize_batch([models[a], models[b]], targets, initial, settings, seed=args.seed + i)
-        images.append(result.images)
-        pairs += [(MODELS.index(a), MODELS.index(b))] * len(cells)
-        classes += cells
-        hard.append(result.hard)
-        print(
-            f"{a} vs {b}: {int((result.hard >= 0.75).sum())}/{len(cells)} at >= 0.75, "
-            f"{result.total_seconds:.0f} s (total {time.perf_counter() - start:.0f} s)",
-            flush=True,
-        )
+    """Every cell of every pair, synthesised ``--seeds-per-cell`` times, plus ``--natural-per-class`` random test
+    images per class, each rated by every model: the pool's columns (source ``synthetic`` and ``natural``)."""
+    pool = synthesize_seeds(models, args, pair_cells(tuple(args.offsets)), range(args.seeds_per_cell))
     rng = np.random.default_rng(args.seed)
     natural = np.sort(
         np.concatenate(
@@ -105,20 +132,30 @@ def synthesize_pool(
             ]
         )
     )
-    all_images = torch.cat([*images, test_images[natural].float() / 255.0])
-    n_syn = len(pairs)
-    return {
-        "models": np.array(MODELS),
-        "probabilities": _rate(models, all_images).astype(np.float32),
-        "pairs": np.array(pairs + [(-1, -1)] * len(natural)),
-        "classes": np.array(classes + [(-1, -1)] * len(natural)),
-        "hard": np.concatenate([torch.cat(hard).numpy(), np.full(len(natural), np.nan)]),
-        "true_class": np.concatenate([np.full(n_syn, -1), test_labels.numpy()[natural]]),
-        "test_index": np.concatenate([np.full(n_syn, -1), natural]),
-        "source": np.array(["synthetic"] * n_syn + ["natural"] * len(natural)),
-        "images": (all_images * 255).round().to(torch.uint8).numpy(),
-        "max_steps": args.max_steps,
-    }
+    natural_images = test_images[natural].float() / 255.0
+    _append(
+        pool,
+        {
+            "probabilities": _rate(models, natural_images).astype(np.float32),
+            "pairs": np.full((len(natural), 2), -1, dtype=np.int64),
+            "classes": np.full((len(natural), 2), -1, dtype=np.int64),
+            "hard": np.full(len(natural), np.nan),
+            "true_class": test_labels.numpy()[natural],
+            "test_index": natural,
+            "source": np.array(["natural"] * len(natural)),
+            "seed": np.full(len(natural), -1),
+            "images": test_images[natural].numpy(),
+        },
+    )
+    return {"models": np.array(MODELS), **pool, "max_steps": args.max_steps}
+
+
+def _append(pool: dict[str, np.ndarray], added: dict[str, np.ndarray]) -> None:
+    """Append candidates (the same per-candidate columns) to the pool's columns, in place."""
+    for key, column in added.items():
+        pool[key] = (
+            column if key not in pool else np.concatenate([pool[key], column], axis=1 if key == "probabilities" else 0)
+        )
 
 
 def _rate(models: dict, images: torch.Tensor) -> np.ndarray:
@@ -146,15 +183,27 @@ def main() -> None:
         help="add each cell's most controversial test image when its hard score reaches this (default: none)",
     )
     parser.add_argument(
-        "--from-pool", help="keep this earlier pool's candidates verbatim and only add the ranked natural ones"
+        "--seeds-per-cell",
+        type=int,
+        default=1,
+        help="synthesis seeds per cell (with --from-pool: the earlier pool's are kept and the rest added)",
+    )
+    parser.add_argument(
+        "--from-pool",
+        help="keep this earlier pool's candidates verbatim and only add seeds (--seeds-per-cell) or the ranked "
+        "natural ones",
     )
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if list(args.offsets[:2]) != [1, 5] or not set(args.offsets) <= set(range(1, 10)):
         parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
-    if args.from_pool and args.ranked_natural_threshold is None:
-        parser.error("--from-pool only adds ranked natural images: give --ranked-natural-threshold too")
+    if args.seeds_per_cell < 1:
+        parser.error(f"--seeds-per-cell must be >= 1, got {args.seeds_per_cell}")
+    if args.from_pool and args.ranked_natural_threshold is None and args.seeds_per_cell == 1:
+        parser.error(
+            "--from-pool only adds seeds or ranked natural images: give --seeds-per-cell or --ranked-natural-threshold"
+        )
     torch.set_num_threads(1)
     start = time.perf_counter()
     out = Path(args.out)
@@ -164,7 +213,14 @@ def main() -> None:
     test_images, test_labels = load_uint8("mnist", "test", args.data_root, False)
     test_images = test_images.reshape(len(test_images), 1, 28, 28)
     if args.from_pool:
-        pool = _earlier_pool(Path(args.from_pool), parser)
+        pool = _earlier_pool(Path(args.from_pool), parser, redo_ranked=args.ranked_natural_threshold is not None)
+        have = int(pool["seed"].max()) + 1
+        if pool["max_steps"] != args.max_steps:
+            parser.error(f"--from-pool {args.from_pool} was synthesised with --max-steps {pool['max_steps']}: give it")
+        if args.seeds_per_cell > have:
+            first = (pool["seed"] == 0) & (pool["pairs"] == [0, 1]).all(axis=1)
+            cells = [(int(a), int(b)) for a, b in pool["classes"][first]]
+            _append(pool, synthesize_seeds(models, args, cells, range(have, args.seeds_per_cell)))
     else:
         pool = synthesize_pool(models, args, test_images, test_labels)
     if args.ranked_natural_threshold is not None:
@@ -191,21 +247,23 @@ def _add_ranked_natural(pool: dict[str, np.ndarray], models: dict, test_images: 
         "true_class": np.full(len(index), -1),
         "test_index": index,
         "source": np.array(["ranked_natural"] * len(index)),
+        "seed": np.full(len(index), -1),
         "images": test_images[index].numpy(),
     }
-    for key, column in added.items():
-        pool[key] = np.concatenate([pool[key], column], axis=1 if key == "probabilities" else 0)
+    _append(pool, added)
 
 
-def _earlier_pool(path: Path, parser: argparse.ArgumentParser) -> dict[str, np.ndarray]:
-    """An earlier pool's synthetic and random natural candidates, verbatim (its ranked natural ones are redone)."""
+def _earlier_pool(path: Path, parser: argparse.ArgumentParser, redo_ranked: bool) -> dict[str, np.ndarray]:
+    """An earlier pool's candidates, verbatim; with ``redo_ranked`` without its ranked natural ones (redone)."""
     with np.load(path) as earlier:
         pool = {key: earlier[key] for key in earlier.files}
     if list(pool["models"]) != list(MODELS):
         parser.error(f"--from-pool {path} rates models {list(pool['models'])}, not {list(MODELS)}")
     if "source" not in pool:  # pools written before 2026-11-26: synthetic and random natural only
         pool["source"] = np.where(pool["pairs"][:, 0] < 0, "natural", "synthetic")
-    keep = pool["source"] != "ranked_natural"
+    if "seed" not in pool:  # pools written before 2026-11-27: one seed per cell
+        pool["seed"] = np.where(pool["source"] == "synthetic", 0, -1)
+    keep = (pool["source"] != "ranked_natural") | (not redo_ranked)
     n = len(keep)
     for key, value in pool.items():
         if key == "probabilities":

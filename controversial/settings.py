@@ -477,6 +477,9 @@ class DesignBudget(Settings):
     n_attention: int = Field(4, ge=0, description="instructional attention checks")
     natural_per_class: int = Field(10, ge=0, description="natural test images in the study, per class")
     natural_candidates_per_class: int = Field(50, ge=0, description="natural test images the design chooses from")
+    seeds_per_cell: Count = Field(
+        1, description="accepted seeds per sweep cell the design may choose from, the most controversial first"
+    )
     min_per_pair: int = Field(2, ge=0, description="every targeted model pair at least this often (a stratum)")
     class_tolerance: Fraction = Field(0.1, description="each class a target within +- this fraction of the mean")
 

@@ -1,4 +1,4 @@
-"""The candidate pool a design chooses from: the best accepted stimulus of every sweep cell, and natural images.
+"""The candidate pool a design chooses from: the best accepted stimuli of every sweep cell, and natural images.
 
 Rebuilt deterministically from (sweep, seed), so an adaptive study's later batches see the same pool
 and can map earlier batches' image names back to pool entries.
@@ -41,9 +41,11 @@ def build_candidates(
     natural_per_class: int,
     sources: Sequence[str] = ("synthetic",),
     seed: int = 0,
+    seeds_per_cell: int = 1,
 ) -> Candidates:
-    """Every accepted cell's most controversial seed, plus ``natural_per_class`` random test images per class."""
-    cells = best_per_cell(stimuli, sources)
+    """Every accepted cell's ``seeds_per_cell`` most controversial seeds, plus ``natural_per_class`` random test
+    images per class."""
+    cells = best_per_cell(stimuli, sources, seeds_per_cell)
     if not cells:
         raise SelectionError(f"no accepted stimuli with source in {list(sources)} in the sweep")
     datasets = sorted({s.row.dataset for s in cells})

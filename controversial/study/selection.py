@@ -98,11 +98,23 @@ def _best_per_cell(stimuli: list[SweepStimulus]) -> dict[tuple[int, int], SweepS
     return best
 
 
-def best_per_cell(stimuli: Iterable[SweepStimulus], sources: Sequence[str] = ("synthetic",)) -> list[SweepStimulus]:
-    """The candidates a design chooses from: per model pair and ordered class pair, the most controversial
-    accepted seed (in pair order, then cell order)."""
-    by_pair = _by_pair(_eligible(stimuli, sources))
-    return [cells[c] for pair in sorted(by_pair) for cells in [_best_per_cell(by_pair[pair])] for c in sorted(cells)]
+def best_per_cell(
+    stimuli: Iterable[SweepStimulus], sources: Sequence[str] = ("synthetic",), per_cell: int = 1
+) -> list[SweepStimulus]:
+    """The candidates a design chooses from: per model pair and ordered class pair, the ``per_cell`` most
+    controversial accepted seeds (in pair order, then cell order, then the most controversial first, so each
+    cell's first is the one the paper's selection takes). More than one gives an optimiser more stimuli for the
+    pairs it needs most, each a distinct image (another seed's start)."""
+    if per_cell < 1:
+        raise ValueError(f"per_cell must be >= 1, got {per_cell}")
+    by_cell: dict[tuple[tuple[str, str], tuple[int, int]], list[SweepStimulus]] = defaultdict(list)
+    for stim in _eligible(stimuli, sources):
+        by_cell[stim.pair, stim.oriented_classes].append(stim)
+    return [
+        stim
+        for key in sorted(by_cell)
+        for stim in sorted(by_cell[key], key=lambda s: -s.row.hard_score)[:per_cell]  # stable: the first on ties
+    ]
 
 
 def _class_names(stimuli: Iterable[SweepStimulus]) -> dict[int, str]:

@@ -75,7 +75,7 @@ def previous_batch(
     if missing:
         raise DesignError(
             f"{bundle.label}: image {missing[0]!r} is not among the candidates; rebuild the pool with "
-            "the first batch's sweep_dir, sources, seed and natural_candidates_per_class"
+            "the first batch's sweep_dir, sources, seed, natural_candidates_per_class and seeds_per_cell"
         )
     images = sorted({index[r.image] for r in rows})
     subjects = sorted({r.subject for r in rows})
@@ -133,7 +133,9 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     images, labels = load_uint8(dataset, "test", cfg.data.root, cfg.data.download)
     test_set = (images.numpy(), labels.numpy())
     budget, plan = cfg.budget, cfg.plan
-    candidates = build_candidates(stimuli, test_set, budget.natural_candidates_per_class, cfg.sources, cfg.seed)
+    candidates = build_candidates(
+        stimuli, test_set, budget.natural_candidates_per_class, cfg.sources, cfg.seed, budget.seeds_per_cell
+    )
     models = [load_model(ref, dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
     names = [m.name for m in models]
     unknown = [t for t in plan.truths if t not in names]

@@ -67,11 +67,11 @@ def make_run(
     return rows
 
 
-def make_sweep(root: Path, pairs=(("abs", "vgg"), ("kde", "vgg")), seed: int = 0) -> Path:
-    """A sweep folder with one run per model pair."""
+def make_sweep(root: Path, pairs=(("abs", "vgg"), ("kde", "vgg")), seed: int = 0, seeds: int = 1) -> Path:
+    """A sweep folder with one run per model pair, ``seeds`` attempts per cell."""
     rng = np.random.default_rng(seed)
     for model_a, model_b in pairs:
-        make_run(root / f"{model_a}_vs_{model_b}", model_a, model_b, rng)
+        make_run(root / f"{model_a}_vs_{model_b}", model_a, model_b, rng, seeds=seeds)
     return root
 
 

@@ -20,7 +20,8 @@ from controversial.cli import describe_validation_error
 from controversial.records.responses import write_human_ratings
 from controversial.settings import DesignPlan
 from controversial.study.bundle import load_bundle
-from controversial.study.candidates import build_candidates
+from controversial.study.candidates import balanced_design, build_candidates
+from controversial.study.selection import collect_sweep
 from controversial.tasks import design_study
 from testkit import run_task, settings_for, write_tiny_checkpoints
 
@@ -29,9 +30,10 @@ from .helpers import fake_mnist_test, make_sweep
 MODELS = ("abs", "kde", "vgg")
 
 
-def tiny_design_study(tmp_path, monkeypatch) -> list[str]:  # type: ignore[no-untyped-def]
-    """A sweep of three pairs, tiny checkpoints and fake MNIST test images; the overrides of a 43-trial study."""
-    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "kde"), ("abs", "vgg"), ("kde", "vgg")))
+def tiny_design_study(tmp_path, monkeypatch, seeds: int = 1) -> list[str]:  # type: ignore[no-untyped-def]
+    """A sweep of three pairs (``seeds`` per cell), tiny checkpoints and fake MNIST test images; the overrides of a
+    43-trial study."""
+    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "kde"), ("abs", "vgg"), ("kde", "vgg")), seeds=seeds)
     write_tiny_checkpoints(tmp_path / "models" / "mnist", MODELS, "mnist")
     images, labels = fake_mnist_test("mnist", n_per_class=6)
     monkeypatch.setattr(design_study, "load_uint8", lambda *args: (torch.from_numpy(images), torch.from_numpy(labels)))
@@ -195,3 +197,26 @@ def test_interim_looks_must_leave_alpha_for_the_final_test(tmp_path, interim, ba
             ],
         )
     assert "leaves nothing of plan.alpha=0.05 for the final test" in describe_validation_error(refused.value)
+
+
+def test_more_seeds_per_cell_give_the_design_more_candidates_and_keep_the_balanced_yardstick(tmp_path, monkeypatch):
+    """budget.seeds_per_cell=2: every cell offers its two most controversial seeds; the balanced design (the
+    participants criterion's yardstick) still takes each cell's best, so it is the one-seed study's."""
+    seen = {}
+
+    def recording(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.setdefault("candidates", []).append(build_candidates(*args, **kwargs))
+        return seen["candidates"][-1]
+
+    monkeypatch.setattr(design_study, "build_candidates", recording)
+    overrides = tiny_design_study(tmp_path, monkeypatch, seeds=2)
+    run_task("design_study", overrides, tmp_path / "one")
+    run_task("design_study", overrides + ["budget.seeds_per_cell=2", "name=two"], tmp_path / "two")
+    one, two = seen["candidates"]
+    assert len(two.controversial) == 2 * len(one.controversial) == 2 * 3 * 90  # every cell has two accepted seeds
+    assert set(one.names) < set(two.names)
+    stimuli = collect_sweep(tmp_path / "sweep")
+    balanced = [[c.names[i] for i in balanced_design(stimuli, c, 40, 1).chosen] for c in (one, two)]
+    assert balanced[0] == balanced[1]
+    chosen = json.loads((tmp_path / "two" / "design.json").read_text())["chosen"]
+    assert len(chosen) == 40 and set(chosen) <= set(two.names)

@@ -72,6 +72,27 @@ def test_design_candidates_are_every_accepted_cells_best_seed(tmp_path):
     assert [s.pair for s in candidates] == sorted(s.pair for s in candidates)
 
 
+def test_more_seeds_per_cell_add_each_cells_next_best_accepted_seeds_after_its_best(tmp_path):
+    rng = np.random.default_rng(1)
+    rows = make_run(tmp_path / "abs_vs_vgg", "abs", "vgg", rng, seeds=3, accept_rate=0.8)
+    accepted: dict = {}
+    for r in rows:
+        if r.accepted:
+            accepted.setdefault((r.class_a, r.class_b), []).append(r.hard_score)
+    one = best_per_cell(collect_sweep(tmp_path))
+    two = best_per_cell(collect_sweep(tmp_path), per_cell=2)
+    by_cell: dict = {}
+    for s in two:
+        by_cell.setdefault((s.row.class_a, s.row.class_b), []).append(s.row.hard_score)
+    assert by_cell == {cell: sorted(scores, reverse=True)[:2] for cell, scores in accepted.items()}
+    assert any(len(scores) == 2 for scores in by_cell.values())  # the fixture has cells with two accepted seeds
+    assert len({s.image_path for s in two}) == len(two)  # distinct images
+    firsts = [s for n, s in enumerate(two) if n == 0 or two[n - 1].oriented_classes != s.oriented_classes]
+    assert firsts == one  # each cell's first is the seed the paper's selection takes
+    with pytest.raises(ValueError, match="per_cell must be >= 1"):
+        best_per_cell(collect_sweep(tmp_path), per_cell=0)
+
+
 def test_reversed_runs_of_one_pair_pool_into_one_pair(tmp_path):
     rng = np.random.default_rng(0)
     cells = {(a, b) for a in range(10) for b in range(10) if a != b}
