@@ -153,14 +153,18 @@ def cobs_vs_cexp(block: ConsistencyBlock, is_human: np.ndarray, path: str | Path
     return _save(fig, path)
 
 
+def _finite_mean(values: list[float]) -> float:
+    """The mean of the defined kappas (a pair whose kappa is 0/0 is NaN); NaN, not a warning, when none is."""
+    finite = [v for v in values if np.isfinite(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
 def kappa_vs_accuracy(block: ConsistencyBlock, is_human: np.ndarray, path: str | Path, title: str) -> Path:
     """Each decision maker's accuracy against its mean kappa with the human participants."""
     k = np.asarray(block.whole.kappa, float)
     accuracy = np.asarray(block.whole.accuracy, float)
     humans = np.flatnonzero(is_human)
-    mean_k = np.array(
-        [np.nanmean([k[d, h] for h in humans if h != d]) if len(humans) > 1 else np.nan for d in range(len(k))]
-    )
+    mean_k = np.array([_finite_mean([k[d, h] for h in humans if h != d]) for d in range(len(k))])
     fig, ax = plt.subplots(figsize=(5.5, 4.5))
     ax.scatter(accuracy[is_human], mean_k[is_human], s=12, label="participants")
     ax.scatter(accuracy[~is_human], mean_k[~is_human], s=20, marker="s", label="models")
