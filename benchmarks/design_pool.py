@@ -217,6 +217,8 @@ def main() -> None:
         have = int(pool["seed"].max()) + 1
         if pool["max_steps"] != args.max_steps:
             parser.error(f"--from-pool {args.from_pool} was synthesised with --max-steps {pool['max_steps']}: give it")
+        if args.seeds_per_cell <= have and args.ranked_natural_threshold is None:
+            parser.error(f"--from-pool {args.from_pool} already has {have} seeds per cell: nothing to add")
         if args.seeds_per_cell > have:
             first = (pool["seed"] == 0) & (pool["pairs"] == [0, 1]).all(axis=1)
             cells = [(int(a), int(b)) for a, b in pool["classes"][first]]
