@@ -153,9 +153,7 @@ def synthesize_pool(
 def _append(pool: dict[str, np.ndarray], added: dict[str, np.ndarray]) -> None:
     """Append candidates (the same per-candidate columns) to the pool's columns, in place."""
     for key, column in added.items():
-        pool[key] = (
-            column if key not in pool else np.concatenate([pool[key], column], axis=1 if key == "probabilities" else 0)
-        )
+        pool[key] = np.concatenate([pool[key], column], axis=1 if key == "probabilities" else 0)
 
 
 def _rate(models: dict, images: torch.Tensor) -> np.ndarray:
@@ -200,31 +198,31 @@ def main() -> None:
         parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
     if args.seeds_per_cell < 1:
         parser.error(f"--seeds-per-cell must be >= 1, got {args.seeds_per_cell}")
-    if args.from_pool and args.ranked_natural_threshold is None and args.seeds_per_cell == 1:
-        parser.error(
-            "--from-pool only adds seeds or ranked natural images: give --seeds-per-cell or --ranked-natural-threshold"
-        )
-    torch.set_num_threads(1)
     start = time.perf_counter()
     out = Path(args.out)
+    pool, have = None, 0
+    if args.from_pool:  # checked before any model loads
+        pool = _earlier_pool(Path(args.from_pool), parser, redo_ranked=args.ranked_natural_threshold is not None)
+        have = int(pool["seed"].max()) + 1
+        if args.seeds_per_cell <= have and args.ranked_natural_threshold is None:
+            parser.error(
+                f"--from-pool {args.from_pool} already has {have} seeds per cell: nothing to add (give a larger "
+                "--seeds-per-cell or --ranked-natural-threshold)"
+            )
+        if args.seeds_per_cell > have and pool["max_steps"] != args.max_steps:
+            parser.error(f"--from-pool {args.from_pool} was synthesised with --max-steps {pool['max_steps']}: give it")
+    torch.set_num_threads(1)
     models = {name: load_model(name, "mnist", None, args.data_root) for name in MODELS}
     for model in models.values():
         model.eval()
     test_images, test_labels = load_uint8("mnist", "test", args.data_root, False)
     test_images = test_images.reshape(len(test_images), 1, 28, 28)
-    if args.from_pool:
-        pool = _earlier_pool(Path(args.from_pool), parser, redo_ranked=args.ranked_natural_threshold is not None)
-        have = int(pool["seed"].max()) + 1
-        if pool["max_steps"] != args.max_steps:
-            parser.error(f"--from-pool {args.from_pool} was synthesised with --max-steps {pool['max_steps']}: give it")
-        if args.seeds_per_cell <= have and args.ranked_natural_threshold is None:
-            parser.error(f"--from-pool {args.from_pool} already has {have} seeds per cell: nothing to add")
-        if args.seeds_per_cell > have:
-            first = (pool["seed"] == 0) & (pool["pairs"] == [0, 1]).all(axis=1)
-            cells = [(int(a), int(b)) for a, b in pool["classes"][first]]
-            _append(pool, synthesize_seeds(models, args, cells, range(have, args.seeds_per_cell)))
-    else:
+    if pool is None:
         pool = synthesize_pool(models, args, test_images, test_labels)
+    elif args.seeds_per_cell > have:
+        first = (pool["seed"] == 0) & (pool["pairs"] == [0, 1]).all(axis=1)
+        cells = [(int(a), int(b)) for a, b in pool["classes"][first]]
+        _append(pool, synthesize_seeds(models, args, cells, range(have, args.seeds_per_cell)))
     if args.ranked_natural_threshold is not None:
         _add_ranked_natural(pool, models, test_images, args.ranked_natural_threshold)
     with atomic_write(out, "wb") as handle:

@@ -88,14 +88,20 @@ def _by_pair(stimuli: Iterable[SweepStimulus]) -> dict[tuple[str, str], list[Swe
     return by_pair
 
 
-def _best_per_cell(stimuli: list[SweepStimulus]) -> dict[tuple[int, int], SweepStimulus]:
-    """One candidate per ordered class pair: the most controversial seed (the objective is additive)."""
-    best: dict[tuple[int, int], SweepStimulus] = {}
+def _ranked_per_cell(
+    stimuli: Iterable[SweepStimulus],
+) -> dict[tuple[tuple[str, str], tuple[int, int]], list[SweepStimulus]]:
+    """(model pair, ordered class pair) -> its stimuli, the most controversial first (stable: the first on ties)."""
+    by_cell: dict[tuple[tuple[str, str], tuple[int, int]], list[SweepStimulus]] = defaultdict(list)
     for stim in stimuli:
-        cell = stim.oriented_classes
-        if cell not in best or stim.row.hard_score > best[cell].row.hard_score:
-            best[cell] = stim
-    return best
+        by_cell[stim.pair, stim.oriented_classes].append(stim)
+    return {key: sorted(cell, key=lambda s: -s.row.hard_score) for key, cell in by_cell.items()}
+
+
+def _best_per_cell(stimuli: list[SweepStimulus]) -> dict[tuple[int, int], SweepStimulus]:
+    """One candidate per ordered class pair of one model pair: the most controversial seed (the objective is
+    additive)."""
+    return {cell: ranked[0] for (_, cell), ranked in _ranked_per_cell(stimuli).items()}
 
 
 def best_per_cell(
@@ -107,14 +113,8 @@ def best_per_cell(
     pairs it needs most, each a distinct image (another seed's start)."""
     if per_cell < 1:
         raise ValueError(f"per_cell must be >= 1, got {per_cell}")
-    by_cell: dict[tuple[tuple[str, str], tuple[int, int]], list[SweepStimulus]] = defaultdict(list)
-    for stim in _eligible(stimuli, sources):
-        by_cell[stim.pair, stim.oriented_classes].append(stim)
-    return [
-        stim
-        for key in sorted(by_cell)
-        for stim in sorted(by_cell[key], key=lambda s: -s.row.hard_score)[:per_cell]  # stable: the first on ties
-    ]
+    ranked = _ranked_per_cell(_eligible(stimuli, sources))
+    return [stim for key in sorted(ranked) for stim in ranked[key][:per_cell]]
 
 
 def _class_names(stimuli: Iterable[SweepStimulus]) -> dict[int, str]:
