@@ -9,7 +9,9 @@ than one seed per cell the pool's ``seed`` column numbers them; the paper's kind
 (a) and (b), ``design_study.py``'s balanced design) takes each cell's most controversial seed, as a sweep's export
 does, and the optimal design may take any of them.
 Synthesis runs the project's engine with the paper's settings except ``max_steps`` (default 300, a
-CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``).
+CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``; on kde|abs 1,000 steps accept the same 25 of 90 cells,
+which converge before 300). ``--init test_image`` starts the seeds a run adds from random test images instead of
+noise, as ``synthesize.py init=test_image`` does; the pool's ``init`` column says which start each candidate had.
 Natural images: ``--natural-per-class`` random test images per class. Then all nine models rate
 every image (``evaluate.py``'s code path).
 
@@ -27,6 +29,8 @@ candidates verbatim and only adds these (no synthesis).
         --out outputs/design/pool_ranked.npz
     python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --seeds-per-cell 3 \
         --out outputs/design/pool_seeds3.npz   # two more seeds of every cell, the first kept verbatim
+    python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --seeds-per-cell 2 --init test_image \
+        --out outputs/design/pool_test_start.npz   # a second seed of every cell, started from a test image
 """
 
 from __future__ import annotations
@@ -80,18 +84,24 @@ def ranked_natural(test_probabilities: np.ndarray, threshold: float) -> dict[str
 
 
 def synthesize_seeds(
-    models: dict, args: argparse.Namespace, cells: list[tuple[int, int]], seed_indices: range
+    models: dict,
+    args: argparse.Namespace,
+    cells: list[tuple[int, int]],
+    seed_indices: range,
+    test_images: torch.Tensor,
 ) -> dict[str, np.ndarray]:
     """Every cell of every pair synthesised once per seed index, each rated by every model: the pool's columns
     (source ``synthetic``). Seed index 0 of pair i starts from seed ``--seed`` + i, as pools before the ``seed``
-    column did; index k > 0 from ``--seed`` + 100 k + i, so no two (pair, seed index) share a start."""
+    column did; index k > 0 from ``--seed`` + 100 k + i, so no two (pair, seed index) share a start. ``--init``
+    says what the start is: uniform noise (the paper's) or, as ``synthesize.py init=test_image`` starts, a random
+    test image of any class per cell, drawn from that seed."""
     settings = SynthesisSettings(max_steps=args.max_steps)
     images, pairs, classes, hard, seeds = [], [], [], [], []
     start = time.perf_counter()
     for k in seed_indices:
         for i, (a, b) in enumerate(combinations(MODELS, 2)):
             seed = args.seed + 100 * k + i
-            initial = noise_images(cells, [seed] * len(cells), (1, 28, 28))
+            initial = _starts(cells, seed, args.init, test_images)
             result = synthesize_batch([models[a], models[b]], torch.tensor(cells), initial, settings, seed=seed)
             images.append(result.images)
             pairs += [(MODELS.index(a), MODELS.index(b))] * len(cells)
@@ -99,7 +109,7 @@ def synthesize_seeds(
             hard.append(result.hard)
             seeds += [k] * len(cells)
             print(
-                f"seed {k}, {a} vs {b}: {int((result.hard >= 0.75).sum())}/{len(cells)} at >= 0.75, "
+                f"seed {k} ({args.init}), {a} vs {b}: {int((result.hard >= 0.75).sum())}/{len(cells)} at >= 0.75, "
                 f"{result.total_seconds:.0f} s (total {time.perf_counter() - start:.0f} s)",
                 flush=True,
             )
@@ -113,8 +123,17 @@ def synthesize_seeds(
         "test_index": np.full(len(pairs), -1),
         "source": np.array(["synthetic"] * len(pairs)),
         "seed": np.array(seeds, dtype=np.int64),
+        "init": np.array([args.init] * len(pairs)),
         "images": (all_images * 255).round().to(torch.uint8).numpy(),
     }
+
+
+def _starts(cells: list[tuple[int, int]], seed: int, init: str, test_images: torch.Tensor) -> torch.Tensor:
+    """(len(cells), 1, 28, 28) starting images in [0, 1]: noise per (cell, seed), or random test images."""
+    if init == "noise":
+        return noise_images(cells, [seed] * len(cells), (1, 28, 28))
+    picks = torch.randint(len(test_images), (len(cells),), generator=torch.Generator().manual_seed(seed))
+    return test_images[picks].float() / 255.0
 
 
 def synthesize_pool(
@@ -122,7 +141,7 @@ def synthesize_pool(
 ) -> dict[str, np.ndarray]:
     """Every cell of every pair, synthesised ``--seeds-per-cell`` times, plus ``--natural-per-class`` random test
     images per class, each rated by every model: the pool's columns (source ``synthetic`` and ``natural``)."""
-    pool = synthesize_seeds(models, args, pair_cells(tuple(args.offsets)), range(args.seeds_per_cell))
+    pool = synthesize_seeds(models, args, pair_cells(tuple(args.offsets)), range(args.seeds_per_cell), test_images)
     rng = np.random.default_rng(args.seed)
     natural = np.sort(
         np.concatenate(
@@ -144,6 +163,7 @@ def synthesize_pool(
             "test_index": natural,
             "source": np.array(["natural"] * len(natural)),
             "seed": np.full(len(natural), -1),
+            "init": np.array([""] * len(natural)),
             "images": test_images[natural].numpy(),
         },
     )
@@ -191,6 +211,13 @@ def main() -> None:
         help="keep this earlier pool's candidates verbatim and only add seeds (--seeds-per-cell) or the ranked "
         "natural ones",
     )
+    parser.add_argument(
+        "--init",
+        choices=("noise", "test_image"),
+        default="noise",
+        help="the starts of the seeds this run synthesises: uniform noise (the paper's) or random test images "
+        "(synthesize.py init=test_image); the pool's init column records each candidate's",
+    )
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -222,7 +249,7 @@ def main() -> None:
     elif args.seeds_per_cell > have:
         first = (pool["seed"] == 0) & (pool["pairs"] == [0, 1]).all(axis=1)
         cells = [(int(a), int(b)) for a, b in pool["classes"][first]]
-        _append(pool, synthesize_seeds(models, args, cells, range(have, args.seeds_per_cell)))
+        _append(pool, synthesize_seeds(models, args, cells, range(have, args.seeds_per_cell), test_images))
     if args.ranked_natural_threshold is not None:
         _add_ranked_natural(pool, models, test_images, args.ranked_natural_threshold)
     with atomic_write(out, "wb") as handle:
@@ -248,6 +275,7 @@ def _add_ranked_natural(pool: dict[str, np.ndarray], models: dict, test_images: 
         "test_index": index,
         "source": np.array(["ranked_natural"] * len(index)),
         "seed": np.full(len(index), -1),
+        "init": np.array([""] * len(index)),
         "images": test_images[index].numpy(),
     }
     _append(pool, added)
@@ -263,6 +291,8 @@ def _earlier_pool(path: Path, parser: argparse.ArgumentParser, redo_ranked: bool
         pool["source"] = np.where(pool["pairs"][:, 0] < 0, "natural", "synthetic")
     if "seed" not in pool:  # pools written before 2026-11-27: one seed per cell
         pool["seed"] = np.where(pool["source"] == "synthetic", 0, -1)
+    if "init" not in pool:  # pools written before the init column: every synthetic start was noise
+        pool["init"] = np.where(pool["source"] == "synthetic", "noise", "")
     keep = (pool["source"] != "ranked_natural") | (not redo_ranked)
     n = len(keep)
     for key, value in pool.items():
