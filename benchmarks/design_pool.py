@@ -9,8 +9,8 @@ than one seed per cell the pool's ``seed`` column numbers them; the paper's kind
 (a) and (b), ``design_study.py``'s balanced design) takes each cell's most controversial seed, as a sweep's export
 does, and the optimal design may take any of them.
 Synthesis runs the project's engine with the paper's settings except ``max_steps`` (default 300, a
-CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``; on kde|abs 1,000 steps accept the same 25 of 90 cells,
-which converge before 300). ``--init test_image`` starts the seeds a run adds from random test images instead of
+CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``; on kde|abs 1,000 steps accept the same 25 of 90 cells:
+they converge first). ``--init test_image`` starts the seeds a run adds from random test images instead of
 noise, as ``synthesize.py init=test_image`` does; the pool's ``init`` column says which start each candidate had.
 Natural images: ``--natural-per-class`` random test images per class. Then all nine models rate
 every image (``evaluate.py``'s code path).
