@@ -236,6 +236,8 @@ def main() -> None:
                 f"--from-pool {args.from_pool} already has {have} seeds per cell: nothing to add (give a larger "
                 "--seeds-per-cell or --ranked-natural-threshold)"
             )
+        if args.seeds_per_cell <= have and args.init != "noise":
+            parser.error(f"--init {args.init} starts the seeds this run adds, and it adds none: give --seeds-per-cell")
         if args.seeds_per_cell > have and pool["max_steps"] != args.max_steps:
             parser.error(f"--from-pool {args.from_pool} was synthesised with --max-steps {pool['max_steps']}: give it")
     torch.set_num_threads(1)
