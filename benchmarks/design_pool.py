@@ -9,9 +9,11 @@ than one seed per cell the pool's ``seed`` column numbers them; the paper's kind
 (a) and (b), ``design_study.py``'s balanced design) takes each cell's most controversial seed, as a sweep's export
 does, and the optimal design may take any of them.
 Synthesis runs the project's engine with the paper's settings except ``max_steps`` (default 300, a
-CPU budget; ``stop_score`` 0.9 as in ``synthesize.py``; on kde|abs 1,000 steps accept the same 25 of 90 cells:
-they converge first). ``--init test_image`` starts the seeds a run adds from random test images instead of
-noise, as ``synthesize.py init=test_image`` does; the pool's ``init`` column says which start each candidate had.
+CPU budget; on kde|abs 1,000 steps accept the same 25 of 90 cells: they converge first) and ``--stop-score``
+(default 0.9 as in ``synthesize.py``: an image stops once its hard score reaches it; ``none`` is the paper's rule,
+run until the pixels stop moving, with ``--max-steps 1000``). ``--init test_image`` starts the seeds a run adds
+from random test images instead of noise, as ``synthesize.py init=test_image`` does; the pool's ``init`` column
+says which start each candidate had.
 Natural images: ``--natural-per-class`` random test images per class. Then all nine models rate
 every image (``evaluate.py``'s code path).
 
@@ -31,6 +33,8 @@ candidates verbatim and only adds these (no synthesis).
         --out outputs/design/pool_seeds3.npz   # two more seeds of every cell, the first kept verbatim
     python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --seeds-per-cell 2 --init test_image \
         --out outputs/design/pool_test_start.npz   # a second seed of every cell, started from a test image
+    python benchmarks/design_pool.py --stop-score none --max-steps 1000 --threads 2 \
+        --out outputs/design/pool_converged.npz   # the starts of pool.npz, synthesised by the paper's rule
 """
 
 from __future__ import annotations
@@ -95,7 +99,7 @@ def synthesize_seeds(
     column did; index k > 0 from ``--seed`` + 100 k + i, so no two (pair, seed index) share a start. ``--init``
     says what the start is: uniform noise (the paper's) or, as ``synthesize.py init=test_image`` starts, a random
     test image of any class per cell, drawn from that seed."""
-    settings = SynthesisSettings(max_steps=args.max_steps)
+    settings = SynthesisSettings(max_steps=args.max_steps, stop_score=args.stop_score)
     images, pairs, classes, hard, seeds = [], [], [], [], []
     start = time.perf_counter()
     for k in seed_indices:
@@ -167,7 +171,7 @@ def synthesize_pool(
             "images": test_images[natural].numpy(),
         },
     )
-    return {"models": np.array(MODELS), **pool, "max_steps": args.max_steps}
+    return {"models": np.array(MODELS), **pool, "max_steps": args.max_steps, "stop_score": _stored(args.stop_score)}
 
 
 def _append(pool: dict[str, np.ndarray], added: dict[str, np.ndarray]) -> None:
@@ -218,6 +222,14 @@ def main() -> None:
         help="the starts of the seeds this run synthesises: uniform noise (the paper's) or random test images "
         "(synthesize.py init=test_image); the pool's init column records each candidate's",
     )
+    parser.add_argument(
+        "--stop-score",
+        type=_stop_score,
+        default=0.9,
+        help="stop an image once its hard score reaches this (synthesize.py's synthesis.stop_score); none: the "
+        "paper's rule, until the pixels stop moving or --max-steps",
+    )
+    parser.add_argument("--threads", type=int, default=1, help="torch threads for synthesis and rating")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -240,7 +252,13 @@ def main() -> None:
             parser.error(f"--init {args.init} starts the seeds this run adds, and it adds none: give --seeds-per-cell")
         if args.seeds_per_cell > have and pool["max_steps"] != args.max_steps:
             parser.error(f"--from-pool {args.from_pool} was synthesised with --max-steps {pool['max_steps']}: give it")
-    torch.set_num_threads(1)
+        if args.seeds_per_cell > have and not np.array_equal(pool["stop_score"], _stored(args.stop_score), True):
+            parser.error(
+                f"--from-pool {args.from_pool} was synthesised with --stop-score {_shown(pool['stop_score'])}: give it"
+            )
+    if args.threads < 1:
+        parser.error(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     models = {name: load_model(name, "mnist", None, args.data_root) for name in MODELS}
     for model in models.values():
         model.eval()
@@ -283,6 +301,25 @@ def _add_ranked_natural(pool: dict[str, np.ndarray], models: dict, test_images: 
     _append(pool, added)
 
 
+def _stop_score(text: str) -> float | None:
+    """``--stop-score``: a hard score in (0, 1], or none."""
+    if text.lower() == "none":
+        return None
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1] or none, got {text}")
+    return value
+
+
+def _stored(stop_score: float | None) -> np.ndarray:
+    """The pool's ``stop_score`` entry: NaN for none (the paper's rule)."""
+    return np.array(np.nan if stop_score is None else stop_score)
+
+
+def _shown(stored: np.ndarray) -> str:
+    return "none" if np.isnan(stored) else f"{float(stored):g}"
+
+
 def _earlier_pool(path: Path, parser: argparse.ArgumentParser, redo_ranked: bool) -> dict[str, np.ndarray]:
     """An earlier pool's candidates, verbatim; with ``redo_ranked`` without its ranked natural ones (redone)."""
     with np.load(path) as earlier:
@@ -295,6 +332,8 @@ def _earlier_pool(path: Path, parser: argparse.ArgumentParser, redo_ranked: bool
         pool["seed"] = np.where(pool["source"] == "synthetic", 0, -1)
     if "init" not in pool:  # pools written before the init column: every synthetic start was noise
         pool["init"] = np.where(pool["source"] == "synthetic", "noise", "")
+    if "stop_score" not in pool:  # pools written before --stop-score: synthesize.py's 0.9
+        pool["stop_score"] = _stored(0.9)
     keep = (pool["source"] != "ranked_natural") | (not redo_ranked)
     n = len(keep)
     for key, value in pool.items():
