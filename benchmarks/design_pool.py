@@ -305,7 +305,10 @@ def _stop_score(text: str) -> float | None:
     """``--stop-score``: a hard score in (0, 1], or none."""
     if text.lower() == "none":
         return None
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1] or none, got {text}")
     return value
