@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from pydantic import TypeAdapter, ValidationError
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -54,12 +55,14 @@ sys.path.insert(0, str(ROOT))
 from controversial.analysis.model_responses import probabilities as model_probabilities  # noqa: E402
 from controversial.atomic import atomic_write  # noqa: E402
 from controversial.data import load_uint8  # noqa: E402
+from controversial.settings import Probability  # noqa: E402
 from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch  # noqa: E402
 from controversial.synthesis.natural import top_natural  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
 
 MODELS = ("vgg", "vgg_neg", "capsnet", "pcn", "madry_linf", "madry_l2", "capsnet_recon", "kde", "abs")
 OFFSETS = (1, 5, 3, 2, 4, 6, 7, 8, 9)  # b = a + offset (mod 10); the first two give the paper's balanced 20
+_PROBABILITY = TypeAdapter(Probability)
 
 
 def pair_cells(offsets: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -250,12 +253,16 @@ def main() -> None:
             )
         if args.seeds_per_cell <= have and args.init != "noise":
             parser.error(f"--init {args.init} starts the seeds this run adds, and it adds none: give --seeds-per-cell")
-        if args.seeds_per_cell > have and pool["max_steps"] != args.max_steps:
-            parser.error(f"--from-pool {args.from_pool} was synthesised with --max-steps {pool['max_steps']}: give it")
-        if args.seeds_per_cell > have and not np.array_equal(pool["stop_score"], _stored(args.stop_score), True):
-            parser.error(
-                f"--from-pool {args.from_pool} was synthesised with --stop-score {_shown(pool['stop_score'])}: give it"
-            )
+        if args.seeds_per_cell > have:  # the seeds added must be synthesised as the pool's were
+            if pool["max_steps"] != args.max_steps:
+                parser.error(
+                    f"--from-pool {args.from_pool} was synthesised with --max-steps {pool['max_steps']}: give it"
+                )
+            if not np.array_equal(pool["stop_score"], _stored(args.stop_score), equal_nan=True):
+                parser.error(
+                    f"--from-pool {args.from_pool} was synthesised with --stop-score {_shown(pool['stop_score'])}: "
+                    "give it"
+                )
     if args.threads < 1:
         parser.error(f"--threads must be >= 1, got {args.threads}")
     torch.set_num_threads(args.threads)
@@ -302,16 +309,13 @@ def _add_ranked_natural(pool: dict[str, np.ndarray], models: dict, test_images: 
 
 
 def _stop_score(text: str) -> float | None:
-    """``--stop-score``: a hard score in (0, 1], or none."""
+    """``--stop-score``: a hard score in (0, 1] (``synthesis.stop_score``'s bound), or none."""
     if text.lower() == "none":
         return None
     try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1] or none, got {text}")
-    return value
+        return _PROBABILITY.validate_python(text)
+    except ValidationError:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1] or none, got {text}") from None
 
 
 def _stored(stop_score: float | None) -> np.ndarray:
