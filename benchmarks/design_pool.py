@@ -17,6 +17,13 @@ says which start each candidate had.
 Natural images: ``--natural-per-class`` random test images per class. Then all nine models rate
 every image (``evaluate.py``'s code path).
 
+From a real sweep (``--from-sweep multirun/exp1_mnist``, after ``synthesize.py -m experiment=exp1_mnist``): no
+synthesis here; the pool is what ``design_study.py`` would offer from that sweep, every accepted cell's
+``--seeds-per-cell`` most controversial seeds as the 8-bit PNGs people see, with the hard scores the sweep accepted
+them by. The sweep's settings differ from this script's synthesis where it matters for the hard pairs: failed cells
+are retried from new starts (``max_attempts``) and the KDE's pairs start from test images, so nearly every cell has
+a stimulus (kde|abs 88 of 90, against 25 here from one noise start).
+
 Ranked natural images (optional, ``--ranked-natural-threshold T``; the most controversial natural images
 that ``rank_natural.py`` exports): all nine models rate the whole test set, and for every model pair
 and ordered class pair the test image that ``rank_natural.py ... top_k=1`` would export for that cell
@@ -35,11 +42,14 @@ candidates verbatim and only adds these (no synthesis).
         --out outputs/design/pool_test_start.npz   # a second seed of every cell, started from a test image
     python benchmarks/design_pool.py --stop-score none --max-steps 1000 --threads 2 \
         --out outputs/design/pool_converged.npz   # the starts of pool.npz, synthesised by the paper's rule
+    python benchmarks/design_pool.py --from-sweep multirun/exp1_mnist --threads 2 \
+        --out outputs/design/pool_sweep.npz   # the accepted cells of Experiment 1's sweep
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from itertools import combinations
@@ -56,6 +66,8 @@ from controversial.analysis.model_responses import probabilities as model_probab
 from controversial.atomic import atomic_write  # noqa: E402
 from controversial.data import load_uint8  # noqa: E402
 from controversial.settings import Probability  # noqa: E402
+from controversial.study.display import png_to_uint8  # noqa: E402
+from controversial.study.selection import SweepStimulus, best_per_cell, collect_sweep  # noqa: E402
 from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch  # noqa: E402
 from controversial.synthesis.natural import top_natural  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
@@ -63,6 +75,7 @@ from controversial.zoo.bundled import load_model  # noqa: E402
 MODELS = ("vgg", "vgg_neg", "capsnet", "pcn", "madry_linf", "madry_l2", "capsnet_recon", "kde", "abs")
 OFFSETS = (1, 5, 3, 2, 4, 6, 7, 8, 9)  # b = a + offset (mod 10); the first two give the paper's balanced 20
 _PROBABILITY = TypeAdapter(Probability)
+SYNTHESIS_OPTIONS = ("max_steps", "offsets", "init", "stop_score")  # what --from-sweep takes from the sweep instead
 
 
 def pair_cells(offsets: tuple[int, ...]) -> list[tuple[int, int]]:
@@ -149,6 +162,15 @@ def synthesize_pool(
     """Every cell of every pair, synthesised ``--seeds-per-cell`` times, plus ``--natural-per-class`` random test
     images per class, each rated by every model: the pool's columns (source ``synthetic`` and ``natural``)."""
     pool = synthesize_seeds(models, args, pair_cells(tuple(args.offsets)), range(args.seeds_per_cell), test_images)
+    _append(pool, natural_candidates(models, args, test_images, test_labels))
+    return {"models": np.array(MODELS), **pool, "max_steps": args.max_steps, "stop_score": _stored(args.stop_score)}
+
+
+def natural_candidates(
+    models: dict, args: argparse.Namespace, test_images: torch.Tensor, test_labels: torch.Tensor
+) -> dict[str, np.ndarray]:
+    """``--natural-per-class`` random test images per class (drawn from ``--seed``), each rated by every model: the
+    pool's columns (source ``natural``)."""
     rng = np.random.default_rng(args.seed)
     natural = np.sort(
         np.concatenate(
@@ -158,23 +180,100 @@ def synthesize_pool(
             ]
         )
     )
-    natural_images = test_images[natural].float() / 255.0
-    _append(
-        pool,
-        {
-            "probabilities": _rate(models, natural_images).astype(np.float32),
-            "pairs": np.full((len(natural), 2), -1, dtype=np.int64),
-            "classes": np.full((len(natural), 2), -1, dtype=np.int64),
-            "hard": np.full(len(natural), np.nan),
-            "true_class": test_labels.numpy()[natural],
-            "test_index": natural,
-            "source": np.array(["natural"] * len(natural)),
-            "seed": np.full(len(natural), -1),
-            "init": np.array([""] * len(natural)),
-            "images": test_images[natural].numpy(),
-        },
+    return {
+        "probabilities": _rate(models, test_images[natural].float() / 255.0).astype(np.float32),
+        "pairs": np.full((len(natural), 2), -1, dtype=np.int64),
+        "classes": np.full((len(natural), 2), -1, dtype=np.int64),
+        "hard": np.full(len(natural), np.nan),
+        "true_class": test_labels.numpy()[natural],
+        "test_index": natural,
+        "source": np.array(["natural"] * len(natural)),
+        "seed": np.full(len(natural), -1),
+        "init": np.array([""] * len(natural)),
+        "images": test_images[natural].numpy(),
+    }
+
+
+def read_sweep(sweep_dir: Path, seeds_per_cell: int) -> tuple[list[SweepStimulus], dict]:
+    """A sweep's candidates for the pool (every accepted cell's ``seeds_per_cell`` most controversial seeds) and the
+    synthesis settings its pairs ran with; a sweep the benchmark cannot use is a ``ValueError`` saying why."""
+    stimuli = best_per_cell(collect_sweep(sweep_dir), ("synthetic",), seeds_per_cell)
+    datasets = sorted({s.row.dataset for s in stimuli})
+    if datasets != ["mnist"]:
+        raise ValueError(f"{sweep_dir} holds datasets {datasets}; the benchmark needs MNIST only")
+    others = sorted({m for s in stimuli for m in s.pair} - set(MODELS))
+    if others:
+        raise ValueError(f"{sweep_dir} has models {others} beyond the benchmark's {list(MODELS)}")
+    present = {s.pair for s in stimuli}
+    missing = [f"{a} vs {b}" for a, b in combinations(MODELS, 2) if tuple(sorted((a, b))) not in present]
+    if missing:
+        raise ValueError(f"{sweep_dir} has no accepted stimuli of {', '.join(missing)}")
+    return stimuli, _sweep_settings(sweep_dir)
+
+
+def sweep_pool(
+    sweep_dir: Path,
+    stimuli: list[SweepStimulus],
+    settings: dict,
+    models: dict,
+    args: argparse.Namespace,
+    test_images: torch.Tensor,
+    test_labels: torch.Tensor,
+) -> dict[str, np.ndarray]:
+    """The pool ``design_study.py`` would offer from a real sweep (``synthesize.py -m experiment=exp1_mnist``,
+    ``read_sweep``): the accepted stimuli as the 8-bit PNGs people would see, with the hard scores the sweep accepted
+    them by, plus the random natural images; each rated by every model. Unlike the benchmark's own synthesis, the
+    sweep retries failed cells (``max_attempts``) and starts the KDE's pairs from test images, so its pool is what a
+    user's study draws on."""
+    pairs, classes, pixels = [], [], []
+    for stim in stimuli:
+        (i, j), (a, b) = [MODELS.index(m) for m in stim.pair], stim.oriented_classes
+        pairs.append((i, j) if i < j else (j, i))
+        classes.append((a, b) if i < j else (b, a))
+        pixels.append(png_to_uint8(stim.image_path.read_bytes())[None])
+    images = torch.from_numpy(np.stack(pixels))
+    counts = {pair: pairs.count(pair) for pair in sorted(set(pairs))}
+    print(
+        f"{sweep_dir}: {len(stimuli)} accepted stimuli, per pair {min(counts.values())}-{max(counts.values())} "
+        f"(max_steps {settings['max_steps']}, stop_score {settings['stop_score']})",
+        flush=True,
     )
-    return {"models": np.array(MODELS), **pool, "max_steps": args.max_steps, "stop_score": _stored(args.stop_score)}
+    pool = {
+        "probabilities": _rate(models, images.float() / 255.0).astype(np.float32),
+        "pairs": np.array(pairs, dtype=np.int64),
+        "classes": np.array(classes, dtype=np.int64),
+        "hard": np.array([s.row.hard_score for s in stimuli], dtype=np.float64),
+        "true_class": np.full(len(stimuli), -1),
+        "test_index": np.full(len(stimuli), -1),
+        "source": np.array(["synthetic"] * len(stimuli)),
+        "seed": np.array([s.row.seed for s in stimuli], dtype=np.int64),
+        "init": np.array([s.row.init.split(":")[0] for s in stimuli]),  # the manifest's "test_image:<index>"
+        "images": images.numpy(),
+    }
+    _append(pool, natural_candidates(models, args, test_images, test_labels))
+    return {
+        "models": np.array(MODELS),
+        **pool,
+        "max_steps": settings["max_steps"],
+        "stop_score": _stored(settings["stop_score"]),
+        "sweep": np.array(str(sweep_dir)),
+    }
+
+
+def _sweep_settings(sweep_dir: Path) -> dict:
+    """The synthesis settings every pair of the sweep ran with (``run_settings.json``); pairs that differ are a
+    ``ValueError`` naming them, since the pool records one setting."""
+    seen: dict[tuple, list[str]] = {}
+    for path in sorted(sweep_dir.rglob("run_settings.json")):
+        synthesis = json.loads(path.read_text())["synthesis"]
+        seen.setdefault((synthesis["max_steps"], synthesis["stop_score"]), []).append(path.parent.name)
+    if len(seen) != 1:
+        raise ValueError(
+            f"{sweep_dir}: pairs ran with different (max_steps, stop_score): "
+            + "; ".join(f"{key}: {', '.join(runs)}" for key, runs in seen.items())
+        )
+    ((max_steps, stop_score),) = seen
+    return {"max_steps": max_steps, "stop_score": stop_score}
 
 
 def _append(pool: dict[str, np.ndarray], added: dict[str, np.ndarray]) -> None:
@@ -219,6 +318,11 @@ def main() -> None:
         "natural ones",
     )
     parser.add_argument(
+        "--from-sweep",
+        help="build the pool from a real sweep's accepted cells (synthesize.py -m experiment=exp1_mnist) instead of "
+        "synthesising: its --seeds-per-cell most controversial accepted seeds per cell, plus the natural images",
+    )
+    parser.add_argument(
         "--init",
         choices=("noise", "test_image"),
         default="noise",
@@ -240,6 +344,19 @@ def main() -> None:
         parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
     if args.seeds_per_cell < 1:
         parser.error(f"--seeds-per-cell must be >= 1, got {args.seeds_per_cell}")
+    if args.from_sweep:
+        if args.from_pool:
+            parser.error("give --from-sweep or --from-pool, not both")
+        if not Path(args.from_sweep).is_dir():
+            parser.error(f"--from-sweep {args.from_sweep} is not a directory")
+        ignored = [name for name in SYNTHESIS_OPTIONS if getattr(args, name) != parser.get_default(name)]
+        if ignored:
+            given = ", ".join(f"--{name.replace('_', '-')}" for name in ignored)
+            parser.error(f"{given}: not used with --from-sweep, which takes the stimuli as the sweep synthesised them")
+        try:
+            swept = read_sweep(Path(args.from_sweep), args.seeds_per_cell)
+        except ValueError as error:  # SelectionError (no manifest) included
+            parser.error(f"--from-sweep {error}")
     start = time.perf_counter()
     out = Path(args.out)
     pool, have = None, 0
@@ -254,6 +371,11 @@ def main() -> None:
         if args.seeds_per_cell <= have and args.init != "noise":
             parser.error(f"--init {args.init} starts the seeds this run adds, and it adds none: give --seeds-per-cell")
         if args.seeds_per_cell > have:  # the seeds added must be synthesised as the pool's were
+            if "sweep" in pool:
+                parser.error(
+                    f"--from-pool {args.from_pool} was built from the sweep {pool['sweep']}: add seeds by running the "
+                    "sweep with seeds_per_cell and building the pool from it again (--from-sweep)"
+                )
             if pool["max_steps"] != args.max_steps:
                 parser.error(
                     f"--from-pool {args.from_pool} was synthesised with --max-steps {pool['max_steps']}: give it"
@@ -271,7 +393,9 @@ def main() -> None:
         model.eval()
     test_images, test_labels = load_uint8("mnist", "test", args.data_root, False)
     test_images = test_images.reshape(len(test_images), 1, 28, 28)
-    if pool is None:
+    if args.from_sweep:
+        pool = sweep_pool(Path(args.from_sweep), *swept, models, args, test_images, test_labels)
+    elif pool is None:
         pool = synthesize_pool(models, args, test_images, test_labels)
     elif args.seeds_per_cell > have:
         first = (pool["seed"] == 0) & (pool["pairs"] == [0, 1]).all(axis=1)
