@@ -267,7 +267,9 @@ def _sweep_settings(sweep_dir: Path) -> dict:
     for path in sorted(sweep_dir.rglob("run_settings.json")):
         synthesis = json.loads(path.read_text())["synthesis"]
         seen.setdefault((synthesis["max_steps"], synthesis["stop_score"]), []).append(path.parent.name)
-    if len(seen) != 1:
+    if not seen:
+        raise ValueError(f"{sweep_dir} has no run_settings.json: point it at a synthesize.py sweep")
+    if len(seen) > 1:
         raise ValueError(
             f"{sweep_dir}: pairs ran with different (max_steps, stop_score): "
             + "; ".join(f"{key}: {', '.join(runs)}" for key, runs in seen.items())
