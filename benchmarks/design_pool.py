@@ -364,7 +364,7 @@ def main() -> None:
     pool, have = None, 0
     if args.from_pool:  # checked before any model loads
         pool = _earlier_pool(Path(args.from_pool), parser, redo_ranked=args.ranked_natural_threshold is not None)
-        have = int(pool["seed"].max()) + 1
+        have = _seeds_per_cell(pool)
         if args.seeds_per_cell <= have and args.ranked_natural_threshold is None:
             parser.error(
                 f"--from-pool {args.from_pool} already has {have} seeds per cell: nothing to add (give a larger "
@@ -432,6 +432,14 @@ def _add_ranked_natural(pool: dict[str, np.ndarray], models: dict, test_images: 
         "images": test_images[index].numpy(),
     }
     _append(pool, added)
+
+
+def _seeds_per_cell(pool: dict[str, np.ndarray]) -> int:
+    """The most synthetic candidates any cell (model pair, ordered class pair) of the pool has: its seeds per cell
+    (the pool's own seed indices 0..K-1, or a sweep's seed numbers, whatever they are)."""
+    synthetic = pool["source"] == "synthetic"
+    cells = np.concatenate([pool["pairs"][synthetic], pool["classes"][synthetic]], axis=1)
+    return int(np.unique(cells, axis=0, return_counts=True)[1].max())
 
 
 def _stop_score(text: str) -> float | None:
