@@ -70,6 +70,7 @@ from controversial.study.display import png_to_uint8  # noqa: E402
 from controversial.study.selection import SweepStimulus, best_per_cell, collect_sweep  # noqa: E402
 from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch  # noqa: E402
 from controversial.synthesis.natural import top_natural  # noqa: E402
+from controversial.synthesis.runstate import SETTINGS_NAME  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
 
 MODELS = ("vgg", "vgg_neg", "capsnet", "pcn", "madry_linf", "madry_l2", "capsnet_recon", "kde", "abs")
@@ -261,14 +262,14 @@ def sweep_pool(
 
 
 def _sweep_settings(sweep_dir: Path) -> dict:
-    """The synthesis settings every pair of the sweep ran with (``run_settings.json``); pairs that differ are a
+    """The synthesis settings every pair of the sweep ran with (``runstate.SETTINGS_NAME``); pairs that differ are a
     ``ValueError`` naming them, since the pool records one setting."""
     seen: dict[tuple, list[str]] = {}
-    for path in sorted(sweep_dir.rglob("run_settings.json")):
+    for path in sorted(sweep_dir.rglob(SETTINGS_NAME)):
         synthesis = json.loads(path.read_text())["synthesis"]
         seen.setdefault((synthesis["max_steps"], synthesis["stop_score"]), []).append(path.parent.name)
     if not seen:
-        raise ValueError(f"{sweep_dir} has no run_settings.json: point it at a synthesize.py sweep")
+        raise ValueError(f"{sweep_dir} has no {SETTINGS_NAME}: point it at a synthesize.py sweep")
     if len(seen) > 1:
         raise ValueError(
             f"{sweep_dir}: pairs ran with different (max_steps, stop_score): "
