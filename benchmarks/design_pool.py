@@ -266,8 +266,14 @@ def _sweep_settings(sweep_dir: Path) -> dict:
     ``ValueError`` naming them, since the pool records one setting."""
     seen: dict[tuple, list[str]] = {}
     for path in sorted(sweep_dir.rglob(SETTINGS_NAME)):
-        synthesis = json.loads(path.read_text())["synthesis"]
-        seen.setdefault((synthesis["max_steps"], synthesis["stop_score"]), []).append(path.parent.name)
+        try:
+            synthesis = json.loads(path.read_text())["synthesis"]
+            key = (synthesis["max_steps"], synthesis["stop_score"])
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{path} is not valid JSON ({error})") from None
+        except (KeyError, TypeError):
+            raise ValueError(f"{path} records no synthesis.max_steps and synthesis.stop_score") from None
+        seen.setdefault(key, []).append(path.parent.name)
     if not seen:
         raise ValueError(f"{sweep_dir} has no {SETTINGS_NAME}: point it at a synthesize.py sweep")
     if len(seen) > 1:
