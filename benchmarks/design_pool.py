@@ -28,7 +28,7 @@ Ranked natural images (optional, ``--ranked-natural-threshold T``; the most cont
 that ``rank_natural.py`` exports): all nine models rate the whole test set, and for every model pair
 and ordered class pair the test image that ``rank_natural.py ... top_k=1`` would export for that cell
 joins the pool as a candidate of that pair (source ``ranked_natural``, its cell's targets) when its hard
-score reaches T (0.5 in docs/design.md: no test image reaches synthesis's 0.75 for any of kde's
+score reaches T (0.5 in docs/design_evidence.md: no test image reaches synthesis's 0.75 for any of kde's
 pairs); an image that tops several cells of one pair joins once, for its best. The paper's and the
 random design (``benchmarks/design.py``) do not draw on them. ``--from-pool`` keeps an earlier pool's
 candidates verbatim and only adds these (no synthesis).

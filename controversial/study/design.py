@@ -102,7 +102,7 @@ def held_out_panel(
 
     The optimiser picks the set that scores best on its panel, that panel's chance fluctuations included,
     so the set's figures on that panel flatter it, and the more the smaller the panel and the noisier the
-    participants (docs/design.md, section 6). A fresh panel predicts it as fairly as any set chosen
+    participants (docs/design.md, section 1). A fresh panel predicts it as fairly as any set chosen
     without looking at that panel.
     """
     return ReferencePanel(probabilities, conditions, noise, n_panel, truths, seed + HELD_OUT_SEED_OFFSET, shared_sd)
