@@ -593,6 +593,7 @@ class DesignStudySettings(Settings):
     batch_size: Count = Field(256, description="images per forward pass when the models rate the candidates")
     web_source: str | None = Field(None, description="the experiment's HTML/JS/CSS; null: human_study/src")
     pilot: bool = Field(False, description="allow the placeholder consent/instruction texts; never for Prolific")
+    progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
     data: DataSettings
 
     @model_validator(mode="after")

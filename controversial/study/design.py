@@ -39,6 +39,7 @@ from controversial.analysis.separation import ReferencePanel, Separation, softmi
 from controversial.analysis.simulate import ParticipantNoise
 from controversial.analysis.study import NATURAL
 from controversial.errors import UserError
+from controversial.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -419,6 +420,7 @@ def select_design(
     restarts: int = 1,
     baseline: Sequence[int] | np.ndarray | None = None,
     objective: Objective | None = None,
+    progress: bool = False,
 ) -> Design:
     """The constrained set maximising the (smooth) weakest pairwise separation with ``n_participants``, or
     ``objective`` of the z there (e.g. ``total_need``).
@@ -428,7 +430,9 @@ def select_design(
     starts (seeds ``seed``, ``seed + 1``, ...); the best local optimum wins. ``baseline``: pool indices
     of a reference design; the criterion becomes relative to it (module docstring), and when the
     best local optimum scores below the baseline itself (which meets every constraint and holds
-    ``fixed``), the exchange search starts again from the baseline.
+    ``fixed``), the exchange search starts again from the baseline. ``progress``: a bar on a terminal,
+    a line every so often in a log, for the growth and the exchanges (minutes on a sweep's thousands of
+    candidates).
     """
     if panel.N != len(pool.conditions):
         raise DesignError(f"the reference panel covers {panel.N} stimuli, the pool {len(pool.conditions)}")
@@ -438,7 +442,7 @@ def select_design(
     if baseline is not None:
         at_baseline = panel.separation(design_weights(baseline, panel.N))
         criterion = relative_criterion(at_baseline, n_participants, temperature)
-    options = (constraints, n_participants, criterion, step_fraction, max_exchanges, exchange_width)
+    options = (constraints, n_participants, criterion, step_fraction, max_exchanges, exchange_width, progress)
     best = max(
         (_select_once(pool, panel, *options, seed + k, fixed) for k in range(max(1, restarts))),
         key=lambda d: d.objective,
@@ -463,6 +467,7 @@ def _grow(
     step_fraction: float,
     rng: np.random.Generator,
     fixed: Sequence[int],
+    bar: Progress,
 ) -> np.ndarray:
     """Greedy forward selection from a small random feasible seed to a full set; returns its 0/1 weights."""
     N = len(pool.conditions)
@@ -474,6 +479,7 @@ def _grow(
         chosen.append(int(n))
     chosen += _seed(pool, constraints, counts, rng, chosen)
     w = design_weights(chosen, N)
+    bar.update(len(chosen))
     step = max(1, int(round(step_fraction * constraints.n_stimuli)))
     fixed_set = set(int(n) for n in fixed)
     while not counts.full():
@@ -501,6 +507,7 @@ def _grow(
                 added += 1
                 if added == step:
                     break
+        bar.update(added)
     return w
 
 
@@ -513,6 +520,7 @@ def _select_once(
     step_fraction: float,
     max_exchanges: int,
     exchange_width: int,
+    progress: bool,
     seed: int,
     fixed: Sequence[int],
     start: Sequence[int] | None = None,
@@ -531,7 +539,8 @@ def _select_once(
         )
     if start is None:
         rng = np.random.default_rng(seed)
-        w = _grow(pool, panel, constraints, counts, n_participants, criterion, step_fraction, rng, fixed)
+        with Progress(constraints.n_stimuli, f"design: greedy growth (seed {seed})", progress) as bar:
+            w = _grow(pool, panel, constraints, counts, n_participants, criterion, step_fraction, rng, fixed, bar)
     else:
         for n in start:
             counts.update(int(n), +1)
@@ -539,15 +548,18 @@ def _select_once(
     fixed_set = set(int(n) for n in fixed)
     current = float(criterion(panel.separation(w).z(n_participants)))
     swaps = 0
-    while swaps < max_exchanges:
-        improved = _best_swap(panel, pool, counts, w, fixed_set, n_participants, criterion, current, exchange_width)
-        if improved is None:
-            break
-        out, best, current = improved
-        counts.update(out, -1)
-        counts.update(best, +1)
-        w[out], w[best] = 0, 1
-        swaps += 1
+    with Progress(max_exchanges, "design: exchanges (at most)", progress) as bar:
+        while swaps < max_exchanges:
+            improved = _best_swap(panel, pool, counts, w, fixed_set, n_participants, criterion, current, exchange_width)
+            if improved is None:
+                break
+            out, best, current = improved
+            counts.update(out, -1)
+            counts.update(best, +1)
+            w[out], w[best] = 0, 1
+            swaps += 1
+            bar.set_postfix(objective=f"{current:.4g}")
+            bar.update()
     separation = panel.separation(w)
     z = separation.z(n_participants)
     log.info(

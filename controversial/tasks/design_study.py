@@ -170,6 +170,12 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         noise_source = f"fitted to batches 1-{batch - 1} ({sum(b.human.shape[0] for b in batches)} participants)"
     pool = candidates.pool
     baseline = _balanced(stimuli, candidates, constraints, cfg.sources, plan.criterion)
+    log.info(
+        "reference panel: %d simulated participants for each of %d truths on the %d candidates",
+        plan.n_panel,
+        len(truths) if truths else len(names),
+        len(pool.conditions),
+    )
     panel = ReferencePanel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, shared_sd)
     n = plan.n_participants
     n_comparisons = (len(names) + 1) * len(names) // 2 if plan.correction == "holm-sidak" else 1
@@ -190,8 +196,10 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         seed=cfg.seed,
         baseline=baseline.chosen if baseline is not None and plan.criterion == "relative" else None,
         objective=objective,
+        progress=cfg.progress,
     )
     del panel  # its memory, before the second panel is drawn
+    log.info("predicting the chosen and the balanced design on a second panel of other simulated participants")
     check = held_out_panel(probabilities, pool.conditions, noise, plan.n_panel, truths, cfg.seed, shared_sd)
     predicted = check.separation(design_weights(design.chosen, len(pool.conditions)))
     rows = pair_report(predicted, names, n, alpha, plan.power, n_comparisons)

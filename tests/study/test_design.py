@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import functools
+import io
+import logging
+import re
 from itertools import combinations
 
 import numpy as np
@@ -9,6 +13,8 @@ import pytest
 
 from controversial.analysis.separation import ReferencePanel, softmin
 from controversial.analysis.simulate import ParticipantNoise, simulate_models
+import controversial.study.design as design_module
+from controversial.progress import Progress
 from controversial.study.design import (
     HELD_OUT_SEED_OFFSET,
     DesignConstraints,
@@ -105,6 +111,26 @@ def test_selection_respects_every_constraint_and_beats_random(medium):
     fixed = chosen[:5]
     again = select_design(pool, panel, constraints, 12, seed=1, fixed=fixed)
     assert set(fixed) <= set(again.chosen.tolist()) and check_design(pool, constraints, again.chosen.tolist()) == []
+
+
+def test_progress_reports_the_growth_and_the_exchanges_without_changing_the_set(medium, monkeypatch, caplog):
+    """A search over a sweep's thousands of candidates takes minutes: with progress on, a log gets lines for the
+    growth (stimuli chosen of the budget) and the exchanges (with the objective), and the set is the same."""
+    _, pool, panel = medium
+    constraints = DesignConstraints(n_stimuli=60, natural_per_class=2, min_per_pair=3, class_tolerance=0.1)
+    log = io.StringIO()
+    monkeypatch.setattr(design_module, "Progress", functools.partial(Progress, stream=log, interval_s=0.0))
+    quiet = select_design(pool, panel, constraints, 12, seed=0)
+    assert log.getvalue() == ""
+    with caplog.at_level(logging.INFO, logger=design_module.__name__):
+        shown = select_design(pool, panel, constraints, 12, seed=0, progress=True)
+    swaps = int(re.search(r"\((\d+) exchanges\)", caplog.text).group(1))
+    assert shown.chosen.tolist() == quiet.chosen.tolist()
+    lines = log.getvalue().splitlines()
+    growth = [line for line in lines if line.startswith("design: greedy growth (seed 0): ")]
+    assert growth and growth[-1].endswith(": 60/60")
+    exchanges = [line for line in lines if line.startswith("design: exchanges (at most): ")]
+    assert swaps > 0 and len(exchanges) == swaps and all(", objective=" in line for line in exchanges)
 
 
 def test_impossible_requests_fail_before_choosing(medium):
