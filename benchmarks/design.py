@@ -81,6 +81,7 @@ from controversial.study.adaptive import Batch, confirmed_best, evidence, final_
 from controversial.analysis.study import NATURAL  # noqa: E402
 from controversial.study.selection import balanced_cells  # noqa: E402
 from controversial.study.design import (  # noqa: E402
+    CAP_RULES,
     DesignConstraints,
     Pool,
     check_design,
@@ -372,6 +373,13 @@ def main() -> None:
     )
     parser.add_argument("--fraction", type=float, default=0.5, help="for --criterion participants")
     parser.add_argument(
+        "--cap-rule",
+        choices=CAP_RULES,
+        default="participants",
+        help="for --criterion total: what a truth over its cap (the paper design's need) costs, per participant or per "
+        "ratio (plan.cap_rule)",
+    )
+    parser.add_argument(
         "--floor",
         type=float,
         default=2.0,
@@ -544,7 +552,7 @@ def _optimal(
         print(f"optimal design ({criterion}) from the cache {cache} (--no-cache to choose it again)")
     else:
         planned = _planned(criterion, plan, args)
-        objective = total_need(at_paper, plan, 0.05, args.power, 45) if criterion == "total" else None
+        objective = total_need(at_paper, plan, 0.05, args.power, 45, args.cap_rule) if criterion == "total" else None
         design = select_design(
             pool,
             panel,
@@ -637,6 +645,8 @@ def _cache_path(args: argparse.Namespace, criterion: str) -> Path | None:
     search = {name: getattr(args, name) for name in SEARCH_DEFAULTS}
     if search != SEARCH_DEFAULTS:  # the defaults leave the keys of designs cached before these options unchanged
         choice += list(search.values())
+    if criterion == "total" and args.cap_rule != "participants":  # likewise
+        choice.append(args.cap_rule)
     digest.update(json.dumps(choice).encode())
     return Path(args.cache_dir) / f"optimal-{digest.hexdigest()[:16]}.npz"
 
@@ -748,7 +758,9 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
         f"Population: shared deviation sd {args.shared_sd:g}, own noise sd {list(args.noise.sd)} (logit units), "
         f"{'one draw per truth for every simulated study' if args.fixed_population else 'a draw per simulated study'}; "
         f"the optimal designs planned for {args.plan} participants with {planned_with}, criteria "
-        f"{', '.join(args.criterion)}; (a) by the rule {args.paper_rule}. "
+        f"{', '.join(args.criterion)}"
+        + (f" (cap rule {args.cap_rule})" if "total" in args.criterion else "")
+        + f"; (a) by the rule {args.paper_rule}. "
         + (
             f"(d): batch 1 on the {args.criterion[0]} design, batch 2 chosen with {args.adaptive_panel} reference "
             f"participants per candidate truth and shared deviation sd {args.adaptive_shared_sd}"

@@ -241,6 +241,9 @@ class Criterion:
 Objective = Callable[[np.ndarray], np.ndarray]  # (..., T, M) z at the planned counts -> (...) values to maximise
 
 
+CAP_RULES = ("participants", "ratio")  # what TotalNeed charges a truth over its cap: see its docstring
+
+
 @dataclass(frozen=True)
 class TotalNeed:
     """Minus the participants the study is predicted to need, averaged over truths, with every truth held to at
@@ -249,13 +252,23 @@ class TotalNeed:
 
     A truth's need is its weakest rival's, read off z at the truth's planned count n_t as n_t (target / z)^2:
     exact when participants' variance dominates, and near the planned count otherwise (the participants
-    criterion plans each truth near what it should reach). Each participant over a truth's cap costs
-    ``penalty`` participants of the mean."""
+    criterion plans each truth near what it should reach). Over a truth's cap, ``cap_rule`` says what it costs:
+
+    - ``participants``: each participant over the cap costs ``penalty`` participants of the mean;
+    - ``ratio``: each 1 % over the cap costs ``penalty`` times 1 % of the mean cap, whatever the truth's own need.
+      The planner's absolute needs are optimistic, and most for truths it expects to need the minimum (docs/design.md,
+      section 6): a truth planned at 0.5 participants that the study finds needs 2 loses a grid step for an excess the
+      ``participants`` rule prices at a tenth of a participant. A ratio is what the planner gets right."""
 
     counts: np.ndarray  # (T, 1) planned participants per truth, the counts z is taken at
     caps: np.ndarray  # (T,) the most each truth may need
     target: float  # the z a pair needs: critical z (Sidak) + z of the power
     penalty: float = 3.0
+    cap_rule: str = "participants"  # one of CAP_RULES
+
+    def __post_init__(self) -> None:
+        if self.cap_rule not in CAP_RULES:
+            raise DesignError(f"plan.cap_rule must be one of {', '.join(CAP_RULES)}, got {self.cap_rule!r}")
 
     def needs(self, z: np.ndarray) -> np.ndarray:
         """(..., T, M) z at the planned counts -> (..., T) each truth's predicted participants needed."""
@@ -265,7 +278,14 @@ class TotalNeed:
 
     def __call__(self, z: np.ndarray) -> np.ndarray:
         need = self.needs(z)
-        over = np.maximum(need - self.caps, 0.0).sum(axis=-1)
+        if self.cap_rule == "ratio":  # a truth the baseline cannot identify (cap inf) has no cap
+            finite = np.isfinite(self.caps)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = np.where(finite, need / np.where(finite, self.caps, 1.0), 0.0)
+            scale = self.caps[finite].mean() if finite.any() else 0.0
+            over = np.maximum(ratio - 1.0, 0.0).sum(axis=-1) * scale
+        else:
+            over = np.maximum(need - self.caps, 0.0).sum(axis=-1)
         return -(need.mean(axis=-1) + self.penalty * over)
 
 
@@ -275,10 +295,12 @@ def total_need(
     alpha: float,
     power: float,
     n_comparisons: int,
+    cap_rule: str = "participants",
 ) -> TotalNeed:
     """``TotalNeed`` with each truth capped at the exact participants the ``baseline`` design needs for it."""
     caps = baseline.participants_needed_per_truth(alpha, power, n_comparisons, whole=False)
-    return TotalNeed(np.asarray(counts, dtype=np.float64).reshape(-1, 1), caps, target_z(alpha, power, n_comparisons))
+    counts = np.asarray(counts, dtype=np.float64).reshape(-1, 1)
+    return TotalNeed(counts, caps, target_z(alpha, power, n_comparisons), cap_rule=cap_rule)
 
 
 BASELINE_Z_FLOOR = 1.0  # a truth the baseline barely separates (z below this) is scaled as if it had this z

@@ -185,7 +185,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         at_baseline = panel.separation(design_weights(baseline.chosen, len(pool.conditions)))
         planned = participants_plan(at_baseline, alpha, plan.power, n_comparisons, plan.fraction, n)
         if plan.criterion == "total":
-            objective = total_need(at_baseline, planned, alpha, plan.power, n_comparisons)
+            objective = total_need(at_baseline, planned, alpha, plan.power, n_comparisons, plan.cap_rule)
     design = select_design(
         pool,
         panel,
@@ -206,6 +206,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     summary = {
         "batch": batch,
         "criterion": CRITERIA[plan.criterion],
+        "cap_rule": plan.cap_rule if plan.criterion == "total" else None,
         "planned_participants": n,
         "planned_per_truth": (
             {names[t]: float(k) for t, k in zip(predicted.truths, np.ravel(planned))} if np.ndim(planned) else None
@@ -371,7 +372,9 @@ def _write_report(out: Path, summary: dict, rows: list[dict], design: Design, ca
     lines = [
         f"# Study design, batch {summary['batch']}",
         "",
-        f"- criterion: {summary['criterion']}; planned participants {summary['planned_participants']}; "
+        f"- criterion: {summary['criterion']}"
+        + (f" (cap rule: {summary['cap_rule']})" if summary["cap_rule"] else "")
+        + f"; planned participants {summary['planned_participants']}; "
         f"weakest z {summary['weakest_z']:.2f} (predicted on a second reference panel; "
         f"{summary['weakest_z_on_the_selection_panel']:.2f} on the panel the set was chosen on)",
         *([f"- planned per truth: {summary['planned_per_truth']}"] if summary["planned_per_truth"] is not None else []),

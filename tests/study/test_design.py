@@ -20,6 +20,7 @@ from controversial.study.design import (
     DesignConstraints,
     DesignError,
     Pool,
+    TotalNeed,
     check_design,
     design_weights,
     held_out_panel,
@@ -258,7 +259,27 @@ def test_participants_plan_takes_each_truth_at_a_share_of_its_baseline_need(medi
     assert design.weakest == pytest.approx(np.nanmin(design.separation.z(planned)))
 
 
-def test_total_need_lowers_the_mean_participants_and_holds_every_truth_to_its_cap():
+def test_the_ratio_cap_rule_charges_a_relative_excess_alike_whatever_the_truths_own_need():
+    """Over the cap, the participants rule charges by participants, so a truth planned at half a participant costs
+    almost nothing when it needs 20 % more; the ratio rule charges 20 % of the mean cap for it, as for any truth,
+    and a truth the baseline cannot identify (cap inf) nothing."""
+    target = 3.0
+    caps = np.array([0.5, 10.0, np.inf])
+    counts = np.array([[2.0], [4.0], [4.0]])
+    # each truth's one rival, at z that make truth 0 need 0.6 (cap 0.5), truth 1 need 12 (cap 10), truth 2 need 4
+    z = np.array([[target / np.sqrt(1.2 * 0.5 / 2.0)], [target / np.sqrt(1.2 * 10.0 / 4.0)], [target]])
+    by_participants = TotalNeed(counts, caps, target)
+    by_ratio = TotalNeed(counts, caps, target, cap_rule="ratio")
+    need = by_participants.needs(z)
+    np.testing.assert_allclose(need, [0.6, 12.0, 4.0])
+    np.testing.assert_allclose(-by_participants(z), need.mean() + 3.0 * (0.1 + 2.0))
+    np.testing.assert_allclose(-by_ratio(z), need.mean() + 3.0 * (0.2 + 0.2) * caps[:2].mean())
+    with pytest.raises(DesignError, match="cap_rule"):
+        TotalNeed(counts, caps, target, cap_rule="absolute")
+
+
+@pytest.mark.parametrize("cap_rule", ["participants", "ratio"])
+def test_total_need_lowers_the_mean_participants_and_holds_every_truth_to_its_cap(cap_rule: str):
     """The total objective reads each truth's need off z at its planned count (the count itself where z is the
     target), and its design needs fewer participants on average than the balanced baseline, no truth more (as
     predicted on a fresh panel, within 5 %), and no more on average than the participants criterion's."""
@@ -271,7 +292,7 @@ def test_total_need_lowers_the_mean_participants_and_holds_every_truth_to_its_ca
     baseline = select_design(pool, panel, constraints, 12, seed=1, max_exchanges=0)
     at_baseline = panel.separation(design_weights(baseline.chosen, len(pool.conditions)))
     planned = participants_plan(at_baseline, 0.05, 0.8, 10, 0.5, 60)
-    objective = total_need(at_baseline, planned, 0.05, 0.8, 10)
+    objective = total_need(at_baseline, planned, 0.05, 0.8, 10, cap_rule)
     at_target = np.full((4, 4), objective.target)
     np.testing.assert_allclose(objective.needs(at_target), planned[:, 0])
 

@@ -59,16 +59,26 @@ def tiny_design_study(tmp_path, monkeypatch, seeds: int = 1) -> list[str]:  # ty
 
 
 @pytest.mark.parametrize(
-    "shared_sd, criterion",
-    [(0.0, "maximin"), (1.5, "maximin"), (0.0, "relative"), (0.0, "participants"), (0.0, "total")],
+    "shared_sd, criterion, cap_rule",
+    [
+        (0.0, "maximin", "participants"),
+        (1.5, "maximin", "participants"),
+        (0.0, "relative", "participants"),
+        (0.0, "participants", "participants"),
+        (0.0, "total", "participants"),
+        (0.0, "total", "ratio"),
+    ],
 )
-def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_path, monkeypatch, shared_sd, criterion):
+def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(
+    tmp_path, monkeypatch, shared_sd, criterion, cap_rule
+):
     """With a shared deviation planned for (integrated out), every (truth, rival) is reported once, as without.
     Every criterion reports the balanced design (10 per pair here) beside the chosen one, on one held-out panel;
     the participants criterion also the count it planned each truth for (2 to plan.n_participants)."""
     overrides = tiny_design_study(tmp_path, monkeypatch) + [
         f"plan.shared_sd={shared_sd}",
         f"plan.criterion={criterion}",
+        f"plan.cap_rule={cap_rule}",
     ]
     bundle = load_bundle(run_task("design_study", overrides, tmp_path / "run"))
     assert bundle.batch == 1 and bundle.label == "designed/v1"
@@ -85,6 +95,7 @@ def test_design_study_writes_a_bundle_within_budget_and_reports_every_pair(tmp_p
     assert (tmp_path / "run" / "design.md").read_text().startswith("# Study design, batch 1")
     balanced = report["balanced_design"]
     assert report["criterion"] == design_study.CRITERIA[criterion]
+    assert report["cap_rule"] == (cap_rule if criterion == "total" else None)
     planned = report["planned_per_truth"]
     if criterion in ("participants", "total"):
         assert sorted(planned) == sorted(MODELS) and all(2 <= k <= 6 for k in planned.values())
