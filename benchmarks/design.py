@@ -382,7 +382,7 @@ def main() -> None:
     parser.add_argument(
         "--cap-rule",
         choices=CAP_RULES,
-        default="participants",
+        default="ratio",
         help="for --criterion total: what a truth over its cap (the paper design's need) costs, per participant or per "
         "ratio (plan.cap_rule)",
     )
@@ -684,7 +684,7 @@ def _cache_path(args: argparse.Namespace, criterion: str) -> Path | None:
     search = {name: getattr(args, name) for name in SEARCH_DEFAULTS}
     if search != SEARCH_DEFAULTS:  # the defaults leave the keys of designs cached before these options unchanged
         choice += list(search.values())
-    if criterion == "total" and args.cap_rule != "participants":  # likewise
+    if criterion == "total" and args.cap_rule != "participants":  # total designs cached before the rule keep theirs
         choice.append(args.cap_rule)
     digest.update(json.dumps(choice).encode())
     return Path(args.cache_dir) / f"optimal-{digest.hexdigest()[:16]}.npz"

@@ -529,7 +529,7 @@ class DesignPlan(Settings):
         0.5, gt=0, le=1, description="criterion participants: each truth planned for this share of its balanced need"
     )
     cap_rule: Literal["participants", "ratio"] = Field(
-        "participants",
+        "ratio",
         description="criterion total: what a truth needing more than under the balanced design costs; participants: "
         "3 of the mean per participant over; ratio: 3 times the mean balanced need per 100 % over, whatever the "
         "truth's own need (protects truths the balanced design identifies with the minimum)",

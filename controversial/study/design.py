@@ -264,7 +264,7 @@ class TotalNeed:
     caps: np.ndarray  # (T,) the most each truth may need
     target: float  # the z a pair needs: critical z (Sidak) + z of the power
     penalty: float = 3.0
-    cap_rule: str = "participants"  # one of CAP_RULES
+    cap_rule: str = "ratio"  # one of CAP_RULES
 
     def __post_init__(self) -> None:
         if self.cap_rule not in CAP_RULES:
@@ -295,7 +295,7 @@ def total_need(
     alpha: float,
     power: float,
     n_comparisons: int,
-    cap_rule: str = "participants",
+    cap_rule: str = "ratio",
 ) -> TotalNeed:
     """``TotalNeed`` with each truth capped at the exact participants the ``baseline`` design needs for it."""
     caps = baseline.participants_needed_per_truth(alpha, power, n_comparisons, whole=False)

@@ -268,7 +268,7 @@ def test_the_ratio_cap_rule_charges_a_relative_excess_alike_whatever_the_truths_
     counts = np.array([[2.0], [4.0], [4.0]])
     # each truth's one rival, at z that make truth 0 need 0.6 (cap 0.5), truth 1 need 12 (cap 10), truth 2 need 4
     z = np.array([[target / np.sqrt(1.2 * 0.5 / 2.0)], [target / np.sqrt(1.2 * 10.0 / 4.0)], [target]])
-    by_participants = TotalNeed(counts, caps, target)
+    by_participants = TotalNeed(counts, caps, target, cap_rule="participants")
     by_ratio = TotalNeed(counts, caps, target, cap_rule="ratio")
     need = by_participants.needs(z)
     np.testing.assert_allclose(need, [0.6, 12.0, 4.0])
