@@ -15,7 +15,9 @@ stimuli stratified by condition, Holm-Sidak over all pairs of the nine models an
 ceiling, alpha 0.05) puts the truth significantly above every other model, hence above the
 runner-up. "Participants needed" is the smallest count on a grid with success rate (power) >= 0.8,
 found by a galloping search and bisection (power grows with participants; common random numbers:
-simulation i uses the same simulated people for every design and count).
+simulation i uses the same simulated people for every design and count). A truth that an optimal design
+needs more participants for than (a) is simulated again, under both, with ``--recheck-sims`` studies per
+count (default 100; one grid step is often within the Monte-Carlo error of 20), and marked * in the table.
 
 Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py``):
 (a) paper: 20 per model pair, the most controversial with every class twice per side (the paper's integer
@@ -25,7 +27,8 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
     of the participants the paper's design needs for it, as predicted; 10 natural per class, >= 2 per pair,
     class balance +-10 %; ``--criterion maximin``: all at ``--plan`` participants; ``--criterion relative``:
     each truth's weakest separation as a fraction of the paper design's; ``--criterion total``: the predicted
-    participants averaged over truths, none above the paper design's need);
+    participants averaged over truths, none above the paper design's need, each truth's excess priced by ratio or,
+    ``--cap-rule participants``, per participant);
 (d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
     their ratings and a new design for the rest (``controversial.study.adaptive``; ``--adaptive-panel``
     reference participants per candidate truth, ``--adaptive-shared-sd``; ``--sim-jobs`` processes per cell);
