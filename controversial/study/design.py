@@ -258,7 +258,7 @@ class TotalNeed:
     - ``ratio``: each 1 % over the cap costs ``penalty`` times 1 % of the mean cap, whatever the truth's own need.
       The planner's absolute needs are optimistic, and most for truths it expects to need the minimum (docs/design.md,
       section 6): a truth planned at 0.5 participants that the study finds needs 2 loses a grid step for an excess the
-      ``participants`` rule prices at a tenth of a participant. A ratio is what the planner gets right."""
+      ``participants`` rule prices at a tenth of a participant. The planner predicts ratios better than counts."""
 
     counts: np.ndarray  # (T, 1) planned participants per truth, the counts z is taken at
     caps: np.ndarray  # (T,) the most each truth may need
