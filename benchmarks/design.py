@@ -96,6 +96,7 @@ from controversial.study.design import (  # noqa: E402
 )
 
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
+BEYOND_GRID = 2 * max(GRID)  # what a cell needing more than the grid's largest count counts as in means and comparisons
 ALPHA = 0.05  # the study's family-wise level
 # (c)'s search settings and their defaults, select_design's own: a design chosen with these keeps its cache key
 SEARCH_DEFAULTS = {
@@ -111,6 +112,11 @@ class Cell(NamedTuple):
     count: int | None
     label: str
     expected: float | None = None
+
+
+def _count(cell: Cell) -> int:
+    """The participants a cell needs, a cell beyond the grid counted as ``BEYOND_GRID``."""
+    return BEYOND_GRID if cell.count is None else cell.count
 
 
 def load_pool(path: Path) -> tuple[tuple[str, ...], np.ndarray, Pool, np.ndarray, np.ndarray]:
@@ -552,7 +558,7 @@ def _worse_than_paper(cells: dict[tuple[int, str], Cell], truths: Iterable[int],
     keys = []
     for t in truths:
         paper = cells[t, "paper"].count
-        worse = [c for c in labels if paper is not None and (cells[t, c].count or 2 * max(GRID)) > paper]
+        worse = [c for c in labels if paper is not None and _count(cells[t, c]) > paper]
         keys += [(t, "paper"), *((t, c) for c in worse)] if worse else []
     return keys
 
@@ -770,9 +776,9 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
             means.append("not run")
             counts.append(None)
             continue
-        counts.append([2 * max(GRID) if c.count is None else c.count for c in cells])
+        counts.append([_count(c) for c in cells])
         capped = any(c.count is None for c in cells)
-        means.append(f"{np.mean(counts[-1]):.1f}" + (f" (> x counted as {2 * max(GRID)})" if capped else ""))
+        means.append(f"{np.mean(counts[-1]):.1f}" + (f" (> x counted as {BEYOND_GRID})" if capped else ""))
         if all(c.expected is not None for c in cells):
             expected = [float(c.expected) for c in cells]  # type: ignore[arg-type]
             means[-1] += f" (E {np.mean(expected):.1f})"
