@@ -25,7 +25,8 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
 (b) random: 720 random synthetic controversial + 100 random natural images;
 (c) optimal: ``controversial.study.design`` (maximin expected separation, each truth's at ``--fraction``
     of the participants the paper's design needs for it, as predicted; 10 natural per class, >= 2 per pair,
-    class balance +-10 %; ``--criterion maximin``: all at ``--plan`` participants; ``--criterion relative``:
+    class balance +-10 % (``--natural-per-class``, ``--class-tolerance``: other values for (c)-(e));
+    ``--criterion maximin``: all at ``--plan`` participants; ``--criterion relative``:
     each truth's weakest separation as a fraction of the paper design's; ``--criterion total``: the predicted
     participants averaged over truths, none above the paper design's need, each truth's excess priced by ratio or,
     ``--cap-rule participants``, per participant);
@@ -98,6 +99,7 @@ from controversial.study.design import (  # noqa: E402
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
 BEYOND_GRID = 2 * max(GRID)  # what a cell needing more than the grid's largest count counts as in means and comparisons
 ALPHA = 0.05  # the study's family-wise level
+PAPER_CONSTRAINTS = (10, 0.1)  # natural images per class and class tolerance of (a), and of (c)-(e) by default
 # (c)'s search settings and their defaults, select_design's own: a design chosen with these keeps its cache key
 SEARCH_DEFAULTS = {
     name: inspect.signature(select_design).parameters[name].default
@@ -427,6 +429,19 @@ def main() -> None:
         help="where chosen optimal designs are kept and found again (keyed by the pool and the choice's settings)",
     )
     parser.add_argument("--no-cache", action="store_true", help="always choose the optimal design anew; keep none")
+    parser.add_argument(
+        "--natural-per-class",
+        type=int,
+        default=10,
+        help="natural images per class in (c)-(e) (budget.natural_per_class; (a) and (b) keep the paper's 10): how "
+        "much the paper's share of natural images holds the designs back",
+    )
+    parser.add_argument(
+        "--class-tolerance",
+        type=float,
+        default=0.1,
+        help="each class a target within this share of the mean count in (c)-(e) (budget.class_tolerance)",
+    )
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
     parser.add_argument(
         "--dedicated",
@@ -466,7 +481,14 @@ def main() -> None:
     logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
     names, P, pool, plain, hard = load_pool(Path(args.pool))
-    args.constraints = DesignConstraints(n_stimuli=820, natural_per_class=10, min_per_pair=2, class_tolerance=0.1)
+    if not 1 <= args.natural_per_class <= 10 or not args.class_tolerance >= 0:  # also NaN
+        parser.error(
+            f"--natural-per-class must be in 1..10 (natural images stay in the study, at most the paper's) and "
+            f"--class-tolerance >= 0; got {args.natural_per_class} and {args.class_tolerance}"
+        )
+    args.constraints = DesignConstraints(
+        n_stimuli=820, natural_per_class=args.natural_per_class, min_per_pair=2, class_tolerance=args.class_tolerance
+    )
     rng = np.random.default_rng(args.seed)
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
     paper = paper_design(pool, plain, hard, args.paper_rule, rng)
@@ -695,6 +717,8 @@ def _cache_path(args: argparse.Namespace, criterion: str) -> Path | None:
         choice += list(search.values())
     if criterion == "total" and args.cap_rule != "participants":  # total designs cached before the rule keep theirs
         choice.append(args.cap_rule)
+    if (args.natural_per_class, args.class_tolerance) != PAPER_CONSTRAINTS:  # as above: earlier keys unchanged
+        choice += [args.natural_per_class, args.class_tolerance]
     digest.update(json.dumps(choice).encode())
     return Path(args.cache_dir) / f"optimal-{digest.hexdigest()[:16]}.npz"
 
