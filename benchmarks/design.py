@@ -432,14 +432,14 @@ def main() -> None:
     parser.add_argument(
         "--natural-per-class",
         type=int,
-        default=10,
+        default=PAPER_CONSTRAINTS[0],
         help="natural images per class in (c)-(e) (budget.natural_per_class; (a) and (b) keep the paper's 10): how "
         "much the paper's share of natural images holds the designs back",
     )
     parser.add_argument(
         "--class-tolerance",
         type=float,
-        default=0.1,
+        default=PAPER_CONSTRAINTS[1],
         help="each class a target within this share of the mean count in (c)-(e) (budget.class_tolerance)",
     )
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
@@ -473,6 +473,11 @@ def main() -> None:
             f"--exchange-width must be >= 1, --max-exchanges >= 0 and --step-fraction in (0, 1]; got "
             f"{args.exchange_width}, {args.max_exchanges}, {args.step_fraction}"
         )
+    if not 1 <= args.natural_per_class <= 10 or not args.class_tolerance >= 0:  # also NaN
+        parser.error(
+            f"--natural-per-class must be in 1..10 (natural images stay in the study, at most the paper's) and "
+            f"--class-tolerance >= 0; got {args.natural_per_class} and {args.class_tolerance}"
+        )
     if args.jobs < 1 or args.sim_jobs < 1:
         parser.error(f"--jobs and --sim-jobs must be >= 1, got {args.jobs} and {args.sim_jobs}")
     if not Path(args.pool).is_file():
@@ -481,11 +486,6 @@ def main() -> None:
     logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
     names, P, pool, plain, hard = load_pool(Path(args.pool))
-    if not 1 <= args.natural_per_class <= 10 or not args.class_tolerance >= 0:  # also NaN
-        parser.error(
-            f"--natural-per-class must be in 1..10 (natural images stay in the study, at most the paper's) and "
-            f"--class-tolerance >= 0; got {args.natural_per_class} and {args.class_tolerance}"
-        )
     args.constraints = DesignConstraints(
         n_stimuli=820, natural_per_class=args.natural_per_class, min_per_pair=2, class_tolerance=args.class_tolerance
     )
@@ -834,6 +834,12 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
         f"the optimal designs planned for {args.plan} participants with {planned_with}, criteria "
         f"{', '.join(args.criterion)}"
         + (f" (cap rule {args.cap_rule})" if "total" in args.criterion else "")
+        + (
+            f", {args.natural_per_class} natural image{'s' * (args.natural_per_class > 1)} per class and classes "
+            f"within +-{100 * args.class_tolerance:g} % ((a) and (b): the paper's 10 and +-10 %)"
+            if (args.natural_per_class, args.class_tolerance) != PAPER_CONSTRAINTS
+            else ""
+        )
         + f"; (a) by the rule {args.paper_rule}. "
         + (
             f"(d): batch 1 on the {args.criterion[0]} design, batch 2 chosen with {args.adaptive_panel} reference "
