@@ -63,6 +63,7 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import replace
 from functools import partial
 from typing import Callable, Iterable, NamedTuple
 from pathlib import Path
@@ -99,7 +100,8 @@ from controversial.study.design import (  # noqa: E402
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
 BEYOND_GRID = 2 * max(GRID)  # what a cell needing more than the grid's largest count counts as in means and comparisons
 ALPHA = 0.05  # the study's family-wise level
-PAPER_CONSTRAINTS = (10, 0.1)  # natural images per class and class tolerance of (a), and of (c)-(e) by default
+# the paper's study: (a)'s constraints, and (c)-(e)'s unless --natural-per-class or --class-tolerance say otherwise
+PAPER_CONSTRAINTS = DesignConstraints(n_stimuli=820, natural_per_class=10, min_per_pair=2, class_tolerance=0.1)
 # (c)'s search settings and their defaults, select_design's own: a design chosen with these keeps its cache key
 SEARCH_DEFAULTS = {
     name: inspect.signature(select_design).parameters[name].default
@@ -432,14 +434,14 @@ def main() -> None:
     parser.add_argument(
         "--natural-per-class",
         type=int,
-        default=PAPER_CONSTRAINTS[0],
+        default=PAPER_CONSTRAINTS.natural_per_class,
         help="natural images per class in (c)-(e) (budget.natural_per_class; (a) and (b) keep the paper's 10): how "
         "much the paper's share of natural images holds the designs back",
     )
     parser.add_argument(
         "--class-tolerance",
         type=float,
-        default=PAPER_CONSTRAINTS[1],
+        default=PAPER_CONSTRAINTS.class_tolerance,
         help="each class a target within this share of the mean count in (c)-(e) (budget.class_tolerance)",
     )
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
@@ -473,10 +475,11 @@ def main() -> None:
             f"--exchange-width must be >= 1, --max-exchanges >= 0 and --step-fraction in (0, 1]; got "
             f"{args.exchange_width}, {args.max_exchanges}, {args.step_fraction}"
         )
-    if not 1 <= args.natural_per_class <= 10 or not args.class_tolerance >= 0:  # also NaN
+    most_natural = PAPER_CONSTRAINTS.natural_per_class
+    if not 1 <= args.natural_per_class <= most_natural or not args.class_tolerance >= 0:  # also NaN
         parser.error(
-            f"--natural-per-class must be in 1..10 (natural images stay in the study, at most the paper's) and "
-            f"--class-tolerance >= 0; got {args.natural_per_class} and {args.class_tolerance}"
+            f"--natural-per-class must be in 1..{most_natural} (natural images stay in the study, at most the paper's) "
+            f"and --class-tolerance >= 0; got {args.natural_per_class} and {args.class_tolerance}"
         )
     if args.jobs < 1 or args.sim_jobs < 1:
         parser.error(f"--jobs and --sim-jobs must be >= 1, got {args.jobs} and {args.sim_jobs}")
@@ -486,8 +489,8 @@ def main() -> None:
     logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
     names, P, pool, plain, hard = load_pool(Path(args.pool))
-    args.constraints = DesignConstraints(
-        n_stimuli=820, natural_per_class=args.natural_per_class, min_per_pair=2, class_tolerance=args.class_tolerance
+    args.constraints = replace(
+        PAPER_CONSTRAINTS, natural_per_class=args.natural_per_class, class_tolerance=args.class_tolerance
     )
     rng = np.random.default_rng(args.seed)
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
@@ -717,7 +720,7 @@ def _cache_path(args: argparse.Namespace, criterion: str) -> Path | None:
         choice += list(search.values())
     if criterion == "total" and args.cap_rule != "participants":  # total designs cached before the rule keep theirs
         choice.append(args.cap_rule)
-    if (args.natural_per_class, args.class_tolerance) != PAPER_CONSTRAINTS:  # as above: earlier keys unchanged
+    if args.constraints != PAPER_CONSTRAINTS:  # as above: designs cached before these options keep their keys
         choice += [args.natural_per_class, args.class_tolerance]
     digest.update(json.dumps(choice).encode())
     return Path(args.cache_dir) / f"optimal-{digest.hexdigest()[:16]}.npz"
@@ -836,8 +839,9 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
         + (f" (cap rule {args.cap_rule})" if "total" in args.criterion else "")
         + (
             f", {args.natural_per_class} natural image{'s' * (args.natural_per_class > 1)} per class and classes "
-            f"within +-{100 * args.class_tolerance:g} % ((a) and (b): the paper's 10 and +-10 %)"
-            if (args.natural_per_class, args.class_tolerance) != PAPER_CONSTRAINTS
+            f"within +-{100 * args.class_tolerance:g} % ((a) and (b): the paper's "
+            f"{PAPER_CONSTRAINTS.natural_per_class} and +-{100 * PAPER_CONSTRAINTS.class_tolerance:g} %)"
+            if args.constraints != PAPER_CONSTRAINTS
             else ""
         )
         + f"; (a) by the rule {args.paper_rule}. "
