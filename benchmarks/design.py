@@ -14,7 +14,8 @@ A design succeeds in a simulated study when the analysis's test (participant x s
 stimuli stratified by condition, Holm-Sidak over all pairs of the nine models and the lower noise
 ceiling, alpha 0.05) puts the truth significantly above every other model, hence above the
 runner-up. "Participants needed" is the smallest count on a grid with success rate (power) >= 0.8,
-found by a galloping search and bisection (power grows with participants; common random numbers:
+found by a galloping search and bisection (``--integer-counts``: then over the whole numbers between the grid's
+last short count and its first passing one; power grows with participants; common random numbers:
 simulation i uses the same simulated people for every design and count). A truth that an optimal design
 needs more participants for than (a) is simulated again, under both, with ``--recheck-sims`` studies per
 count (default 100; one grid step is often within the Monte-Carlo error of 20), and marked * in the table.
@@ -285,10 +286,12 @@ def adaptive_power(study: Study, first: np.ndarray, sims: int, workers: ProcessP
     return float(np.mean([success for success, _, _ in outcomes]))
 
 
-def needed(power_at: Callable[[int], float], target: float, lo: int = 0) -> Cell:
+def needed(power_at: Callable[[int], float], target: float, lo: int = 0, integer: bool = False) -> Cell:
     """Smallest count in GRID[lo:] with ``power_at(count)`` >= target, and how to print it ("> x" when even the
     largest falls short, "<= x" when GRID[lo] > 2 already suffices). Galloping search: GRID[lo], then steps of
-    1, 2, 4, ... grid points up to the first success, then bisection below it (power grows with count)."""
+    1, 2, 4, ... grid points up to the first success, then bisection below it (power grows with count). With
+    ``integer``, bisection goes on over the whole numbers between the last grid count that fell short and the first
+    that passed: the grid's steps (15, 20, 25, ...) round a need up by as much as a third."""
     passed, failed, step, at = None, lo - 1, 1, lo
     while at < len(GRID):
         if power_at(GRID[at]) >= target:
@@ -306,7 +309,18 @@ def needed(power_at: Callable[[int], float], target: float, lo: int = 0) -> Cell
             passed = mid
         else:
             failed = mid
-    return Cell(GRID[passed], f"<= {GRID[passed]}" if passed == lo and GRID[lo] > GRID[0] else str(GRID[passed]))
+    if passed == lo and GRID[lo] > GRID[0]:
+        return Cell(GRID[passed], f"<= {GRID[passed]}")
+    count = GRID[passed]
+    if integer and passed > 0:
+        short = GRID[failed]
+        while count - short > 1:
+            mid = (count + short) // 2
+            if power_at(mid) >= target:
+                count = mid
+            else:
+                short = mid
+    return Cell(count, str(count))
 
 
 def main() -> None:
@@ -443,6 +457,12 @@ def main() -> None:
         type=float,
         default=PAPER_CONSTRAINTS.class_tolerance,
         help="each class a target within this share of the mean count in (c)-(e) (budget.class_tolerance)",
+    )
+    parser.add_argument(
+        "--integer-counts",
+        action="store_true",
+        help="refine each cell's count to the whole number between the grid's last short count and its first passing "
+        "one (bisection, more simulated studies): the grid rounds a need up by as much as a third",
     )
     parser.add_argument("--predicted-only", action="store_true", help="only the criterion's predictions, no simulation")
     parser.add_argument(
@@ -663,16 +683,22 @@ def simulate_cell(
         first, lo = designs[f"optimal, {args.criterion[0]}"], GRID.index(4)
         if args.sim_jobs > 1:
             with ProcessPoolExecutor(args.sim_jobs, mp_context=multiprocessing.get_context("fork")) as workers:
-                result = needed(partial(adaptive_power, study, first, args.adaptive_sims, workers), args.power, lo)
+                result = needed(
+                    partial(adaptive_power, study, first, args.adaptive_sims, workers),
+                    args.power,
+                    lo,
+                    args.integer_counts,
+                )
         else:
-            result = needed(partial(power, partial(study.success_adaptive, first), args.adaptive_sims), args.power, lo)
+            trial = partial(study.success_adaptive, first)
+            result = needed(partial(power, trial, args.adaptive_sims), args.power, lo, args.integer_counts)
         print(_screen_summary(study, result.count or max(GRID)), flush=True)
         if not args.interim_alpha or result.count is None:
             return result
         expected = study.expected_participants(result.count)
         return result._replace(label=f"{result.label} (E {expected:.1f})", expected=expected)
     design = dedicated_design(P, pool, t, planned, args) if column == "dedicated" else designs[column]
-    return needed(partial(power, partial(study.success, design), sims or args.sims), args.power)
+    return needed(partial(power, partial(study.success, design), sims or args.sims), args.power, 0, args.integer_counts)
 
 
 def _screen_summary(study: Study, n: int) -> str:
@@ -858,7 +884,9 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
             else ""
         )
         + f"Power >= {args.power} with {args.sims} simulated studies per count ({args.adaptive_sims} adaptive), "
-        f"{args.resamples} bootstrap resamples each; grid {list(GRID)}. Monte-Carlo SE of a power of 0.8: "
+        f"{args.resamples} bootstrap resamples each; grid {list(GRID)}"
+        + (", refined to whole numbers" if args.integer_counts else "")
+        + ". Monte-Carlo SE of a power of 0.8: "
         f"{np.sqrt(0.16 / args.sims):.3f}"
         + (f" ({np.sqrt(0.16 / args.adaptive_sims):.3f} adaptive). " if args.adaptive_sims else ". ")
         + f"Wall time {elapsed / 60:.1f} min."
