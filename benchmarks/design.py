@@ -251,7 +251,10 @@ class Study:
         time."""
         found = evidence([batch1], self.names, n_resamples=500, fit_stimuli=100, seed=sim)
         self.screens[len(batch1.human) + n2, sim] = (found.candidates, found.shared_sd)
-        noise, shared = found.planned_noise(self.args.adaptive_shared_sd)
+        planned = self.args.adaptive_shared_sd
+        if planned == "fit" and np.isnan(found.shared_sd):  # batch 1 gave none (the log says why): plan for none,
+            planned = 0.0  # what planned_noise's error tells an experimenter to do
+        noise, shared = found.planned_noise(planned)
         key = (found.candidates, tuple(np.round([*noise.sd, *noise.gain, shared], 1)), n2)
         if key not in self.cache:
             self.cache[key] = next_batch(

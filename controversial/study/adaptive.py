@@ -58,7 +58,8 @@ class Evidence:
         if np.isnan(shared):
             raise ValueError(
                 "shared_sd=fit: the batches so far give no shared deviation to fit (each needs two participants "
-                "whose ratings vary; see the log); give a number instead (0: none)"
+                "whose ratings vary and who agree no more than some shared deviation explains; see the log); give a "
+                "number instead (0: none)"
             )
         return self.noise.noise(shared), shared
 

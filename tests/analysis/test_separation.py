@@ -117,6 +117,18 @@ def test_fit_shared_sd_recovers_how_far_people_deviate_together(shared_sd, own):
         fit_shared_sd(ratings[:1], models.probabilities, fit)
 
 
+def test_people_who_agree_more_than_any_shared_deviation_explains_get_no_fit():
+    """Two people who agree beyond what the noise model allows even with all their fitted noise shared: the moment
+    equation has no root, and its bound is no estimate (planned with it, the design benchmark's panel separated no
+    pair), so the fit says so rather than return the bound."""
+    models = simulate_models(n_models=4, stimuli_per_pair=20, natural_per_class=10, seed=0)
+    ratings = simulate_participants(models.probabilities[1], 2, ParticipantNoise(sd=(20.0, 20.0)), seed=6)
+    ratings[1] = ratings[0]
+    fit = fit_noise(ratings, models.probabilities)
+    with pytest.raises(ValueError, match=r"the 2 participants agree more \(mean r 1.000\) than the noise model"):
+        fit_shared_sd(ratings, models.probabilities, fit)
+
+
 def test_a_participant_who_gives_one_rating_throughout_is_left_out_of_the_shared_fit():
     """A straight-liner agrees with nobody (their r is undefined): the fit uses the others, and says so when fewer
     than two are left rather than fail inside the root finder."""

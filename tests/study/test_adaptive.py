@@ -17,7 +17,7 @@ from controversial.analysis.simulate import ParticipantNoise, simulate_models, s
 from controversial.records.responses import write_model_responses
 from controversial.settings import PreviousBatch
 from controversial.analysis.noise_fit import NoiseFit
-from controversial.study.adaptive import Evidence, confirmed_best, evidence, final_alpha, next_batch
+from controversial.study.adaptive import Batch, Evidence, confirmed_best, evidence, final_alpha, next_batch
 from controversial.study.bundle import load_bundle
 from controversial.study.candidates import build_candidates
 from controversial.study.design import DesignConstraints, select_design
@@ -191,6 +191,20 @@ def test_each_interim_look_spends_its_alpha_out_of_the_final_tests():
     assert final_alpha(0.05, 0.01, 0) == 0.05 and final_alpha(0.05, 0.01, 2) == pytest.approx(0.03)
     with pytest.raises(ValueError, match="2 interim looks at alpha 0.025 spend all of the study's alpha 0.05"):
         final_alpha(0.05, 0.025, 2)
+
+
+def test_a_batch_that_agrees_beyond_any_shared_deviation_gives_no_fit_and_fit_asks_for_a_number():
+    """Two people of a noisy population who happen to agree perfectly: the evidence keeps no shared deviation (the
+    fit's bound would leave a panel that separates no pair, and batch 2 would be chosen blind), and planning for
+    "fit" says what to give instead."""
+    models = simulate_models(n_models=4, stimuli_per_pair=20, natural_per_class=10, seed=0)
+    ratings = simulate_participants(models.probabilities[1], 2, ParticipantNoise(sd=(20.0, 20.0)), seed=6)
+    ratings[1] = ratings[0]
+    batch = Batch(ratings, models.probabilities, [s.condition for s in models.stimuli])
+    found = evidence([batch], models.names, n_resamples=50)
+    assert np.isnan(found.shared_sd)
+    with pytest.raises(ValueError, match="who agree no more than some shared deviation explains"):
+        found.planned_noise("fit")
 
 
 def test_planning_for_a_fitted_shared_deviation_the_batches_could_not_give_says_so():
