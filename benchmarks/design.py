@@ -351,7 +351,7 @@ def main() -> None:
         "--adaptive-shared-sd",
         default=None,
         help="shared deviation sd the second batch plans with: a number, or fit (plan.shared_sd=fit: fitted to "
-        "batch 1's ratings); default --plan-shared-sd",
+        "batch 1's ratings; 0 where they give no fit); default --plan-shared-sd",
     )
     parser.add_argument(
         "--interim-alpha",
