@@ -306,24 +306,25 @@ def needed(power_at: Callable[[int], float], target: float, lo: int = 0, integer
             passed = len(GRID) - 1
         else:
             return Cell(None, f"> {GRID[-1]}")
-    while passed - failed > 1:
-        mid = (passed + failed) // 2
-        if power_at(GRID[mid]) >= target:
-            passed = mid
-        else:
-            failed = mid
+    passed = _first_passing(failed, passed, lambda at: power_at(GRID[at]) >= target)
     if passed == lo and GRID[lo] > GRID[0]:
         return Cell(GRID[passed], f"<= {GRID[passed]}")
     count = GRID[passed]
-    if integer and passed > 0:
-        short = GRID[failed]
-        while count - short > 1:
-            mid = (count + short) // 2
-            if power_at(mid) >= target:
-                count = mid
-            else:
-                short = mid
+    if integer and passed > 0:  # the bisection leaves GRID[passed - 1] short
+        count = _first_passing(GRID[passed - 1], count, lambda n: power_at(n) >= target)
     return Cell(count, str(count))
+
+
+def _first_passing(short: int, passing: int, passes: Callable[[int], bool]) -> int:
+    """Bisection: the smallest k in (short, passing] with ``passes(k)``, given that ``short`` fails, ``passing``
+    passes and passing grows with k."""
+    while passing - short > 1:
+        mid = (passing + short) // 2
+        if passes(mid):
+            passing = mid
+        else:
+            short = mid
+    return passing
 
 
 def main() -> None:
