@@ -33,6 +33,15 @@ pairs); an image that tops several cells of one pair joins once, for its best. T
 random design (``benchmarks/design.py``) do not draw on them. ``--from-pool`` keeps an earlier pool's
 candidates verbatim and only adds these (no synthesis).
 
+One-sided stimuli (optional, ``--one-sided kde:abs``; docs/design_evidence.md): per named model pair, both ways
+round, images that one model reads as class i (each of the ten) and the other as no digit at all, which the
+sigmoid readouts allow and the paper's stimuli (one class per model) never ask for. The engine maximises the
+paper's objective with an eleventh "no digit" logit, minus the LogSumExp of the model's ten, that the blind model
+must detect (so every one of its classes is low); the seeing model's eleventh logit is a constant -30, an inert
+term. ``--one-sided-seeds`` starts per (direction, class) from noise, seeds 1000 up; ``--stop-score`` and
+``--max-steps`` as for synthesis. They join the pool as candidates of their pair (source ``one_sided``, the seen
+class as both targets for the class balance); the paper's and the random design do not draw on them.
+
     python benchmarks/design_pool.py [--out outputs/design/pool.npz] [--max-steps 300] [--offsets 1 5 3 ...]
     python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --ranked-natural-threshold 0.5 \
         --out outputs/design/pool_ranked.npz
@@ -44,6 +53,8 @@ candidates verbatim and only adds these (no synthesis).
         --out outputs/design/pool_converged.npz   # the starts of pool.npz, synthesised by the paper's rule
     python benchmarks/design_pool.py --from-sweep multirun/exp1_mnist --threads 2 \
         --out outputs/design/pool_sweep.npz   # the accepted cells of Experiment 1's sweep
+    python benchmarks/design_pool.py --from-pool outputs/design/pool_sweep.npz --one-sided kde:abs \
+        --one-sided-seeds 10 --stop-score 0.995 --max-steps 1000 --out outputs/design/pool_sweep_one_sided.npz
 """
 
 from __future__ import annotations
@@ -145,6 +156,64 @@ def synthesize_seeds(
         "source": np.array(["synthetic"] * len(pairs)),
         "seed": np.array(seeds, dtype=np.int64),
         "init": np.array([args.init] * len(pairs)),
+        "images": (all_images * 255).round().to(torch.uint8).numpy(),
+    }
+
+
+class _WithNoDigit:
+    """A model with an eleventh calibrated logit: "no digit" (minus the LogSumExp of its ten, high only when every
+    class is low) for the blind model of a one-sided stimulus, a constant -30 (an inert term) for the seeing one."""
+
+    def __init__(self, model, blind: bool) -> None:  # type: ignore[no-untyped-def]
+        self.model, self.blind, self.name = model, blind, model.name
+
+    def reset_state(self) -> None:
+        self.model.reset_state()
+
+    def set_active_rows(self, rows: torch.Tensor) -> None:
+        self.model.set_active_rows(rows)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        logits = self.model(images)
+        extra = -torch.logsumexp(logits, 1, keepdim=True) if self.blind else torch.full_like(logits[:, :1], -30.0)
+        return torch.cat([logits, extra], 1)
+
+
+def one_sided_stimuli(models: dict, pairs: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, np.ndarray]:
+    """Per model pair, both ways round, ``--one-sided-seeds`` images per class that the seeing model reads as that
+    class and the blind model as no digit, each rated by every model: the pool's columns (source ``one_sided``)."""
+    settings = SynthesisSettings(max_steps=args.max_steps, stop_score=args.stop_score)
+    cells = [(c, 10) for c in range(10)]  # the seeing model's class, the blind model's "no digit"
+    images, rows, hard, seeds = [], [], [], []
+    start = time.perf_counter()
+    for first, second in pairs:
+        for seeing, blind in ((first, second), (second, first)):
+            duo = [_WithNoDigit(models[seeing], False), _WithNoDigit(models[blind], True)]
+            for k in range(args.one_sided_seeds):
+                seed = 1000 + k
+                initial = noise_images(cells, [seed] * len(cells), (1, 28, 28))
+                result = synthesize_batch(duo, torch.tensor(cells), initial, settings, seed=seed)
+                images.append(result.images)
+                rows += [(MODELS.index(seeing), MODELS.index(blind), c) for c, _ in cells]
+                hard.append(result.hard)
+                seeds += [k] * len(cells)
+                print(
+                    f"one-sided seed {k}, {seeing} sees a digit, {blind} none: "
+                    f"{int((result.hard >= 0.75).sum())}/{len(cells)} at >= 0.75, {result.total_seconds:.0f} s "
+                    f"(total {time.perf_counter() - start:.0f} s)",
+                    flush=True,
+                )
+    all_images = torch.cat(images)
+    return {
+        "probabilities": _rate(models, all_images).astype(np.float32),
+        "pairs": np.array([(a, b) for a, b, _ in rows], dtype=np.int64),
+        "classes": np.array([(c, c) for _, _, c in rows], dtype=np.int64),  # the seen class, for the class balance
+        "hard": torch.cat(hard).numpy().astype(np.float64),
+        "true_class": np.full(len(rows), -1),
+        "test_index": np.full(len(rows), -1),
+        "source": np.array(["one_sided"] * len(rows)),
+        "seed": np.array(seeds, dtype=np.int64),
+        "init": np.array(["noise"] * len(rows)),
         "images": (all_images * 255).round().to(torch.uint8).numpy(),
     }
 
@@ -345,6 +414,15 @@ def main() -> None:
         help="stop an image once its hard score reaches this (synthesize.py's synthesis.stop_score); none: the "
         "paper's rule, until the pixels stop moving or --max-steps",
     )
+    parser.add_argument(
+        "--one-sided",
+        type=_model_pair,
+        nargs="+",
+        default=[],
+        metavar="A:B",
+        help="add one-sided stimuli of these model pairs: one model sees a digit, the other none (default: none)",
+    )
+    parser.add_argument("--one-sided-seeds", type=int, default=10, help="one-sided starts per (direction, class)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads for synthesis and rating")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--seed", type=int, default=0)
@@ -353,6 +431,8 @@ def main() -> None:
         parser.error(f"--offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {args.offsets}")
     if args.seeds_per_cell < 1:
         parser.error(f"--seeds-per-cell must be >= 1, got {args.seeds_per_cell}")
+    if args.one_sided_seeds < 1:
+        parser.error(f"--one-sided-seeds must be >= 1, got {args.one_sided_seeds}")
     if args.from_sweep:
         if args.from_pool:
             parser.error("give --from-sweep or --from-pool, not both")
@@ -372,11 +452,13 @@ def main() -> None:
     if args.from_pool:  # checked before any model loads
         pool = _earlier_pool(Path(args.from_pool), parser, redo_ranked=args.ranked_natural_threshold is not None)
         have = _seeds_per_cell(pool)
-        if args.seeds_per_cell <= have and args.ranked_natural_threshold is None:
+        if args.seeds_per_cell <= have and args.ranked_natural_threshold is None and not args.one_sided:
             parser.error(
                 f"--from-pool {args.from_pool} already has {have} seeds per cell: nothing to add (give a larger "
-                "--seeds-per-cell or --ranked-natural-threshold)"
+                "--seeds-per-cell, --ranked-natural-threshold or --one-sided)"
             )
+        if args.one_sided and (pool["source"] == "one_sided").any():
+            parser.error(f"--from-pool {args.from_pool} already has one-sided stimuli: start from a pool without")
         if args.seeds_per_cell <= have and args.init != "noise":
             parser.error(f"--init {args.init} starts the seeds this run adds, and it adds none: give --seeds-per-cell")
         if args.seeds_per_cell > have:  # the seeds added must be synthesised as the pool's were
@@ -412,12 +494,14 @@ def main() -> None:
         _append(pool, synthesize_seeds(models, args, cells, range(have, args.seeds_per_cell), test_images))
     if args.ranked_natural_threshold is not None:
         _add_ranked_natural(pool, models, test_images, args.ranked_natural_threshold)
+    if args.one_sided:
+        _append(pool, one_sided_stimuli(models, args.one_sided, args))
     with atomic_write(out, "wb") as handle:
         np.savez_compressed(handle, **pool)
-    counts = {s: int((pool["source"] == s).sum()) for s in ("synthetic", "natural", "ranked_natural")}
+    counts = {s: int((pool["source"] == s).sum()) for s in ("synthetic", "natural", "ranked_natural", "one_sided")}
     print(
         f"wrote {out}: {counts['synthetic']} synthetic + {counts['natural']} natural + {counts['ranked_natural']} "
-        f"ranked natural ({time.perf_counter() - start:.0f} s)"
+        f"ranked natural + {counts['one_sided']} one-sided ({time.perf_counter() - start:.0f} s)"
     )
 
 
@@ -447,6 +531,14 @@ def _seeds_per_cell(pool: dict[str, np.ndarray]) -> int:
     synthetic = pool["source"] == "synthetic"
     cells = np.concatenate([pool["pairs"][synthetic], pool["classes"][synthetic]], axis=1)
     return int(np.unique(cells, axis=0, return_counts=True)[1].max())
+
+
+def _model_pair(text: str) -> tuple[str, str]:
+    """``--one-sided``'s A:B: two different models of the pool."""
+    names = tuple(text.split(":"))
+    if len(names) != 2 or names[0] == names[1] or not set(names) <= set(MODELS):
+        raise argparse.ArgumentTypeError(f"must be two different models of {', '.join(MODELS)} as A:B, got {text}")
+    return names  # type: ignore[return-value]
 
 
 def _stop_score(text: str) -> float | None:
