@@ -39,8 +39,9 @@ sigmoid readouts allow and the paper's stimuli (one class per model) never ask f
 paper's objective with an eleventh "no digit" logit, minus the LogSumExp of the model's ten, that the blind model
 must detect (so every one of its classes is low); the seeing model's eleventh logit is a constant -30, an inert
 term. ``--one-sided-seeds`` starts per (direction, class) from noise, seeds 1000 up; ``--stop-score`` and
-``--max-steps`` as for synthesis. They join the pool as candidates of their pair (source ``one_sided``, the seen
-class as both targets for the class balance); the paper's and the random design do not draw on them.
+``--max-steps`` as for synthesis (with ``--from-sweep`` too, where they apply to these alone). They join the pool as
+candidates of their pair (source ``one_sided``, the seen class as both targets for the class balance); the paper's
+and the random design do not draw on them.
 
     python benchmarks/design_pool.py [--out outputs/design/pool.npz] [--max-steps 300] [--offsets 1 5 3 ...]
     python benchmarks/design_pool.py --from-pool outputs/design/pool.npz --ranked-natural-threshold 0.5 \
@@ -438,7 +439,10 @@ def main() -> None:
             parser.error("give --from-sweep or --from-pool, not both")
         if not Path(args.from_sweep).is_dir():
             parser.error(f"--from-sweep {args.from_sweep} is not a directory")
-        ignored = [name for name in SYNTHESIS_OPTIONS if getattr(args, name) != parser.get_default(name)]
+        used = ("max_steps", "stop_score") if args.one_sided else ()  # the one-sided stimuli are synthesised here
+        ignored = [
+            name for name in SYNTHESIS_OPTIONS if name not in used and getattr(args, name) != parser.get_default(name)
+        ]
         if ignored:
             given = ", ".join(f"--{name.replace('_', '-')}" for name in ignored)
             parser.error(f"{given}: not used with --from-sweep, which takes the stimuli as the sweep synthesised them")
