@@ -80,7 +80,13 @@ from controversial.data import load_uint8  # noqa: E402
 from controversial.settings import Probability  # noqa: E402
 from controversial.study.display import png_to_uint8  # noqa: E402
 from controversial.study.selection import SweepStimulus, best_per_cell, collect_sweep  # noqa: E402
-from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch  # noqa: E402
+from controversial.synthesis.engine import (  # noqa: E402
+    BatchResult,
+    SynthesisSettings,
+    noise_images,
+    ordered_class_pairs,
+    synthesize_batch,
+)
 from controversial.synthesis.natural import top_natural  # noqa: E402
 from controversial.synthesis.runstate import SETTINGS_NAME  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
@@ -129,36 +135,58 @@ def synthesize_seeds(
     says what the start is: uniform noise (the paper's) or, as ``synthesize.py init=test_image`` starts, a random
     test image of any class per cell, drawn from that seed."""
     settings = SynthesisSettings(max_steps=args.max_steps, stop_score=args.stop_score)
-    images, pairs, classes, hard, seeds = [], [], [], [], []
-    start = time.perf_counter()
+    batches = _Batches("synthetic", args.init)
     for k in seed_indices:
         for i, (a, b) in enumerate(combinations(MODELS, 2)):
             seed = args.seed + 100 * k + i
             initial = _starts(cells, seed, args.init, test_images)
             result = synthesize_batch([models[a], models[b]], torch.tensor(cells), initial, settings, seed=seed)
-            images.append(result.images)
-            pairs += [(MODELS.index(a), MODELS.index(b))] * len(cells)
-            classes += cells
-            hard.append(result.hard)
-            seeds += [k] * len(cells)
-            print(
-                f"seed {k} ({args.init}), {a} vs {b}: {int((result.hard >= 0.75).sum())}/{len(cells)} at >= 0.75, "
-                f"{result.total_seconds:.0f} s (total {time.perf_counter() - start:.0f} s)",
-                flush=True,
-            )
-    all_images = torch.cat(images)
-    return {
-        "probabilities": _rate(models, all_images).astype(np.float32),
-        "pairs": np.array(pairs, dtype=np.int64),
-        "classes": np.array(classes, dtype=np.int64),
-        "hard": torch.cat(hard).numpy().astype(np.float64),
-        "true_class": np.full(len(pairs), -1),
-        "test_index": np.full(len(pairs), -1),
-        "source": np.array(["synthetic"] * len(pairs)),
-        "seed": np.array(seeds, dtype=np.int64),
-        "init": np.array([args.init] * len(pairs)),
-        "images": (all_images * 255).round().to(torch.uint8).numpy(),
-    }
+            batches.add(result, (MODELS.index(a), MODELS.index(b)), cells, k, f"seed {k} ({args.init}), {a} vs {b}")
+    return batches.columns(models)
+
+
+class _Batches:
+    """Synthesised batches as they come (each reported as it ends), and the pool's columns they make."""
+
+    def __init__(self, source: str, init: str) -> None:
+        self.source, self.init, self.start = source, init, time.perf_counter()
+        self.images: list[torch.Tensor] = []
+        self.hard: list[torch.Tensor] = []
+        self.pairs: list[tuple[int, int]] = []
+        self.classes: list[tuple[int, int]] = []
+        self.seeds: list[int] = []
+
+    def add(
+        self, result: BatchResult, pair: tuple[int, int], classes: list[tuple[int, int]], seed_index: int, label: str
+    ) -> None:
+        """One batch: its images were synthesised for model ``pair`` with these ``classes`` as targets."""
+        self.images.append(result.images)
+        self.hard.append(result.hard)
+        self.pairs += [pair] * len(classes)
+        self.classes += classes
+        self.seeds += [seed_index] * len(classes)
+        print(
+            f"{label}: {int((result.hard >= 0.75).sum())}/{len(classes)} at >= 0.75, {result.total_seconds:.0f} s "
+            f"(total {time.perf_counter() - self.start:.0f} s)",
+            flush=True,
+        )
+
+    def columns(self, models: dict) -> dict[str, np.ndarray]:
+        """The pool's columns of every batch added, each image rated by every model."""
+        images = torch.cat(self.images)
+        n = len(self.pairs)
+        return {
+            "probabilities": _rate(models, images).astype(np.float32),
+            "pairs": np.array(self.pairs, dtype=np.int64),
+            "classes": np.array(self.classes, dtype=np.int64),
+            "hard": torch.cat(self.hard).numpy().astype(np.float64),
+            "true_class": np.full(n, -1),
+            "test_index": np.full(n, -1),
+            "source": np.array([self.source] * n),
+            "seed": np.array(self.seeds, dtype=np.int64),
+            "init": np.array([self.init] * n),
+            "images": (images * 255).round().to(torch.uint8).numpy(),
+        }
 
 
 class _WithNoDigit:
@@ -185,8 +213,8 @@ def one_sided_stimuli(models: dict, pairs: list[tuple[str, str]], args: argparse
     class and the blind model as no digit, each rated by every model: the pool's columns (source ``one_sided``)."""
     settings = SynthesisSettings(max_steps=args.max_steps, stop_score=args.stop_score)
     cells = [(c, 10) for c in range(10)]  # the seeing model's class, the blind model's "no digit"
-    images, rows, hard, seeds = [], [], [], []
-    start = time.perf_counter()
+    seen = [(c, c) for c, _ in cells]  # the pool's targets: the seen class on both sides, for the class balance
+    batches = _Batches("one_sided", "noise")
     for first, second in pairs:
         for seeing, blind in ((first, second), (second, first)):
             duo = [_WithNoDigit(models[seeing], False), _WithNoDigit(models[blind], True)]
@@ -194,29 +222,9 @@ def one_sided_stimuli(models: dict, pairs: list[tuple[str, str]], args: argparse
                 seed = 1000 + k
                 initial = noise_images(cells, [seed] * len(cells), (1, 28, 28))
                 result = synthesize_batch(duo, torch.tensor(cells), initial, settings, seed=seed)
-                images.append(result.images)
-                rows += [(MODELS.index(seeing), MODELS.index(blind), c) for c, _ in cells]
-                hard.append(result.hard)
-                seeds += [k] * len(cells)
-                print(
-                    f"one-sided seed {k}, {seeing} sees a digit, {blind} none: "
-                    f"{int((result.hard >= 0.75).sum())}/{len(cells)} at >= 0.75, {result.total_seconds:.0f} s "
-                    f"(total {time.perf_counter() - start:.0f} s)",
-                    flush=True,
-                )
-    all_images = torch.cat(images)
-    return {
-        "probabilities": _rate(models, all_images).astype(np.float32),
-        "pairs": np.array([(a, b) for a, b, _ in rows], dtype=np.int64),
-        "classes": np.array([(c, c) for _, _, c in rows], dtype=np.int64),  # the seen class, for the class balance
-        "hard": torch.cat(hard).numpy().astype(np.float64),
-        "true_class": np.full(len(rows), -1),
-        "test_index": np.full(len(rows), -1),
-        "source": np.array(["one_sided"] * len(rows)),
-        "seed": np.array(seeds, dtype=np.int64),
-        "init": np.array(["noise"] * len(rows)),
-        "images": (all_images * 255).round().to(torch.uint8).numpy(),
-    }
+                label = f"one-sided seed {k}, {seeing} sees a digit, {blind} none"
+                batches.add(result, (MODELS.index(seeing), MODELS.index(blind)), seen, k, label)
+    return batches.columns(models)
 
 
 def _starts(cells: list[tuple[int, int]], seed: int, init: str, test_images: torch.Tensor) -> torch.Tensor:
