@@ -13,6 +13,8 @@ reference panel of the two truths (``controversial/analysis/separation.py``).
     python benchmarks/pair_gains.py --pool outputs/design/pool_sweep_one_sided.npz --pair kde:abs
     python benchmarks/pair_gains.py --pool outputs/design/pool_sweep_one_sided.npz \
         --design outputs/design/cache/optimal-7eb72f4708f6932f.npz   # at the optimal design chosen from that pool
+    python benchmarks/pair_gains.py --pool outputs/design/pool_sweep.npz --panel 256 --pair-design 10 \
+        --design outputs/design/cache/optimal-cab9d5202e4db104.npz   # and a design for kde and abs alone
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from design import load_pool, paper_design  # noqa: E402
+from design import PAPER_CONSTRAINTS, load_pool, paper_design  # noqa: E402
 
 from controversial.analysis.separation import ReferencePanel  # noqa: E402
 from controversial.analysis.simulate import ParticipantNoise  # noqa: E402
-from controversial.study.design import design_weights  # noqa: E402
+from controversial.study.design import Pool, design_weights, held_out_panel, select_design  # noqa: E402
 
 
 def main() -> None:
@@ -48,7 +50,17 @@ def main() -> None:
         help="start from this design instead of the paper's: a design file of benchmarks/design.py's cache "
         "(outputs/design/cache/optimal-*.npz, chosen from the same pool)",
     )
+    parser.add_argument(
+        "--pair-design",
+        type=float,
+        metavar="PARTICIPANTS",
+        help="also choose a design for A and B alone (a panel of those two truths, maximin at this many "
+        "participants, the paper's constraints) and print every truth's predicted need under it, the start "
+        "design and the paper's: how far the pair could go if no other truth shared the design",
+    )
     args = parser.parse_args()
+    if args.pair_design is not None and not args.pair_design >= 2:  # also NaN
+        parser.error(f"--pair-design must be >= 2 participants (the analysis's minimum), got {args.pair_design}")
     if not Path(args.pool).is_file():
         parser.error(f"--pool {args.pool}: no such file; build it with python benchmarks/design_pool.py")
     names, P, pool, plain, hard = load_pool(Path(args.pool))
@@ -57,17 +69,17 @@ def main() -> None:
         parser.error(f"--pair must be two different models of {', '.join(names)} as A:B, got {args.pair}")
     a, b = names.index(pair[0]), names.index(pair[1])
     source = np.load(args.pool)["source"]
+    paper = paper_design(pool, plain, hard, "ilp", np.random.default_rng(args.seed))
     if args.design:
         with np.load(args.design) as cached:
             design = cached["chosen"]
         if design.max() >= P.shape[1]:
             parser.error(f"--design {args.design} chooses candidate {design.max()}, beyond the pool's {P.shape[1]}")
     else:
-        design = paper_design(pool, plain, hard, "ilp", np.random.default_rng(args.seed))
+        design = paper
     weights = design_weights(design, P.shape[1])
-    panel = ReferencePanel(
-        P, pool.conditions, ParticipantNoise(sd=tuple(args.noise_sd)), args.panel, truths=[a, b], seed=args.seed
-    )
+    noise = ParticipantNoise(sd=tuple(args.noise_sd))
+    panel = ReferencePanel(P, pool.conditions, noise, args.panel, truths=[a, b], seed=args.seed)
     before = panel.separation(weights).z(args.participants)
     candidates = np.flatnonzero(weights == 0)
     after = panel.z_after(weights, candidates, args.participants)
@@ -94,6 +106,30 @@ def main() -> None:
     for i in np.argsort(-both)[: args.top]:
         n = candidates[i]
         print(f"  {kinds[i]}: {both[i]:.1f}, {max(gain_a[i], gain_b[i]):.1f}; {A} {P[a, n]}, {B} {P[b, n]}")
+    if args.pair_design is not None:
+        chosen = select_design(pool, panel, PAPER_CONSTRAINTS, args.pair_design, seed=args.seed).chosen
+        designs = {"paper": paper, f"{A} and {B}": chosen}
+        if args.design:
+            designs["--design"] = design
+        _needs(designs, names, P, pool, noise, args)
+
+
+def _needs(
+    designs: dict[str, np.ndarray],
+    names: tuple[str, ...],
+    P: np.ndarray,
+    pool: Pool,
+    noise: ParticipantNoise,
+    args: argparse.Namespace,
+) -> None:
+    """Every truth's predicted participants under each design, on a held-out panel of every truth."""
+    check = held_out_panel(P, pool.conditions, noise, args.panel, seed=args.seed)
+    print("\nPredicted participants needed (held-out panel; alpha 0.05, power 0.8, 45 comparisons):")
+    print("| design | " + " | ".join(names) + " | mean |")
+    print("|---|" + "---|" * (len(names) + 1))
+    for label, chosen in designs.items():
+        need = check.separation(design_weights(chosen, P.shape[1])).participants_needed_per_truth(0.05, 0.8, 45)
+        print(f"| {label} | " + " | ".join(f"{n:.0f}" for n in need) + f" | {need.mean():.1f} |")
 
 
 def _kind(condition: str, source: str, pair: list[str]) -> str:
