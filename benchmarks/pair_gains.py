@@ -69,14 +69,13 @@ def main() -> None:
         parser.error(f"--pair must be two different models of {', '.join(names)} as A:B, got {args.pair}")
     a, b = names.index(pair[0]), names.index(pair[1])
     source = np.load(args.pool)["source"]
-    paper = paper_design(pool, plain, hard, "ilp", np.random.default_rng(args.seed))
     if args.design:
         with np.load(args.design) as cached:
             design = cached["chosen"]
         if design.max() >= P.shape[1]:
             parser.error(f"--design {args.design} chooses candidate {design.max()}, beyond the pool's {P.shape[1]}")
     else:
-        design = paper
+        design = _paper(pool, plain, hard, args.seed)
     weights = design_weights(design, P.shape[1])
     noise = ParticipantNoise(sd=tuple(args.noise_sd))
     panel = ReferencePanel(P, pool.conditions, noise, args.panel, truths=[a, b], seed=args.seed)
@@ -108,10 +107,16 @@ def main() -> None:
         print(f"  {kinds[i]}: {both[i]:.1f}, {max(gain_a[i], gain_b[i]):.1f}; {A} {P[a, n]}, {B} {P[b, n]}")
     if args.pair_design is not None:
         chosen = select_design(pool, panel, PAPER_CONSTRAINTS, args.pair_design, seed=args.seed).chosen
+        paper = design if args.design is None else _paper(pool, plain, hard, args.seed)
         designs = {"paper": paper, f"{A} and {B}": chosen}
         if args.design:
             designs["--design"] = design
         _needs(designs, names, P, pool, noise, args)
+
+
+def _paper(pool: Pool, plain: np.ndarray, hard: np.ndarray, seed: int) -> np.ndarray:
+    """The paper's design, as ``benchmarks/design.py`` (a) chooses it at this seed."""
+    return paper_design(pool, plain, hard, "ilp", np.random.default_rng(seed))
 
 
 def _needs(
