@@ -442,6 +442,8 @@ def main() -> None:
         parser.error(f"--seeds-per-cell must be >= 1, got {args.seeds_per_cell}")
     if args.one_sided_seeds < 1:
         parser.error(f"--one-sided-seeds must be >= 1, got {args.one_sided_seeds}")
+    if len({frozenset(pair) for pair in args.one_sided}) < len(args.one_sided):
+        parser.error(f"--one-sided names a pair twice (each is synthesised both ways round): {args.one_sided}")
     if args.from_sweep:
         if args.from_pool:
             parser.error("give --from-sweep or --from-pool, not both")
