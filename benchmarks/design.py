@@ -112,11 +112,13 @@ SEARCH_DEFAULTS = {
 
 class Cell(NamedTuple):
     """One cell of the table: the participants needed (None: more than the grid), how it prints, and for an
-    adaptive study with an interim look the participants its simulated studies took on average at that count."""
+    adaptive study with an interim look the participants its simulated studies took on average at that count and the
+    fewest within which a share --power of them had identified the truth."""
 
     count: int | None
     label: str
     expected: float | None = None
+    budget: int | None = None
 
 
 def _count(cell: Cell) -> int:
@@ -240,11 +242,18 @@ class Study:
         success = self.success_adaptive(first, n, sim)
         return success, self.screens.get((n, sim)), self.stops.get((n, sim))
 
-    def expected_participants(self, n: int) -> float:
-        """Participants the simulated adaptive studies of ``n`` took on average: batch 1's where the interim look
-        stopped them."""
-        stopped = sum(self.stops.get((n, sim)) is not None for sim in range(self.args.adaptive_sims))
-        return n - (n - (n + 1) // 2) * stopped / self.args.adaptive_sims
+    def expected_participants(self, n: int, sims: int) -> float:
+        """Participants the first ``sims`` simulated adaptive studies of ``n`` took on average: batch 1's where the
+        interim look stopped them."""
+        stopped = sum(self.stops.get((n, sim)) is not None for sim in range(sims))
+        return n - (n - (n + 1) // 2) * stopped / sims
+
+    def budget(self, n: int, sims: int, target: float) -> int:
+        """The fewest participants within which a share ``target`` of the first ``sims`` simulated adaptive studies
+        of ``n`` had identified the truth: batch 1's when its interim look stopped that many on the truth, else
+        ``n``. (a)-(c)'s counts read the same way: the participants recruited, and the power they give."""
+        on_truth = sum(self.stops.get((n, sim)) == self.truth for sim in range(sims))
+        return (n + 1) // 2 if on_truth / sims >= target else n
 
     def second_design(self, batch1: Batch, n2: int, sim: int) -> np.ndarray:
         """Batch 2's design; cached on (candidate truths, planned noise ranges and shared sd rounded to 0.1) to save
@@ -588,7 +597,10 @@ def main() -> None:
         for t, c in _worse_than_paper(cells, truths, [label for label in designs if label.startswith("optimal")])
     }
     if recheck and args.recheck_sims > args.sims:  # the table marks what changed by it with *
-        print(f"\nRechecked at {args.recheck_sims} simulated studies per count (worse than (a) at {args.sims}):")
+        print(
+            f"\nRechecked at {args.recheck_sims} simulated studies per count (worse than (a) at {args.sims}, "
+            f"{args.adaptive_sims} adaptive):"
+        )
 
         def rechecked(key: tuple[int, str], value: Cell) -> None:
             print(f"  truth {names[key[0]]}, {key[1]}: {cells[key].label} -> {value.label}", flush=True)
@@ -603,11 +615,16 @@ def _worse_than_paper(cells: dict[tuple[int, str], Cell], truths: Iterable[int],
     """The (truth, design) cells to simulate again with more studies, where some optimal design (``labels``) needs
     more participants than the paper's: one grid step is often within the Monte-Carlo error of 20 studies per count
     (a power of 0.8 carries an SE of 0.09), and "no truth worse" is a claim about each truth. The paper's cell of
-    such a truth is simulated again too, so that both sides of the comparison carry the same error."""
+    such a truth is simulated again too, so that both sides of the comparison carry the same error. The adaptive
+    study with an interim look counts as worse where its studies took more than the paper's count on average or
+    within the power's share of them (its planned count is at least 4 by construction, whatever the simulation)."""
     keys = []
     for t in truths:
         paper = cells[t, "paper"].count
         worse = [c for c in labels if paper is not None and _count(cells[t, c]) > paper]
+        adaptive = cells.get((t, "adaptive"))
+        if paper is not None and adaptive is not None and adaptive.expected is not None:
+            worse += ["adaptive"] if max(adaptive.expected, adaptive.budget or 0) > paper else []
         keys += [(t, "paper"), *((t, c) for c in worse)] if worse else []
     return keys
 
@@ -684,30 +701,33 @@ def simulate_cell(
     simulated studies per count (default ``--sims``; the first ``--sims`` of them are the table's own)."""
     study = Study(P, names, pool, t, args)
     if column == "adaptive":  # from 4 participants up (each batch needs two for its noise ceiling)
-        first, lo = designs[f"optimal, {args.criterion[0]}"], GRID.index(4)
+        first, lo, n_sims = designs[f"optimal, {args.criterion[0]}"], GRID.index(4), sims or args.adaptive_sims
         if args.sim_jobs > 1:
             with ProcessPoolExecutor(args.sim_jobs, mp_context=multiprocessing.get_context("fork")) as workers:
                 result = needed(
-                    partial(adaptive_power, study, first, args.adaptive_sims, workers),
+                    partial(adaptive_power, study, first, n_sims, workers),
                     args.power,
                     lo,
                     args.integer_counts,
                 )
         else:
             trial = partial(study.success_adaptive, first)
-            result = needed(partial(power, trial, args.adaptive_sims), args.power, lo, args.integer_counts)
-        print(_screen_summary(study, result.count or max(GRID)), flush=True)
+            result = needed(partial(power, trial, n_sims), args.power, lo, args.integer_counts)
+        print(_screen_summary(study, result.count or max(GRID), n_sims), flush=True)
         if not args.interim_alpha or result.count is None:
             return result
-        expected = study.expected_participants(result.count)
-        return result._replace(label=f"{result.label} (E {expected:.1f})", expected=expected)
+        expected = study.expected_participants(result.count, n_sims)
+        budget = study.budget(result.count, n_sims, args.power)
+        label = f"{result.label} (E {expected:.1f}; {100 * args.power:.0f} % by {budget})"
+        return result._replace(label=label, expected=expected, budget=budget)
     design = dedicated_design(P, pool, t, planned, args) if column == "dedicated" else designs[column]
     return needed(partial(power, partial(study.success, design), sims or args.sims), args.power, 0, args.integer_counts)
 
 
-def _screen_summary(study: Study, n: int) -> str:
-    """What batch 1's screen left for batch 2 in the simulated studies of ``n`` participants: what drives (d)."""
-    sims = range(study.args.adaptive_sims)
+def _screen_summary(study: Study, n: int, n_sims: int) -> str:
+    """What batch 1's screen left for batch 2 in the ``n_sims`` simulated studies of ``n`` participants: what drives
+    (d)."""
+    sims = range(n_sims)
     stops = [study.stops[n, sim] for sim in sims if study.stops.get((n, sim)) is not None]
     stopped = (
         f"the interim look stopped {len(stops)} of {len(sims)} studies after batch 1 ({stops.count(study.truth)} on "
@@ -827,6 +847,7 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
         print(f"| {row[0]} | {row[1]} | " + " | ".join(_cell(c) for c in row[2:]) + " |")
     means, counts = [], []
     expected: list[float] | None = None  # (d)'s average participants, when every truth's studies could stop early
+    budget: list[int] | None = None  # (d)'s participants within which --power of its studies identified the truth
     for k in range(2, 2 + len(columns)):
         cells: list[Cell] = [r[k] for r in rows]
         if all(c.label == "not run" for c in cells):
@@ -838,7 +859,8 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
         means.append(f"{np.mean(counts[-1]):.1f}" + (f" (> x counted as {BEYOND_GRID})" if capped else ""))
         if all(c.expected is not None for c in cells):
             expected = [float(c.expected) for c in cells]  # type: ignore[arg-type]
-            means[-1] += f" (E {np.mean(expected):.1f})"
+            budget = [int(c.budget) for c in cells]  # type: ignore[arg-type]
+            means[-1] += f" (E {np.mean(expected):.1f}; {100 * args.power:.0f} % by {np.mean(budget):.1f})"
     print("| **mean** | | " + " | ".join(means) + " |")
     if any(c.label.endswith("*") for r in rows for c in r[2:]):
         print(f"*: {args.recheck_sims} simulated studies per count (--recheck-sims), the first {args.sims} as before")
@@ -858,6 +880,13 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
         print(
             f"(d) adaptive, participants the studies took on average (E): {change:+.0f} % against (a); more than (a): "
             f"{', '.join(worse) or 'none'}"
+        )
+    if budget is not None:
+        worse = [f"{r[0]} {b} against {int(p)}" for r, b, p in zip(rows, budget, paper) if b > p]
+        print(
+            f"(d) adaptive, participants within which {100 * args.power:.0f} % of the studies had identified the truth "
+            f"(read as (a)'s count is): {100 * (np.mean(budget) / paper.mean() - 1):+.0f} % against (a); more than "
+            f"(a): {', '.join(worse) or 'none'}"
         )
     print()
     planned_with = f"a shared deviation of sd {args.plan_shared_sd:g}" if args.plan_shared_sd else "plain noise"
