@@ -37,7 +37,9 @@ Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py
     pooled test; at least 4 participants, since each batch needs 2 for its noise ceiling. With ``--interim-alpha a``
     an interim look after batch 1 stops the study when the test at alpha a puts one model above every other (a
     success only if it is the truth), and the final test runs at 0.05 - a; the cell then also gives the
-    participants such studies take on average (E, at the count with power >= 0.8);
+    participants such studies take on average (E, at the count with power >= 0.8) and the fewest within which a
+    share ``--power`` of them had identified the truth (batch 1's when the look stopped that share on the truth,
+    else the planned count): participants recruited against the power they give, as (a)-(c)'s counts are read;
 (e) with ``--dedicated``: for each truth, a design chosen by the same planner to separate that truth alone (a reference
     panel of that truth only), what no design for all nine can be expected to beat: the headroom of (c).
 
