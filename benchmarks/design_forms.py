@@ -5,7 +5,8 @@ chosen. Where that part does not shrink with more participants (the population's
 fixed per stimulus), giving different participants different stimuli spreads it: with G forms its share of the
 variance falls about G-fold, while every participant still rates 820 stimuli. This measures whether that could carry
 a design to half the paper's participants, for the paper's own selection rule: form 1 is the paper's design (the
-benchmark's (a)), form g the same rule on the candidates forms 1..g-1 left. Participants go round-robin over the
+benchmark's (a)), form g the same rule on the synthetic candidates forms 1..g-1 left (each form draws its 10 natural
+images per class anew, so those may repeat across forms). Participants go round-robin over the
 first min(G, n // 2) forms, so each form has the two its noise ceiling needs, and the forms are pooled as the
 analysis pools batches (``pooled_bootstrap``: participants within forms, stimuli within (form, condition) strata).
 
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -35,15 +35,15 @@ import numpy as np  # noqa: E402
 ROOT = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
 
-from design import ALPHA, Study, load_pool, paper_design  # noqa: E402
+from design import ALPHA, Study, _population, load_pool, paper_design  # noqa: E402
 
 from controversial.analysis.bootstrap import bootstrap, pooled_bootstrap  # noqa: E402
-from controversial.analysis.correlation import participant_model_correlations  # noqa: E402
 from controversial.analysis.simulate import ParticipantNoise  # noqa: E402
+from controversial.study.selection import SelectionError  # noqa: E402
 
 
 def paper_forms(pool, plain: np.ndarray, hard: np.ndarray, n_forms: int, rng: np.random.Generator) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
-    """``n_forms`` disjoint designs by the paper's rule, each from the candidates the earlier ones left."""
+    """``n_forms`` designs by the paper's rule, each from the synthetic candidates the earlier ones left."""
     forms, left = [], plain.copy()
     for _ in range(n_forms):
         form = paper_design(pool, left, hard, "ilp", rng)
@@ -59,18 +59,22 @@ def forms_success(study: Study, forms: list[np.ndarray], n: int, sim: int) -> bo
     parts = []
     for g, form in enumerate(forms[:used]):
         who = np.arange(g, n, used)
-        parts.append((people[who][:, form], study.P[:, form], [study.pool.conditions[i] for i in form]))
+        parts.append((people[who][:, form], study.P[:, form], conditions(study, form)))
     return study.wins(pooled_bootstrap(parts, study.names, study.args.resamples, seed=sim))
+
+
+def conditions(study: Study, design: np.ndarray) -> list[str]:
+    """The bootstrap strata of ``design``'s stimuli."""
+    return [study.pool.conditions[i] for i in design]
 
 
 def variance_split(study: Study, form: np.ndarray, rival: int, counts: tuple[int, int], sims: int) -> tuple[float, ...]:
     """Form 1's bootstrap variance of (truth - rival) at two counts, split as c / n + fixed: (effect, c, fixed)."""
-    effects, variances = [], []
+    effects, variances, strata = [], [], conditions(study, form)
     for n in counts:
         for sim in range(sims):
             ratings = study.people(sim, n)[:, form]
-            conditions = [study.pool.conditions[i] for i in form]
-            dist = bootstrap(ratings, study.P[:, form], study.names, conditions, study.args.resamples, seed=sim)
+            dist = bootstrap(ratings, study.P[:, form], study.names, strata, study.args.resamples, seed=sim)
             difference = dist.samples[:, study.truth] - dist.samples[:, rival]
             effects.append(difference.mean())
             variances.append(difference.var())
@@ -98,13 +102,16 @@ def main() -> None:
         n_forms = [int(g) for g in args.forms.split(",")]
     except ValueError:
         parser.error(f"--counts and --forms take comma-separated whole numbers, got {args.counts!r}, {args.forms!r}")
-    if min(counts) < 2 or min(n_forms) < 1:
-        parser.error("--counts must be >= 2 (the noise ceiling) and --forms >= 1")
+    if min(counts) < 2 or min(n_forms) < 1 or args.sims < 1 or args.resamples < 1:
+        parser.error("--counts must be >= 2 (the noise ceiling), --forms, --sims and --resamples >= 1")
     names, P, pool, plain, hard = load_pool(Path(args.pool))
     unknown = [t for t in args.truths.split(",") if t not in names]
     if unknown:
         parser.error(f"--truths: {', '.join(unknown)} not in the pool's models {', '.join(names)}")
-    forms = paper_forms(pool, plain, hard, max(n_forms), np.random.default_rng(args.seed))
+    try:
+        forms = paper_forms(pool, plain, hard, max(n_forms), np.random.default_rng(args.seed))
+    except SelectionError as error:
+        parser.error(f"--forms {max(n_forms)}: the pool cannot give that many forms by the paper's rule ({error})")
     for g, form in enumerate(forms, 1):
         synthetic = form[~pool.natural[form]]
         print(f"form {g}: {len(form)} stimuli, mean hard score of the synthetic ones {hard[synthetic].mean():.3f}")
@@ -116,28 +123,27 @@ def main() -> None:
         resamples=args.resamples,
         interim_alpha=0.0,
     )
-    print(f"\npower at alpha {ALPHA} (Holm-Sidak, 45 comparisons), {args.sims} simulated studies per count")
+    truths = [names.index(t) for t in args.truths.split(",")]
+    runner_up = _population(P, names, pool, truths, forms[0], study_args)
+    print(f"power at alpha {ALPHA} (Holm-Sidak, 45 comparisons), {args.sims} simulated studies per count")
     print("| truth | forms | " + " | ".join(f"n={n}" for n in counts) + " |")
     print("|---|---|" + "---|" * len(counts))
     splits = []
-    for truth in args.truths.split(","):
-        study = Study(P, names, pool, names.index(truth), study_args)
-        start = time.perf_counter()
+    for t in truths:
+        study = Study(P, names, pool, t, study_args)
         for G in n_forms:
             row = [np.mean([forms_success(study, forms[:G], n, s) for s in range(args.sims)]) for n in counts]
-            print(f"| {truth} | {G} | " + " | ".join(f"{p:.2f}" for p in row) + " |", flush=True)
-        ratings = study.people(0, max(counts))[:, forms[0]]
-        r = participant_model_correlations(ratings, P[:, forms[0]]).mean(axis=0)
-        rival = int(np.argsort(-np.where(np.arange(len(names)) == study.truth, -np.inf, r))[0])
+            print(f"| {names[t]} | {G} | " + " | ".join(f"{p:.2f}" for p in row) + " |", flush=True)
+        rival = names.index(runner_up[t])
         split = variance_split(study, forms[0], rival, (min(counts), max(counts)), args.sims)
-        splits.append((truth, names[rival], split, time.perf_counter() - start))
+        splits.append((names[t], runner_up[t], split))
     print(
         f"\nform 1's bootstrap variance of truth - runner-up, split as c/n + fixed (fitted at n={min(counts)} and "
         f"{max(counts)}):"
     )
     print("| truth | runner-up | effect | c (x1e-4) | fixed (x1e-6) | fixed share at n=" + f"{max(counts)} |")
     print("|---|---|---|---|---|---|")
-    for truth, rival, (effect, shrinking, fixed), _ in splits:
+    for truth, rival, (effect, shrinking, fixed) in splits:
         share = fixed / (fixed + shrinking / max(counts))
         print(f"| {truth} | {rival} | {effect:.4f} | {shrinking * 1e4:.2f} | {fixed * 1e6:.2f} | {share:.2f} |")
 
