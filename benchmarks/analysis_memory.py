@@ -20,14 +20,11 @@ import resource
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def measure(participants: int, resamples: int) -> dict:
     """One count, in this process: build the study, run the analysis, report time and peak memory."""
-    sys.path.insert(0, str(ROOT))
     import numpy as np
 
     from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests, percentile_ci

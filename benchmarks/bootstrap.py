@@ -3,7 +3,7 @@
 Study: simulated, 30 participants x 820 stimuli (36 model pairs x 20 + 100 natural) x 10 categories
 x 9 models; 37 strata. Fast: ``controversial.analysis.bootstrap`` for all resamples (every model,
 both ceilings), then percentile CIs and Holm-Sidak pairwise tests among the 9 models + lower
-ceiling (45 pairs). Reference: ``tests/analysis/reference_bootstrap.py`` on the first resamples,
+ceiling (45 pairs). Reference: ``controversial/references/bootstrap.py`` on the first resamples,
 extrapolated linearly. Both in this one run; the overlapping resamples are compared number by number.
 
     python benchmarks/bootstrap.py [--resamples 100000] [--reference-resamples 1000]
@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 # BLAS threads must be fixed before numpy loads. Default 1: on a shared machine, multi-threaded
 # BLAS next to other busy processes spins and runs many times slower (see docs/analysis.md).
@@ -27,13 +25,10 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests" / "analysis"))
 
 from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests, percentile_ci  # noqa: E402
 from controversial.analysis.simulate import simulate_models, simulate_participants, true_probabilities  # noqa: E402
-from reference_bootstrap import reference_bootstrap  # noqa: E402
+from controversial.references.bootstrap import reference_bootstrap  # noqa: E402
 
 
 def main() -> None:

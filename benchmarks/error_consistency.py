@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
-from pathlib import Path
 
 # BLAS threads must be fixed before numpy loads. Default 1: on a shared machine, multi-threaded
 # BLAS next to other busy processes spins and runs many times slower (see docs/analysis.md).
@@ -25,8 +23,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[_var] = BLAS_THREADS
 
 import numpy as np  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from controversial.analysis import error_consistency as ec  # noqa: E402
 

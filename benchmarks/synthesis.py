@@ -15,7 +15,7 @@ synthesis step at batch 90 and batch 1 (which is what decides whether batching p
     python benchmarks/synthesis.py --pairs '' --families vgg,abs    # part 2 for two models
 
 Part 3 (``--kde``): the KDE's own forward+backward per synthesis step at batch 90 and batch 1, the
-plain autograd sum over every training image (before, ``tests/reference_kde.py``) next to the
+plain autograd sum over every training image (before, ``controversial/references/kde.py``) next to the
 certified candidate sums (after, ``GaussianKDE``), on the same inputs in the same run: the KDE's
 inputs recorded over ``--kde-steps`` steps of a synthesis against a partner, replayed through both
 in turn. It also reports how many (image, class) pairs the first candidates could not certify
@@ -27,18 +27,13 @@ in turn. It also reports how many (image, class) pairs the first candidates coul
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
 
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # this checkout's package, not whichever one is installed
-sys.path.insert(0, str(ROOT / "tests"))
 
 from controversial.datasets import dataset_info  # noqa: E402
 from controversial.zoo.readout import CalibratedModel  # noqa: E402
@@ -50,7 +45,7 @@ from controversial.synthesis.engine import (  # noqa: E402
     synthesize_batch,
 )
 from controversial.zoo.bundled import load_model  # noqa: E402
-from reference_kde import full_sum_log_likelihoods  # noqa: E402
+from controversial.references.kde import full_sum_log_likelihoods  # noqa: E402
 
 MNIST_MODELS = "vgg,vgg_neg,capsnet,pcn,madry_linf,madry_l2,capsnet_recon,kde,abs"
 

@@ -11,24 +11,7 @@ import pytest
 
 from controversial.records.choices import write_trials
 from controversial.records.csvfile import InputError
-from testkit import run_task
-
-SMALL = [
-    "bootstrap.n_resamples=300",
-    "bootstrap.subset_resamples=100",
-    "bootstrap.other_subset_resamples=50",
-    "error_consistency.n_resamples=30",
-    "error_consistency.null_band_grid=20",
-    "simulate.n_participants=6",
-    "simulate.n_models=4",
-    "simulate.stimuli_per_pair=10",
-    "simulate.natural_per_class=2",
-    "simulate.true_model=sim2",
-]
-
-
-def run_analyze(tmp_path: Path, overrides: list[str]) -> dict:
-    return run_task("analyze", overrides, tmp_path)
+from helpers import ANALYZE_SMALL as SMALL, run_analyze
 
 
 def test_default_run_is_a_labelled_simulated_study(tmp_path, capsys):

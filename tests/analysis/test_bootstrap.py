@@ -20,7 +20,7 @@ from controversial.analysis.bootstrap import (
 )
 from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import participant_model_correlations
-from reference_bootstrap import reference_bootstrap
+from controversial.references.bootstrap import reference_bootstrap
 
 
 def small_study(seed: int = 1, S: int = 4, M: int = 3, K: int = 5):

@@ -18,7 +18,7 @@ from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import StimulusNameError, stimulus_filename
 from controversial.synthesis.stimuli import display_convention, load_png, save_png
 from controversial.zoo.bundled import load_model
-from testkit import run_task
+from helpers import run_task
 
 
 @pytest.fixture()

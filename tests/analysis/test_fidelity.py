@@ -12,7 +12,7 @@ from controversial.synthesis.stimuli import save_png
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
-from testkit import run_task
+from helpers import run_task
 
 NAMES = (
     "Gaussian_KDE_0_Wen_Global_PCN_E4_8.png",

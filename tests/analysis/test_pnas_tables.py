@@ -12,7 +12,7 @@ from controversial.records.csvfile import InputError
 from controversial.records.responses import HUMAN_COLUMNS, MODEL_COLUMNS, replication
 from controversial.datasets import DATASETS
 
-from test_analyze_task import SMALL, run_analyze
+from helpers import ANALYZE_SMALL as SMALL, run_analyze
 
 CLASSES = DATASETS["cifar10"].class_names
 IMAGES = {  # the same names in both replications (different pixels in the release)

@@ -9,7 +9,7 @@ import pytest
 
 from controversial.analysis.power import power_curve
 from controversial.analysis.simulate import simulate_models, true_probabilities
-from testkit import run_task
+from helpers import run_task
 
 
 def test_power_grows_with_participants_and_finds_the_top_two():

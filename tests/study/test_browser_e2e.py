@@ -33,7 +33,7 @@ from controversial.study.bundle import load_bundle
 from controversial.study.export import ExportSettings, export_study
 from controversial.study.scripted_participants import instructions
 
-from .helpers import WEB_SOURCE, fake_mnist_test, make_sweep
+from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
 
 pytestmark = pytest.mark.browser
 

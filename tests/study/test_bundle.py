@@ -18,7 +18,7 @@ from controversial.study.display import display_png
 from controversial.study.export import ExportSettings, export_study
 
 from .conftest import SMALL
-from .helpers import CIFAR_CLASSES, WEB_SOURCE, fake_mnist_test, make_run, make_sweep
+from helpers import CIFAR_CLASSES, WEB_SOURCE, fake_mnist_test, make_run, make_sweep
 
 
 def _digest(folder):

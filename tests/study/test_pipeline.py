@@ -20,9 +20,9 @@ from controversial.records.study import RESPONSE_COLUMNS
 from controversial.study.server import ServerSettings, create_app
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
 from controversial.errors import UserError
-from testkit import run_task, settings_for
+from helpers import run_task, settings_for
 
-from .helpers import WEB_SOURCE, make_sweep
+from helpers import WEB_SOURCE, make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_COLUMNS = (

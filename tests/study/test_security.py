@@ -35,10 +35,10 @@ from controversial.study.guards import RateLimiter
 from controversial.study.pnas_export import response_rows
 from controversial.study.server import ServerSettings, create_app
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
-from testkit import run_task
+from helpers import run_task
 
 from .conftest import SMALL
-from .helpers import WEB_SOURCE, fake_mnist_test, make_sweep
+from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "security-test-admin-token-0123456789abcdefghij"

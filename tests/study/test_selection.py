@@ -19,7 +19,7 @@ from controversial.study.selection import (
     select_repeats,
 )
 
-from .helpers import make_run, make_sweep
+from helpers import make_run, make_sweep
 
 
 def test_each_class_is_each_models_target_n_over_10_times(tmp_path):

@@ -10,7 +10,7 @@ from controversial.config import load_model_config, model_config_files
 from controversial.zoo.registry import arch_spec, create_arch, list_archs
 from controversial.zoo.training import AUGMENTATIONS, TRAINING_METHODS, TrainSettings, augment
 from controversial.zoo.bundled import MODELS_DIR
-from testkit import input_gradient
+from helpers import input_gradient
 
 CIFAR_MODELS = ["vgg16", "wrn", "pcn_cifar10", "robust_linf", "robust_l2", "kde_cifar10", "jem"]
 TINY_WRN = dict(depth=10, widen_factor=1)
@@ -141,7 +141,7 @@ def test_a_jem_checkpoint_synthesizes_byte_identical_images_with_the_same_seed(t
     ],
 )
 def test_init_auto_starts_from_test_images_only_where_a_model_declares_it(overrides, start):
-    from testkit import settings_for
+    from helpers import settings_for
 
     assert settings_for("synthesize", overrides).start == start
 
@@ -253,7 +253,6 @@ CHECKPOINT_FLOORS = {
 # wrn keeps 3% under either, which is what makes the robust ones a different hypothesis. (The standard
 # vgg16 keeps 18-19% under PGD-10 and 14-16% under PGD-40 here: some gradient masking, see docs/cifar10_zoo.md.)
 ROBUST_ATTACKS = {"robust_linf": ("linf", 8 / 255), "robust_l2": ("l2", 1.0)}
-BUNDLED = sorted(p.stem for p in (MODELS_DIR / "cifar10").glob("*.pt"))
 
 
 @pytest.fixture(scope="module")
@@ -264,12 +263,18 @@ def test_slice():
     return images[::50].float() / 255, labels[::50]
 
 
+def test_every_bundled_checkpoint_has_a_floor_and_every_floor_a_checkpoint():
+    """The data tests below are parametrized by CHECKPOINT_FLOORS, so a vanished checkpoint fails, never
+    silently collects nothing."""
+    bundled = sorted(p.stem for p in (MODELS_DIR / "cifar10").glob("*.pt"))
+    assert bundled == sorted(CHECKPOINT_FLOORS)
+
+
 @pytest.mark.data
-@pytest.mark.parametrize("name", BUNDLED)  # none bundled yet: nothing to collect, and that is no error
+@pytest.mark.parametrize("name", sorted(CHECKPOINT_FLOORS))
 def test_bundled_checkpoint_accuracy_andinput_gradient(name, test_slice):
     from controversial.zoo.bundled import load_model
 
-    assert name in CHECKPOINT_FLOORS, f"models/cifar10/{name}.pt has no accuracy floor in CHECKPOINT_FLOORS"
     model = load_model(name, dataset="cifar10")
     images, labels = test_slice
     with torch.no_grad():
@@ -285,8 +290,7 @@ def test_bundled_robust_models_resist_their_attack_and_the_standard_model_does_n
     from controversial.zoo.attacks import pgd_accuracy
     from controversial.zoo.bundled import load_model
 
-    if not (MODELS_DIR / "cifar10" / f"{name}.pt").is_file():
-        pytest.skip(f"models/cifar10/{name}.pt is not bundled")
+    assert (MODELS_DIR / "cifar10" / f"{name}.pt").is_file(), f"models/cifar10/{name}.pt is not bundled"
     norm, eps = ROBUST_ATTACKS[name]
     images, labels = test_slice
 

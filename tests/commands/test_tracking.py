@@ -23,7 +23,7 @@ from controversial.synthesis.engine import (
 )
 from controversial.tracking import Tracker, start_tracking
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_disabled_tracking_is_a_no_op_and_unknown_modes_are_refused(tmp_path):

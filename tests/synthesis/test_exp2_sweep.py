@@ -12,9 +12,9 @@ from omegaconf import OmegaConf
 
 from controversial.errors import UserError
 from controversial.records.manifest import read_manifest
-from testkit import compose_synthesize, run_task, write_tiny_checkpoints
+from helpers import compose_synthesize, run_task, write_tiny_checkpoints
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SEVEN = ["vgg16", "wrn", "pcn_cifar10", "robust_linf", "robust_l2", "kde_cifar10", "jem"]  # the paper's, its order
 
 

@@ -26,9 +26,9 @@ from controversial.study.scripted_participants import instructions, take_study
 from controversial.study.selection import collect_sweep
 from controversial.study.server import ServerSettings, create_app
 from controversial.tasks.design_study import previous_batch
-from testkit import run_task
+from helpers import run_task
 
-from .helpers import DIGITS, WEB_SOURCE, fake_mnist_test, make_sweep
+from helpers import DIGITS, WEB_SOURCE, fake_mnist_test, make_sweep
 
 TOKEN = "adaptive-admin-token-abcdefghijklmnopqrstuvwxyz"
 MODELS = ("abs", "kde", "vgg")

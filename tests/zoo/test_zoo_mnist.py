@@ -10,7 +10,7 @@ from controversial.zoo.attacks import pgd, project
 from controversial.zoo.archs.capsnet import route, squash
 from controversial.zoo.registry import create_arch
 from controversial.zoo.training import TrainSettings, capsule_margin_loss, derive_from_checkpoint, non_digit_images
-from testkit import input_gradient
+from helpers import input_gradient
 
 TINY = {
     "capsnet": dict(conv_channels=4, primary_types=2, primary_dim=4, digit_dim=6, decoder_hidden=(8,)),

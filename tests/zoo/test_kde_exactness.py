@@ -14,7 +14,7 @@ from conftest import MNIST_CLASSES, make_tiny_model
 from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
 from controversial.zoo.archs.kde import GaussianKDE
 from controversial.zoo.readout import Calibration, CalibratedModel
-from reference_kde import FullSumKDE, full_sum_log_likelihoods
+from controversial.references.kde import FullSumKDE, full_sum_log_likelihoods
 
 RTOL = 1e-6
 

@@ -23,9 +23,9 @@ from controversial.study.bundle import load_bundle
 from controversial.study.candidates import balanced_design, build_candidates
 from controversial.study.selection import collect_sweep
 from controversial.tasks import design_study
-from testkit import run_task, settings_for, write_tiny_checkpoints
+from helpers import run_task, settings_for, write_tiny_checkpoints
 
-from .helpers import fake_mnist_test, make_sweep
+from helpers import fake_mnist_test, make_sweep
 
 MODELS = ("abs", "kde", "vgg")
 

@@ -11,7 +11,7 @@ from controversial.zoo.resume import ResumeFile, ResumeMismatchError, recorded_p
 from controversial.tasks.train import _resume_file
 from controversial.settings import TrainCommandSettings
 from controversial.zoo.training import TRAINING_METHODS, TrainSettings
-from testkit import settings_for
+from helpers import settings_for
 
 TINY_WRN = dict(depth=10, widen_factor=1)
 TINY_VGG = dict(widths=(4, 4, 4, 4, 4), fc=(8, 8), dropout=0.5)

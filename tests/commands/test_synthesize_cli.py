@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from controversial.records.manifest import MANIFEST_COLUMNS, read_manifest, without_timing
-from testkit import write_tiny_checkpoints
+from helpers import write_tiny_checkpoints
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # every test here runs the entry point in a subprocess
 
 

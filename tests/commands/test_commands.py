@@ -17,7 +17,7 @@ import yaml
 from annotated_types import Ge, Gt, Le, Lt
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ValidationError
-from testkit import settings_for
+from helpers import settings_for
 
 from controversial.cli import command_line, describe_validation_error, report
 from controversial.help import _annotated_metadata, _model_field
@@ -25,7 +25,7 @@ from controversial.records.manifest import MANIFEST_COLUMNS, ManifestRow, write_
 from controversial.records.responses import HUMAN_COLUMNS
 from controversial.settings import SCHEMAS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {  # values a command cannot run without, so that only the tested value is wrong
     "evaluate": ["models=[vgg]", "images=."],
     "overview": ["sweep_dir=x"],

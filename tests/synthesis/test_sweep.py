@@ -18,9 +18,9 @@ from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow, read_manifest, without_timing, write_manifest
 from controversial.synthesis.stimuli import save_png
 from controversial.synthesis.sweeps import unordered_pairs
-from testkit import compose_synthesize, write_tiny_checkpoints
+from helpers import compose_synthesize, write_tiny_checkpoints
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CELLS = {(a, b) for a in range(10) for b in range(10) if a != b}
 NINE = ["vgg", "vgg_neg", "capsnet", "pcn", "madry_linf", "madry_l2", "capsnet_recon", "kde", "abs"]
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from conftest import make_tiny_model
-from testkit import train_in
+from helpers import train_in
 from controversial.config import load_model_config
 from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
 from controversial.tasks import train

@@ -18,7 +18,7 @@ from controversial.records.manifest import read_manifest
 from controversial.synthesis.stimuli import load_png
 from controversial.synthesis.engine import ordered_class_pairs
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _images(n: int, seed: int = 0) -> torch.Tensor:

@@ -1,0 +1,184 @@
+"""Helpers shared by test modules: tiny stand-in checkpoints, composed configs, input gradients, and tiny
+synthetic sweeps and test splits for the study and design tests."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from hydra import compose, initialize_config_dir
+
+from controversial.cli import load_settings
+from controversial.config import CONF_DIR, register_model_options
+from controversial.settings import SCHEMAS, Invocation
+from controversial.records.manifest import ManifestRow, write_manifest
+from controversial.records.names import stimulus_filename
+from controversial.synthesis.stimuli import save_png
+from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.zoo.readout import Calibration
+from controversial.zoo.registry import create_arch
+from controversial.synthesis.sweeps import register_pair_options
+
+IMAGE_SHAPES = {"mnist": [1, 28, 28], "cifar10": [3, 32, 32]}
+
+
+def write_tiny_checkpoints(folder: Path, names: Sequence[str], dataset: str) -> Path:
+    """Tiny random MLPs saved as ``<folder>/<name>.pt`` under the given model names (seeds 1, 2, ...)."""
+    for seed, name in enumerate(names, start=1):
+        kwargs = {"image_shape": IMAGE_SHAPES[dataset], "hidden": 16, "seed": seed}
+        info = CheckpointInfo(
+            name=name,
+            arch="tiny_mlp",
+            arch_kwargs=kwargs,
+            dataset=dataset,
+            calibration=Calibration(1.0, -1.0, "identity"),
+        )
+        save_checkpoint(folder / f"{name}.pt", create_arch("tiny_mlp", **kwargs), info)
+    return folder
+
+
+def compose_synthesize(*overrides: str):
+    """The synthesize config with these overrides, Hydra's own section included."""
+    register_pair_options(register_model_options())
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose("synthesize", overrides=list(overrides), return_hydra_config=True)
+
+
+def settings_for(name: str, overrides: Sequence[str] = ()) -> Any:
+    """A command's validated settings, composed from conf/ with these overrides as its entry point would."""
+    if name in ("synthesize", "rank_natural"):
+        register_pair_options(register_model_options())
+    return load_settings(name, SCHEMAS[name], list(overrides))
+
+
+def run_task(name: str, overrides: Sequence[str], out_dir: Path, command: str = "") -> Any:
+    """A command in-process: its settings validated, then its task writing into ``out_dir``."""
+    task = importlib.import_module(f"controversial.tasks.{name}")
+    return task.run(settings_for(name, overrides), Invocation(Path(out_dir), command or f"python {name}.py"))
+
+
+def train_in(tmp_path: Path, overrides: Sequence[str]) -> Path:
+    """``python train.py`` in-process, with model YAMLs also read from ``tmp_path/conf/model`` and every output
+    (checkpoint in float32, resume file) under ``tmp_path``; returns the checkpoint's path."""
+    from controversial.cli import validate
+    from controversial.settings import TrainCommandSettings
+    from controversial.tasks import train
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(
+            "train",
+            overrides=[
+                *overrides,
+                f"hydra.searchpath=[file://{tmp_path / 'conf'}]",
+                f"models_dir={tmp_path / 'models'}",
+                f"resume_file={tmp_path / 'resume.pt'}",
+                "update_model_card=false",
+                "float16=false",
+            ],
+            return_hydra_config=True,
+        )
+    return train.run(validate(TrainCommandSettings, cfg), Invocation(tmp_path, "python train.py"))
+
+
+def input_gradient(net: torch.nn.Module, images: torch.Tensor, cls: int = 3) -> torch.Tensor:
+    """d(logit ``cls``)/d(image), summed over the batch."""
+    images = images.clone().requires_grad_(True)
+    net(images)[:, cls].sum().backward()
+    return images.grad
+
+
+DIGITS = [str(d) for d in range(10)]
+CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+WEB_SOURCE = Path(__file__).resolve().parents[1] / "human_study" / "src"
+
+
+def make_run(
+    run_dir: Path,
+    model_a: str,
+    model_b: str,
+    rng: np.random.Generator,
+    seeds: int = 1,
+    drop: set[tuple[int, int]] = frozenset(),
+    accept_rate: float = 1.0,
+    dataset: str = "mnist",
+) -> list[ManifestRow]:
+    """A synthesize-style run dir: every ordered class pair x seed, random PNGs and scores."""
+    names = DIGITS if dataset == "mnist" else list(CIFAR_CLASSES)
+    shape = (1, 28, 28) if dataset == "mnist" else (3, 32, 32)
+    rows = []
+    for (a, b), seed in itertools.product(itertools.permutations(range(10), 2), range(seeds)):
+        if (a, b) in drop:
+            continue
+        name = stimulus_filename(model_a, names[a], model_b, names[b], seed)
+        save_png(run_dir / name, rng.random(shape))
+        score = float(rng.uniform(0.75, 1.0))
+        accepted = bool(rng.random() < accept_rate)
+        rows.append(
+            ManifestRow(
+                dataset=dataset,
+                model_a=model_a,
+                model_b=model_b,
+                class_a=a,
+                class_b=b,
+                class_a_name=names[a],
+                class_b_name=names[b],
+                seed=seed,
+                source="synthetic",
+                init="noise",
+                steps=100,
+                converged=True,
+                hard_score=score if accepted else 0.5,
+                smooth_score=1.0,
+                p_model_a_class_a=0.9,
+                p_model_a_class_b=0.1,
+                p_model_b_class_a=0.1,
+                p_model_b_class_b=0.9,
+                accepted=accepted,
+                status="accepted" if accepted else "below_threshold",
+                image_file=name,
+                wall_time_s=0.1,
+            )
+        )
+    write_manifest(run_dir / "manifest.csv", rows)
+    return rows
+
+
+def make_sweep(root: Path, pairs=(("abs", "vgg"), ("kde", "vgg")), seed: int = 0, seeds: int = 1) -> Path:
+    """A sweep folder with one run per model pair, ``seeds`` attempts per cell."""
+    rng = np.random.default_rng(seed)
+    for model_a, model_b in pairs:
+        make_run(root / f"{model_a}_vs_{model_b}", model_a, model_b, rng, seeds=seeds)
+    return root
+
+
+def fake_mnist_test(dataset: str, n_per_class: int = 30) -> tuple[np.ndarray, np.ndarray]:
+    """Stand-in for a test split: random uint8 (N,C,H,W) images of the dataset's shape, labels cycling 0..9."""
+    shape = {"mnist": (1, 28, 28), "cifar10": (3, 32, 32)}[dataset]
+    rng = np.random.default_rng(1)
+    labels = np.tile(np.arange(10), n_per_class)
+    return rng.integers(0, 256, size=(len(labels), *shape), dtype=np.uint8), labels
+
+
+# analyze.py on a small simulated study: every part runs, in seconds
+ANALYZE_SMALL = [
+    "bootstrap.n_resamples=300",
+    "bootstrap.subset_resamples=100",
+    "bootstrap.other_subset_resamples=50",
+    "error_consistency.n_resamples=30",
+    "error_consistency.null_band_grid=20",
+    "simulate.n_participants=6",
+    "simulate.n_models=4",
+    "simulate.stimuli_per_pair=10",
+    "simulate.natural_per_class=2",
+    "simulate.true_model=sim2",
+]
+
+
+def run_analyze(out_dir: Path, overrides: Sequence[str]) -> Any:
+    """``python analyze.py`` in-process, writing into ``out_dir``."""
+    return run_task("analyze", overrides, out_dir)
