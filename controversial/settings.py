@@ -17,17 +17,21 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from controversial.datasets import DATASETS
+from controversial.options import (
+    DEVICE_PATTERN,
+    Count,
+    Fraction,
+    Options as Settings,
+    Probability,
+    Seed,
+    one_of,
+    ordered_range,
+)
 from controversial.records.names import Scheme
 from controversial.synthesis.stimuli import Inversion
 from controversial.zoo.train_settings import AUGMENTATION_NAMES, CALIBRATION_METHODS, TrainSettings
 
 MIRROR_SYMMETRIC_DATASETS = tuple(name for name, info in DATASETS.items() if info.mirror_symmetric)
-
-Probability = Annotated[float, Field(gt=0, le=1)]
-Fraction = Annotated[float, Field(ge=0, le=1)]
-Count = Annotated[int, Field(ge=1)]
-Seed = Annotated[int, Field(ge=0, description="random seed")]
-DEVICE_PATTERN = r"^(auto|cpu|cuda(:\d+)?|mps)$"
 
 
 @dataclass(frozen=True)
@@ -37,12 +41,6 @@ class Invocation:
     out_dir: Path
     command: str = ""
     multirun: bool = False
-
-
-class Settings(BaseModel):
-    """Unknown keys are errors (a typo never silently keeps a default); values are immutable."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class DataSettings(Settings):
@@ -72,12 +70,12 @@ class TrainOptions(Settings):
         # commands that never train or load a model (the study server) read these settings too.
         from controversial.zoo.training import TRAINING_METHODS
 
-        return _one_of(value, TRAINING_METHODS)
+        return one_of(value, TRAINING_METHODS)
 
     @field_validator("augment")
     @classmethod
     def _known_augment(cls, value: str) -> str:
-        return _one_of(value, AUGMENTATION_NAMES)
+        return one_of(value, AUGMENTATION_NAMES)
 
     def typed(self) -> TrainSettings:
         return TrainSettings(**self.model_dump())
@@ -109,12 +107,12 @@ class ModelSettings(Settings):
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, value: str) -> str:
-        return _one_of(value, DATASETS)
+        return one_of(value, DATASETS)
 
     @field_validator("calibration")
     @classmethod
     def _known_calibration(cls, value: str) -> str:
-        return _one_of(value, CALIBRATION_METHODS)
+        return one_of(value, CALIBRATION_METHODS)
 
     @model_validator(mode="after")
     def _flip_only_where_classes_are_symmetric(self) -> ModelSettings:
@@ -254,7 +252,7 @@ class TrainCommandSettings(Settings):
     @field_validator("device")
     @classmethod
     def _known_device(cls, value: str) -> str:
-        return _one_of(value, ("cpu", "cuda"))
+        return one_of(value, ("cpu", "cuda"))
 
 
 class BootstrapSettings(Settings):
@@ -289,7 +287,7 @@ class NoiseModel(Settings):
         parse_mixture(value)
         return value
 
-    _range = field_validator("noise_sd", "gain")(lambda bounds: _ordered_range(bounds))
+    _range = field_validator("noise_sd", "gain")(lambda bounds: ordered_range(bounds))
 
 
 class SimulatedModelsSettings(Settings):
@@ -537,7 +535,7 @@ class DesignPlan(Settings):
     temperature: float = Field(0.5, gt=0, description="smooth minimum over pairs, in z units")
     max_exchanges: int = Field(200, ge=0, description="exchange steps after greedy selection")
 
-    _range = field_validator("noise_sd", "gain")(lambda bounds: _ordered_range(bounds))
+    _range = field_validator("noise_sd", "gain")(lambda bounds: ordered_range(bounds))
 
     @field_validator("shared_sd", mode="before")
     @classmethod
@@ -668,18 +666,6 @@ class ServeStudySettings(Settings):
 def _inversion(value: Any) -> Any:
     """``invert=true|false`` arrives from Hydra as a boolean; the option is the text auto | true | false."""
     return str(value).lower() if isinstance(value, bool) else value
-
-
-def _ordered_range(bounds: tuple[float, float]) -> tuple[float, float]:
-    if not 0 <= bounds[0] <= bounds[1]:
-        raise ValueError(f"[{bounds[0]}, {bounds[1]}] is not a range [low, high] with 0 <= low <= high")
-    return bounds
-
-
-def _one_of(value: str, allowed: Any) -> str:
-    if value not in allowed:
-        raise ValueError(f"{value!r} is not one of: {', '.join(allowed)}")
-    return value
 
 
 def _check_pair(settings: SynthesizeSettings | RankNaturalSettings) -> Any:
