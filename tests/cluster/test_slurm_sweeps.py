@@ -1,0 +1,174 @@
+"""Sweeps through a real SLURM cluster (``hydra/launcher=slurm``): the same result as on this machine, and
+resumed after the faults a cluster has: a cancelled job, a job at its time limit, a node that disappears.
+
+Every sweep is two pairs of tiny random models (abs vs vgg, pcn vs vgg) with settings under which most
+cells fail, so that each pair runs eight attempts of 200 steps and rewrites its manifest after each: a
+fault can land between two attempts. The SLURM job runs this checkout (``PYTHONPATH``, cwd) with
+``sys.executable``, as submitit pickles it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from controversial.records.manifest import read_manifest, without_timing
+from helpers import write_tiny_checkpoints
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[2]
+PAIRS = ("abs_vs_vgg", "pcn_vs_vgg")
+SETTINGS = (
+    "model_a=abs,pcn",
+    "model_b=vgg",
+    "synthesis.max_steps=200",
+    "synthesis.stop_score=null",
+    "synthesis.threshold=0.99",
+    "synthesis.tolerance_levels=0",
+    "max_attempts=8",
+    "retry_lookahead=false",
+    "progress=false",
+    "wandb.mode=disabled",
+)
+
+
+def _slurm(submitit: Path, timeout_min: int = 5, max_num_timeout: int = 3) -> list[str]:
+    """The test cluster's overrides of conf/hydra/launcher/slurm.yaml (a CPU partition, small jobs)."""
+    return [
+        "hydra/launcher=slurm",
+        "hydra.launcher.partition=tests",
+        "hydra.launcher.gpus_per_node=0",
+        "hydra.launcher.cpus_per_task=1",
+        "hydra.launcher.mem_gb=1",
+        f"hydra.launcher.timeout_min={timeout_min}",
+        f"hydra.launcher.max_num_timeout={max_num_timeout}",
+        f"hydra.launcher.submitit_folder={submitit}/%j",
+    ]
+
+
+def _command(checkpoints: Path, sweep_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "synthesize.py",
+        "-m",
+        *SETTINGS,
+        f"model_a.checkpoint={checkpoints}/${{.name}}.pt",
+        f"model_b.checkpoint={checkpoints}/${{.name}}.pt",
+        f"sweep_dir={sweep_dir}",
+        *extra,
+    ]
+
+
+def _env(base: dict[str, str] | None = None) -> dict[str, str]:
+    return {**(base or os.environ), "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+
+
+def _sweep(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """The sweep's launcher process in the background, its output in ``log``."""
+    with log.open("w") as out:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _finish(process: subprocess.Popen, log: Path, timeout: float = 240) -> str:
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    return log.read_text()
+
+
+def _wait_for(condition: Callable[[], bool], what: str, timeout: float = 120, poll: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {timeout:.0f} s for {what}"
+        time.sleep(poll)
+
+
+def _rows(sweep_dir: Path, pair: str) -> int:
+    path = sweep_dir / pair / "manifest.csv"
+    return len(read_manifest(path)) if path.is_file() else 0
+
+
+def _array_task(submitit: Path, index: int) -> str:
+    """The SLURM id (``<array job>_<index>``) of array task ``index``, from submitit's folder of it."""
+    _wait_for(lambda: any(submitit.glob(f"*_{index}")), f"array task {index} to be submitted")
+    return next(submitit.glob(f"*_{index}")).name
+
+
+def _job_field(cluster, job: str, name: str) -> str:
+    shown = cluster.run("scontrol", "--oneliner", "show", "job", job)
+    return re.search(rf"\b{name}=(\S*)", shown).group(1)
+
+
+def assert_same_as_local(sweep_dir: Path, reference: Path) -> None:
+    """Every pair's manifest equals the local sweep's (the wall-time column aside), each (cell, seed) once, and
+    every PNG (stimuli and grid) is byte-identical; nothing is left over (no stray PNG, no temp file)."""
+    for pair in PAIRS:
+        rows, expected = (
+            read_manifest(sweep_dir / pair / "manifest.csv"),
+            read_manifest(reference / pair / "manifest.csv"),
+        )
+        assert without_timing(rows) == without_timing(expected), pair
+        assert len({(r.cell, r.seed) for r in rows}) == len(rows), f"{pair}: a (cell, seed) twice"
+        pngs = sorted(p.name for p in (sweep_dir / pair).glob("*.png"))
+        assert pngs == sorted(p.name for p in (reference / pair).glob("*.png")), pair
+        for name in pngs:
+            assert (sweep_dir / pair / name).read_bytes() == (reference / pair / name).read_bytes(), f"{pair}/{name}"
+        assert not list((sweep_dir / pair).glob(".*.tmp"))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> Path:
+    return write_tiny_checkpoints(tmp_path_factory.mktemp("checkpoints"), ["abs", "pcn", "vgg"], "mnist")
+
+
+@pytest.fixture(scope="module")
+def local_sweep(tmp_path_factory, checkpoints) -> tuple[Path, float]:
+    """The sweep with Hydra's basic launcher on this machine: the reference, and its wall time."""
+    sweep_dir = tmp_path_factory.mktemp("local") / "sweep"
+    start = time.monotonic()
+    result = subprocess.run(
+        _command(checkpoints, sweep_dir), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    for pair in PAIRS:
+        assert 90 * 2 < _rows(sweep_dir, pair), "the settings should leave cells to retry"
+    return sweep_dir, time.monotonic() - start
+
+
+def test_a_sweep_submitted_to_slurm_as_an_array_gives_the_local_result(
+    slurm_cluster, local_sweep, checkpoints, tmp_path
+):
+    reference, local_seconds = local_sweep
+    sweep_dir, submitit = tmp_path / "sweep", tmp_path / "submitit"
+    start = time.monotonic()
+    log = tmp_path / "launcher.log"
+    output = _finish(_sweep(_command(checkpoints, sweep_dir, *_slurm(submitit)), _env(slurm_cluster.env), log), log)
+    slurm_seconds = time.monotonic() - start
+    assert "Submitit 'slurm' sweep output dir" in output, output
+    assert_same_as_local(sweep_dir, reference)
+
+    tasks = [_array_task(submitit, i) for i in range(len(PAIRS))]
+    assert len({task.split("_")[0] for task in tasks}) == 1, f"one array job: {tasks}"
+    waits = []
+    for task in tasks:
+        # submitit writes the result before the job's process exits; SLURM then marks it done
+        _wait_for(lambda: _job_field(slurm_cluster, task, "JobState") == "COMPLETED", f"{task} to complete", 30, 0.5)
+        submitted, started = (_job_field(slurm_cluster, task, f) for f in ("SubmitTime", "StartTime"))
+        waits.append(
+            time.mktime(time.strptime(started, "%Y-%m-%dT%H:%M:%S"))
+            - time.mktime(time.strptime(submitted, "%Y-%m-%dT%H:%M:%S"))
+        )
+    print(
+        f"\nlocal sweep {local_seconds:.1f} s (sequential); SLURM sweep {slurm_seconds:.1f} s "
+        f"(array of {len(tasks)}, one CPU each); submit -> start per job: {', '.join(f'{w:.0f} s' for w in waits)}"
+    )
