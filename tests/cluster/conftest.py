@@ -80,7 +80,8 @@ class SlurmCluster:
             "SlurmdPort": str(_free_port()),
             "AuthType": "auth/munge",
             "CredType": "cred/munge",
-            "AuthInfo": f"socket={self.root / 'munge' / 'munge.socket'}",
+            # cred_expire: also how long a requeued job waits before it may start again (default 120 s)
+            "AuthInfo": f"socket={self.root / 'munge' / 'munge.socket'},cred_expire=10",
             "StateSaveLocation": str(self.root / "state"),
             "SlurmdSpoolDir": str(self.root / "spool"),
             "SlurmctldPidFile": str(self.root / "slurmctld.pid"),
@@ -137,13 +138,45 @@ class SlurmCluster:
         self._spawn("slurmd", "-D", "-f", str(self.conf), "-N", self.node)
         self._wait(lambda: self.node_state() == "idle", f"node {self.node} to be idle")
 
-    def stop_slurmd(self) -> None:
-        """The node disappears: slurmd is killed (SIGKILL, like a crashed machine) with the job steps it runs."""
-        process = self.processes.pop("slurmd")
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    def stop_node(self) -> None:
+        """The node disappears as a crashed machine would: slurmd, the job steps it started (slurmstepd) and
+        their processes are all frozen (SIGSTOP, so that none reports the others' end), then killed."""
+        process = self.processes.pop("slurmd", None)
+        victims = ([process.pid] if process is not None else []) + self._job_processes()
+        for sig in (signal.SIGSTOP, signal.SIGKILL):
+            for pid in victims:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        if process is not None:
+            process.wait()
+
+    def _job_processes(self) -> list[int]:
+        """This cluster's slurmstepd processes (started by our slurmd, so with our SLURM_CONF) and all their
+        descendants (the job scripts, srun and the jobs' Python), parents first."""
+        parents, steps = {}, set()
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                if (entry / "cmdline").read_bytes().startswith(b"slurmstepd") and self._ours(entry):
+                    steps.add(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                continue
+        victims, generation = [], sorted(steps)
+        while generation:
+            victims += generation
+            generation = sorted(pid for pid, parent in parents.items() if parent in generation)
+        return victims
+
+    def _ours(self, proc: Path) -> bool:
+        return f"SLURM_CONF={self.conf}".encode() in (proc / "environ").read_bytes().split(b"\0")
 
     def stop(self) -> None:
+        """The node first (so no job outlives the cluster), then slurmctld and munged."""
+        self.stop_node()
         for name in reversed(DAEMONS):
             process = self.processes.pop(name, None)
             if process is None:

@@ -2,7 +2,7 @@
 resumed after the faults a cluster has: a cancelled job, a job at its time limit, a node that disappears.
 
 Every sweep is two pairs of tiny random models (abs vs vgg, pcn vs vgg) with settings under which most
-cells fail, so that each pair runs eight attempts of 200 steps and rewrites its manifest after each: a
+cells fail, so that each pair runs eight attempts of 120 steps and rewrites its manifest after each: a
 fault can land between two attempts. The SLURM job runs this checkout (``PYTHONPATH``, cwd) with
 ``sys.executable``, as submitit pickles it.
 """
@@ -29,7 +29,7 @@ PAIRS = ("abs_vs_vgg", "pcn_vs_vgg")
 SETTINGS = (
     "model_a=abs,pcn",
     "model_b=vgg",
-    "synthesis.max_steps=200",
+    "synthesis.max_steps=120",
     "synthesis.stop_score=null",
     "synthesis.threshold=0.99",
     "synthesis.tolerance_levels=0",
@@ -172,3 +172,75 @@ def test_a_sweep_submitted_to_slurm_as_an_array_gives_the_local_result(
         f"\nlocal sweep {local_seconds:.1f} s (sequential); SLURM sweep {slurm_seconds:.1f} s "
         f"(array of {len(tasks)}, one CPU each); submit -> start per job: {', '.join(f'{w:.0f} s' for w in waits)}"
     )
+
+
+def _start_faulty_sweep(cluster, checkpoints: Path, tmp_path: Path, **launcher) -> tuple[subprocess.Popen, Path, str]:
+    """A sweep on the cluster, returned once abs vs vgg (array task 0) has written two attempts but not all."""
+    sweep_dir, submitit = tmp_path / "sweep", tmp_path / "submitit"
+    command = _command(checkpoints, sweep_dir, *_slurm(submitit, **launcher))
+    launcher_process = _sweep(command, _env(cluster.env), tmp_path / "first.log")
+    _wait_for(lambda: _rows(sweep_dir, PAIRS[0]) > 90, "abs vs vgg to write its second attempt")
+    return launcher_process, sweep_dir, _array_task(submitit, 0)
+
+
+def _resubmit(cluster, checkpoints: Path, sweep_dir: Path, tmp_path: Path) -> str:
+    """The same command again, as a user re-runs a sweep; its output."""
+    command = _command(checkpoints, sweep_dir, *_slurm(tmp_path / "submitit"))
+    log = tmp_path / "second.log"
+    output = _finish(_sweep(command, _env(cluster.env), log), log)
+    assert "error" not in output.lower(), output
+    return output
+
+
+def test_a_job_cancelled_mid_pair_and_resubmitted_resumes_it(slurm_cluster, local_sweep, checkpoints, tmp_path):
+    reference, _ = local_sweep
+    launcher, sweep_dir, task = _start_faulty_sweep(slurm_cluster, checkpoints, tmp_path)
+    slurm_cluster.run("scancel", task)
+    output = _finish(launcher, tmp_path / "first.log")
+    assert launcher.returncode != 0 and "CANCELLED" in output, output
+    kept, expected = _rows(sweep_dir, PAIRS[0]), _rows(reference, PAIRS[0])
+    assert 90 < kept < expected, "the job was cancelled between its first and last attempt"
+
+    _resubmit(slurm_cluster, checkpoints, sweep_dir, tmp_path)
+    assert f"resuming {sweep_dir / PAIRS[0]}: {kept} earlier row(s)" in (sweep_dir / PAIRS[0] / "cli.log").read_text()
+    assert_same_as_local(sweep_dir, reference)
+    print(f"\ncancelled with {kept}/{expected} rows of {PAIRS[0]} written; the re-run added {expected - kept}")
+
+
+def test_a_job_at_its_time_limit_is_requeued_by_submitit_and_finishes(
+    slurm_cluster, local_sweep, checkpoints, tmp_path
+):
+    reference, _ = local_sweep
+    launcher, sweep_dir, task = _start_faulty_sweep(slurm_cluster, checkpoints, tmp_path, max_num_timeout=1)
+    # what SLURM sends signal_delay_s before the time limit (sbatch --signal=USR2@...); with timeout_min
+    # under 10, submitit counts it as a timeout, checkpoints the job and requeues it
+    slurm_cluster.run("scancel", "--signal=USR2", task)
+    kept = _rows(sweep_dir, PAIRS[0])
+    output = _finish(launcher, tmp_path / "first.log")
+    assert launcher.returncode == 0, output
+    assert _job_field(slurm_cluster, task, "Restarts") == "1"
+    job_log = next((tmp_path / "submitit").glob(f"{task}/*_log.out")).read_text()
+    assert "this job is timed-out" in job_log and f"Requeued job {task} (0 remaining timeouts)" in job_log, job_log
+    assert f"resuming {sweep_dir / PAIRS[0]}: " in (sweep_dir / PAIRS[0] / "cli.log").read_text()
+    assert_same_as_local(sweep_dir, reference)
+    print(f"\nrequeued with about {kept}/{_rows(reference, PAIRS[0])} rows of {PAIRS[0]} written")
+
+
+def test_a_lost_node_leaves_its_jobs_requeued_and_the_sweep_completes_when_it_returns(
+    slurm_cluster, local_sweep, checkpoints, tmp_path
+):
+    reference, _ = local_sweep
+    launcher, sweep_dir, task = _start_faulty_sweep(slurm_cluster, checkpoints, tmp_path)
+    slurm_cluster.stop_node()
+    kept = _rows(sweep_dir, PAIRS[0])
+    try:
+        _wait_for(lambda: "down" in slurm_cluster.node_state(), "slurmctld to mark the node down", 60, 0.5)
+        node = slurm_cluster.run("sinfo", "--noheader", "--Node", "--format=%T %E").strip()
+        jobs = slurm_cluster.run("squeue", "--noheader", "--format=%i %T %r").strip()
+        print(f"\nnode lost with {kept} rows of {PAIRS[0]} written; sinfo: {node}; squeue: {jobs}")
+        assert launcher.poll() is None, "the launcher waits for the requeued jobs"
+    finally:
+        slurm_cluster.start_slurmd()
+    output = _finish(launcher, tmp_path / "first.log")
+    assert launcher.returncode == 0, output
+    assert_same_as_local(sweep_dir, reference)
