@@ -159,6 +159,7 @@ def test_a_sweep_submitted_to_slurm_as_an_array_gives_the_local_result(
 
     tasks = [_array_task(submitit, i) for i in range(len(PAIRS))]
     assert len({task.split("_")[0] for task in tasks}) == 1, f"one array job: {tasks}"
+    assert {_job_field(slurm_cluster, task, "JobName") for task in tasks} == {"synthesize"}
     waits = []
     for task in tasks:
         # submitit writes the result before the job's process exits; SLURM then marks it done
@@ -244,3 +245,17 @@ def test_a_lost_node_leaves_its_jobs_requeued_and_the_sweep_completes_when_it_re
     output = _finish(launcher, tmp_path / "first.log")
     assert launcher.returncode == 0, output
     assert_same_as_local(sweep_dir, reference)
+
+
+def test_an_internal_error_in_a_slurm_job_fails_the_sweep(slurm_cluster, tmp_path):
+    """A corrupt checkpoint is an internal error of that pair's job; Hydra hands it back to the launcher, which
+    reports it as a local sweep does (before, the job swallowed it and the sweep exited 0)."""
+    folder = write_tiny_checkpoints(tmp_path / "checkpoints", ["abs", "pcn", "vgg"], "mnist")
+    (folder / "pcn.pt").write_bytes(b"not a checkpoint")
+    command = _command(folder, tmp_path / "sweep", "synthesis.max_steps=5", *_slurm(tmp_path / "submitit"))
+    log = tmp_path / "launcher.log"
+    launcher = _sweep(command, _env(slurm_cluster.env), log)
+    output = _finish(launcher, log)
+    assert launcher.returncode == 1, output
+    assert "internal error: UnpicklingError" in output, output
+    assert (tmp_path / "sweep" / "abs_vs_vgg" / "grid.png").is_file(), "the other pair finished"
