@@ -82,6 +82,8 @@ class SlurmCluster:
             "CredType": "cred/munge",
             # cred_expire: also how long a requeued job waits before it may start again (default 120 s)
             "AuthInfo": f"socket={self.root / 'munge' / 'munge.socket'},cred_expire=10",
+            "SlurmctldLogFile": str(self.logs / "slurmctld.log"),
+            "SlurmdLogFile": str(self.logs / "slurmd.log"),
             "StateSaveLocation": str(self.root / "state"),
             "SlurmdSpoolDir": str(self.root / "spool"),
             "SlurmctldPidFile": str(self.root / "slurmctld.pid"),
@@ -95,9 +97,11 @@ class SlurmCluster:
             "SelectType": "select/cons_tres",
             "SelectTypeParameters": "CR_CPU",
             "SchedulerType": "sched/builtin",
+            "SchedulerParameters": "sched_interval=2",  # a requeued job starts as soon as it may (default 60 s)
             "MpiDefault": "none",
             "ReturnToService": "2",
-            "SlurmdTimeout": "10",
+            "SlurmdTimeout": "5",  # a lost node is marked down within seconds (default 300 s)
+            "MessageTimeout": "3",
             "KillWait": "5",
             "MinJobAge": "600",
             "MailProg": "/bin/true",
@@ -114,7 +118,7 @@ class SlurmCluster:
         self.conf.write_text(text)
 
     def _spawn(self, name: str, *args: str) -> None:
-        with (self.logs / f"{name}.log").open("ab") as out:
+        with (self.logs / f"{name}.stderr").open("ab") as out:  # the daemons' own log files have timestamps
             self.processes[name] = subprocess.Popen(
                 [_binary(name), *args], env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
@@ -227,3 +231,13 @@ def slurm_cluster(tmp_path_factory) -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed cluster test shows the last lines of every daemon's log (the folder stays for the rest)."""
+    outcome = yield
+    report = outcome.get_result()
+    cluster = getattr(item, "funcargs", {}).get("slurm_cluster")
+    if report.failed and cluster is not None:
+        report.sections.append((f"SLURM logs ({cluster.logs})", cluster.log_tails()))
