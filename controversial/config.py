@@ -15,7 +15,7 @@ from typing import Any
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
-from controversial.zoo.train_settings import TrainSettings
+from controversial.zoo.train_options import TRAINING_METHODS, TrainOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
@@ -42,7 +42,9 @@ class ModelConfig:
     description: str = ""
     differences: str = ""
     synthesis_init: str = "noise"  # noise | test_image: where synthesis starts under init=auto
-    train: TrainSettings = field(default_factory=TrainSettings)
+    # TrainOptions is a pydantic model, which OmegaConf cannot hold as a schema: its defaults go in as a
+    # plain mapping, and load_model_config validates the merged block against TrainOptions itself.
+    train: Any = field(default_factory=lambda: TrainOptions().model_dump())
 
 
 def model_config_files(conf_dir: Path = CONF_DIR) -> list[Path]:
@@ -51,12 +53,10 @@ def model_config_files(conf_dir: Path = CONF_DIR) -> list[Path]:
 
 def load_model_config(path: Path):
     """A model YAML merged onto the schema; a wrong key or type (``train.extra`` included) names the file."""
-    # Imported here, not at the top: the registry needs torch, and the study server reads conf/ without it.
-    from controversial.zoo.training import training_method
-
     try:
         node = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path))
-        training_method(node.train.method).options(node.train.extra)
+        train = TrainOptions.model_validate(OmegaConf.to_container(node.train))
+        TRAINING_METHODS.get(train.method).options(train.extra)
     except Exception as error:
         raise ValueError(f"{path}: invalid model config: {error}") from None
     return node

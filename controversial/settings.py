@@ -29,7 +29,7 @@ from controversial.options import (
 )
 from controversial.records.names import Scheme
 from controversial.synthesis.stimuli import Inversion
-from controversial.zoo.train_settings import AUGMENTATION_NAMES, CALIBRATION_METHODS, TrainSettings
+from controversial.zoo.train_options import CALIBRATIONS, TrainOptions
 
 MIRROR_SYMMETRIC_DATASETS = tuple(name for name, info in DATASETS.items() if info.mirror_symmetric)
 
@@ -52,41 +52,12 @@ class ModelDataSettings(Settings):
     root: str = Field(description="data root; the KDE models read their training images from here")
 
 
-class TrainOptions(Settings):
-    method: str = Field("supervised", description="training method (a key of zoo.training.TRAINING_METHODS)")
-    epochs: int = Field(3, ge=0, description="passes over the training set (0: methods without epochs)")
-    batch_size: Count = Field(128, description="images per optimisation step")
-    lr: float = Field(1e-3, gt=0, description="learning rate")
-    weight_decay: float = Field(0.0, ge=0, description="L2 weight decay")
-    seed: Seed = 0
-    max_shift: int = Field(0, ge=0, description="random translation augmentation, in pixels")
-    augment: str = Field("shift", description=f"how max_shift is applied: {', '.join(AUGMENTATION_NAMES)}")
-    extra: dict[str, Any] = Field(default_factory=dict, description="method-specific settings")
-
-    @field_validator("method")
-    @classmethod
-    def _known_method(cls, value: str) -> str:
-        # Imported here, not at the top: the registry needs torch (and families may add to it), while
-        # commands that never train or load a model (the study server) read these settings too.
-        from controversial.zoo.training import TRAINING_METHODS
-
-        return one_of(value, TRAINING_METHODS)
-
-    @field_validator("augment")
-    @classmethod
-    def _known_augment(cls, value: str) -> str:
-        return one_of(value, AUGMENTATION_NAMES)
-
-    def typed(self) -> TrainSettings:
-        return TrainSettings(**self.model_dump())
-
-
 class ModelSettings(Settings):
     name: str = Field(description="model name (conf/model/<name>.yaml)")
     dataset: str = Field(description=f"dataset the model was trained on: {', '.join(DATASETS)}")
     arch: str = Field(description="registered architecture")
     arch_kwargs: dict[str, Any] = Field(default_factory=dict, description="architecture constructor arguments")
-    calibration: str = Field("cross_entropy", description=f"readout calibration: {', '.join(CALIBRATION_METHODS)}")
+    calibration: str = Field("cross_entropy", description=f"readout calibration: {', '.join(CALIBRATIONS.names())}")
     checkpoint: str | None = Field(None, description="checkpoint file (relative: to the working directory)")
     test_time_flip: bool = Field(
         False,
@@ -112,7 +83,7 @@ class ModelSettings(Settings):
     @field_validator("calibration")
     @classmethod
     def _known_calibration(cls, value: str) -> str:
-        return one_of(value, CALIBRATION_METHODS)
+        return CALIBRATIONS.check(value)
 
     @model_validator(mode="after")
     def _flip_only_where_classes_are_symmetric(self) -> ModelSettings:

@@ -40,7 +40,8 @@ from torch.optim.swa_utils import update_bn
 from controversial.zoo.archs.jem import energy_of_logits, langevin
 from controversial.zoo.attacks import NORMS, ball_start, module_device, per_image_norm, pgd_accuracy, project
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
-from controversial.zoo.train_settings import TrainSettings
+from controversial.zoo.train_options import AUGMENTATIONS, TRAINING_METHODS, TrainOptions
+from controversial.zoo.training import TrainingMethod
 
 
 Progress = Callable[[str], None]
@@ -165,6 +166,7 @@ class FastRecipe:
         return asdict(self)
 
 
+@AUGMENTATIONS.register("crop_flip")
 def batch_augment(images: torch.Tensor, max_shift: int, generator: torch.Generator) -> torch.Tensor:
     """Per image: a random horizontal flip and a translation of up to ``max_shift`` pixels (zero fill), one gather."""
     n, channels, height, width = images.shape
@@ -296,14 +298,14 @@ def train_fast(
     net: nn.Module,
     images: torch.Tensor,
     labels: torch.Tensor,
-    settings: TrainSettings,
+    settings: TrainOptions,
     progress: Progress,
     resume: ResumeFile | None = None,
     monitor: Monitor | None = None,
 ) -> None:
     """Train ``net`` in place with the fast recipe; on return it holds the EMA weights, in eval mode.
 
-    ``settings`` is a ``TrainSettings`` (epochs, batch_size, lr = the peak lr, weight_decay, seed,
+    ``settings`` is a ``TrainOptions`` (epochs, batch_size, lr = the peak lr, weight_decay, seed,
     max_shift) whose ``extra`` is a ``FastRecipe``. ``monitor(net)`` is called on the EMA model after
     every epoch for the progress line only (it never steers training).
     """
@@ -469,3 +471,8 @@ def train_fast(
     net.eval()
     if energy_settings is not None:
         joint_model.eval()
+
+
+TRAINING_METHODS.add(
+    "fast", TrainingMethod(train_fast, resumable=True, extra=FastRecipe, monitored=True, any_device=True)
+)

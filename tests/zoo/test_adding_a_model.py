@@ -15,7 +15,8 @@ from controversial.tasks import train
 from controversial.zoo.checkpoints import load_checkpoint, read_checkpoint
 from controversial.zoo.protocol import SynthesisModel
 from controversial.zoo.registry import register_arch
-from controversial.zoo.training import TrainingMethod, TrainOutcome, TrainSettings, options, register_training_method
+from controversial.zoo.train_options import TRAINING_METHODS, TrainOptions
+from controversial.zoo.training import TrainingMethod, TrainOutcome, options
 
 
 # Step 1: the architecture, registered under a name.
@@ -43,7 +44,7 @@ class ClassMeansExtra:
 
 
 def fit_class_means(
-    net: NearestMean, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress
+    net: NearestMean, images: torch.Tensor, labels: torch.Tensor, settings: TrainOptions, progress
 ) -> TrainOutcome:
     extra: ClassMeansExtra = options(settings)
     means = torch.stack([images[labels == k].mean(0) for k in range(10)])
@@ -53,7 +54,7 @@ def fit_class_means(
     return TrainOutcome(record={"mean_spread": spread})
 
 
-register_training_method("class_means", TrainingMethod(fit_class_means, extra=ClassMeansExtra))
+TRAINING_METHODS.add("class_means", TrainingMethod(fit_class_means, extra=ClassMeansExtra))
 
 # Step 2: the YAML.
 YAML = """\
