@@ -137,6 +137,5 @@ def test_the_train_task_resumes_by_default_and_starts_over_with_resume_false(tmp
     assert _resume_file(_train_cfg(tmp_path, "supervised", resume=False), TrainOptions(method="supervised"), {}, 300)
     assert not resume.path.exists()
     assert (
-        _resume_file(_train_cfg(tmp_path, "kde_bandwidth", True), TrainOptions(method="kde_bandwidth"), {}, 300)
-        is None
+        _resume_file(_train_cfg(tmp_path, "kde_bandwidth", True), TrainOptions(method="kde_bandwidth"), {}, 300) is None
     )
