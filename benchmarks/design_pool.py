@@ -80,9 +80,9 @@ from controversial.data import load_uint8  # noqa: E402
 from controversial.settings import Probability  # noqa: E402
 from controversial.study.display import png_to_uint8  # noqa: E402
 from controversial.study.selection import SweepStimulus, best_per_cell, collect_sweep  # noqa: E402
+from controversial.synthesis.options import SynthesisOptions  # noqa: E402
 from controversial.synthesis.engine import (  # noqa: E402
     BatchResult,
-    SynthesisSettings,
     noise_images,
     ordered_class_pairs,
     synthesize_batch,
@@ -134,7 +134,7 @@ def synthesize_seeds(
     column did; index k > 0 from ``--seed`` + 100 k + i, so no two (pair, seed index) share a start. ``--init``
     says what the start is: uniform noise (the paper's) or, as ``synthesize.py init=test_image`` starts, a random
     test image of any class per cell, drawn from that seed."""
-    settings = SynthesisSettings(max_steps=args.max_steps, stop_score=args.stop_score)
+    settings = SynthesisOptions(max_steps=args.max_steps, stop_score=args.stop_score)
     batches = _Batches("synthetic", args.init)
     for k in seed_indices:
         for i, (a, b) in enumerate(combinations(MODELS, 2)):
@@ -211,7 +211,7 @@ class _WithNoDigit:
 def one_sided_stimuli(models: dict, pairs: list[tuple[str, str]], args: argparse.Namespace) -> dict[str, np.ndarray]:
     """Per model pair, both ways round, ``--one-sided-seeds`` images per class that the seeing model reads as that
     class and the blind model as no digit, each rated by every model: the pool's columns (source ``one_sided``)."""
-    settings = SynthesisSettings(max_steps=args.max_steps, stop_score=args.stop_score)
+    settings = SynthesisOptions(max_steps=args.max_steps, stop_score=args.stop_score)
     cells = [(c, 10) for c in range(10)]  # the seeing model's class, the blind model's "no digit"
     seen = [(c, c) for c, _ in cells]  # the pool's targets: the seen class on both sides, for the class balance
     batches = _Batches("one_sided", "noise")

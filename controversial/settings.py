@@ -7,14 +7,12 @@ descriptions. Tasks receive these objects, never a DictConfig.
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from controversial.datasets import DATASETS
 from controversial.options import (
@@ -28,6 +26,7 @@ from controversial.options import (
     ordered_range,
 )
 from controversial.records.names import Scheme
+from controversial.synthesis.options import OptimizerOptions, SynthesisOptions
 from controversial.synthesis.stimuli import Inversion
 from controversial.zoo.train_options import CALIBRATIONS, TrainOptions
 
@@ -103,54 +102,6 @@ class WandbSettings(Settings):
     group: str | None = Field(None, description="groups a sweep's runs (experiments set it)")
 
 
-class OptimizerSettings(BaseModel):
-    """Any torch.optim class by ``_target_``; the other keys are its keyword arguments."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
-    target: str = Field(alias="_target_", description="optimizer class, e.g. torch.optim.Adam")
-    lr: float = Field(gt=0, description="learning rate of the image parameters")
-
-    @field_validator("target")
-    @classmethod
-    def _importable(cls, value: str) -> str:
-        module, _, name = value.rpartition(".")
-        try:
-            getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, ValueError):
-            raise ValueError(f"{value!r} is not an importable class; e.g. torch.optim.Adam") from None
-        return value
-
-    def factory(self) -> partial:
-        """``factory(params)`` builds the optimizer."""
-        module, _, name = self.target.rpartition(".")
-        return partial(getattr(importlib.import_module(module), name), lr=self.lr, **(self.model_extra or {}))
-
-
-class SynthesisOptions(Settings):
-    sharpness: float = Field(
-        1.0, gt=0, description="LogSumExp sharpness of the smooth score (the paper's alpha in Eq. 4)"
-    )
-    max_steps: Count = Field(1000, description="optimisation steps per attempt at most")
-    patience: int = Field(10, ge=0, description="converged after more than this many quiet steps ...")
-    tolerance_levels: float = Field(
-        0.5, ge=0, description="... in which no pixel moves more than this many 8-bit levels"
-    )
-    threshold: Probability = Field(0.75, description="accept when the hard score of the 8-bit image reaches this")
-    stop_score: Probability | None = Field(0.9, description="stop an image early at this hard score; null: never")
-    stall_steps: Count | None = Field(
-        None, description="stop an image whose watched score has not gained stall_gain in this many steps; null: never"
-    )
-    stall_gain: float = Field(0.01, gt=0, description="the gain in the watched score that resets the stall count")
-    stall_on: Literal["hard", "smooth"] = Field(
-        "hard", description="the watched score: hard (Eq. 2, a probability) | smooth (Eq. 4, in logit units)"
-    )
-    parametrization: Literal["pixel", "fourier"] = Field(
-        "pixel", description="pixel (sigmoid) | fourier (decorrelated)"
-    )
-    fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
-    jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")
-
-
 class SynthesizeSettings(Settings):
     model_a: ModelSettings = Field(description="model A (a name from conf/model/)")
     model_b: ModelSettings = Field(description="model B, of the same dataset")
@@ -167,7 +118,7 @@ class SynthesizeSettings(Settings):
     )
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
     synthesis: SynthesisOptions = Field(default_factory=SynthesisOptions)
-    optimizer: OptimizerSettings
+    optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     data: DataSettings
     progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
     output_dir: str | None = Field(None, description="re-enter a run dir to resume it; default: a new timestamped one")

@@ -10,7 +10,8 @@ from torch import nn
 from conftest import make_tiny_model
 from helpers import train_in
 from controversial.config import load_model_config
-from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.options import SynthesisOptions
 from controversial.tasks import train
 from controversial.zoo.checkpoints import load_checkpoint, read_checkpoint
 from controversial.zoo.protocol import SynthesisModel
@@ -101,7 +102,7 @@ def test_a_new_family_is_an_architecture_module_and_a_yaml(tmp_path, monkeypatch
     pairs = ordered_class_pairs()[:4]
     initial = noise_images(pairs, [0] * 4, (1, 28, 28))
     result = synthesize_batch(
-        [model, make_tiny_model(1)], torch.tensor(pairs), initial, SynthesisSettings(max_steps=20, stop_score=None)
+        [model, make_tiny_model(1)], torch.tensor(pairs), initial, SynthesisOptions(max_steps=20, stop_score=None)
     )
     assert torch.isfinite(result.hard).all()
 

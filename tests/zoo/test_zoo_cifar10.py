@@ -110,7 +110,8 @@ def test_jem_refinement_lowers_the_energy_and_is_deterministic():
 def test_a_jem_checkpoint_synthesizes_byte_identical_images_with_the_same_seed(tmp_path):
     from controversial.zoo.checkpoints import CheckpointInfo, load_checkpoint, save_checkpoint
     from controversial.zoo.readout import Calibration
-    from controversial.synthesis.engine import SynthesisSettings, noise_images, synthesize_batch
+    from controversial.synthesis.engine import noise_images, synthesize_batch
+    from controversial.synthesis.options import SynthesisOptions
 
     models = []
     for name in ("jem", "wrn"):
@@ -123,7 +124,7 @@ def test_a_jem_checkpoint_synthesizes_byte_identical_images_with_the_same_seed(t
     targets = torch.tensor(cells)
     runs = [
         synthesize_batch(
-            models, targets, noise_images(cells, [0] * 3, (3, 32, 32)), SynthesisSettings(max_steps=4), seed=0
+            models, targets, noise_images(cells, [0] * 3, (3, 32, 32)), SynthesisOptions(max_steps=4), seed=0
         )
         for _ in range(2)
     ]
