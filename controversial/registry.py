@@ -13,7 +13,7 @@ when the entry itself is looked up, and registers the entry with the same decora
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 from controversial.errors import UserError
@@ -63,15 +63,6 @@ class Registry(Generic[T]):
 
     def __contains__(self, name: object) -> bool:
         return name in self._builtins or name in self._entries
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
-
-    def __len__(self) -> int:
-        return len(self.names())
-
-    def __getitem__(self, name: str) -> T:
-        return self.get(name)
 
     def get(self, name: str) -> T:
         """The entry registered as ``name``; an unknown name is an error that lists the known ones."""

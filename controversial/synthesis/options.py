@@ -56,7 +56,7 @@ class SynthesisOptions(Options):
     """How one batch of stimuli is optimised; ``synthesize.py``'s ``synthesis:`` block."""
 
     objective: str = Field(
-        "lse", description=f"what is maximised: {', '.join(OBJECTIVES.names())} (lse: the paper's Eq. 4)"
+        "lse", description=f"what is maximised, by name: {', '.join(OBJECTIVES.names())} (lse: the paper's Eq. 4)"
     )
     sharpness: float = Field(
         1.0, gt=0, description="LogSumExp sharpness of the smooth score (the paper's alpha in Eq. 4)"
@@ -76,7 +76,7 @@ class SynthesisOptions(Options):
         "hard", description="the watched score: hard (Eq. 2, a probability) | smooth (the objective)"
     )
     parametrization: str = Field(
-        "pixel", description=f"{' | '.join(PARAMETRIZATIONS.names())} (pixel: sigmoid; fourier: decorrelated)"
+        "pixel", description=f"by name: {', '.join(PARAMETRIZATIONS.names())} (pixel: sigmoid; fourier: decorrelated)"
     )
     fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
     jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")

@@ -81,7 +81,7 @@ def _train(case: str, resume: ResumeFile, init_seed: int, crash_after: int | Non
 
     images, labels = _data()
     torch.manual_seed(123)  # what the global generator holds when training starts (the task seeds it)
-    TRAINING_METHODS[method].train(net, images, labels, settings, progress, resume=resume)
+    TRAINING_METHODS.get(method).train(net, images, labels, settings, progress, resume=resume)
     return net.state_dict()
 
 
