@@ -7,6 +7,10 @@ The paper showed MNIST as a dark digit on a light background and upsampled both 
 
 from __future__ import annotations
 
+from typing import Literal
+from pydantic import Field
+from controversial.options import Options
+
 import io
 import struct
 import zlib
@@ -102,3 +106,11 @@ def pad_png(data: bytes, length: int) -> bytes:
     body = PADDING_CHUNK + bytes(extra)
     chunk = struct.pack(">I", extra) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
     return data[:-12] + chunk + data[-12:]
+
+
+class DisplayOptions(Options):
+    """How stimuli are shown to participants."""
+
+    size: int = Field(224, ge=8, le=4096, description="displayed image size in pixels")
+    resample: Literal["nearest", "bilinear", "bicubic", "lanczos"] = Field("bicubic", description="upsampling filter")
+    invert_mnist: bool = Field(True, description="dark digit on light background, as in the paper")

@@ -21,7 +21,7 @@ from controversial.study.adaptive import Batch, Evidence, confirmed_best, eviden
 from controversial.study.bundle import load_bundle
 from controversial.study.candidates import build_candidates
 from controversial.study.design import DesignConstraints, select_design
-from controversial.study.export import ExportSettings, write_selection
+from controversial.study.export import ExportOptions, write_selection
 from controversial.study.scripted_participants import instructions, take_study
 from controversial.study.selection import collect_sweep
 from controversial.study.server import ServerSettings, create_app
@@ -90,13 +90,13 @@ def test_two_batch_adaptive_study_through_the_server_recovers_the_true_model(tmp
 
     def write(design, batch: int) -> Path:  # type: ignore[no-untyped-def]
         chosen = design.chosen.tolist()
-        settings = ExportSettings(
+        settings = ExportOptions(
             name="adaptive",
             natural_per_class=1,
             n_repeats=2,
             n_attention=1,
             n_demo=0,
-            display_size=56,
+            display={"size": 56},
             pilot=True,
             provenance={"design": {"batch": batch}},
         )
