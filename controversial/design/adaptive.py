@@ -24,10 +24,11 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from controversial.analysis.bootstrap import LOWER, Distributions, pairwise_tests, pooled_bootstrap
-from controversial.analysis.noise_fit import NoiseFit, fit_noise, fit_shared_sd
-from controversial.analysis.separation import ReferencePanel
+from controversial.design.noise_fit import NoiseFit, fit_noise, fit_shared_sd
+from controversial.design.separation import ReferencePanel
 from controversial.analysis.simulate import ParticipantNoise
-from controversial.study.design import Design, DesignConstraints, Pool, select_design
+from controversial.design.constraints import DesignConstraints, Pool
+from controversial.design.optimiser import Design, select_design
 
 log = logging.getLogger(__name__)
 
