@@ -29,6 +29,7 @@ from controversial.design.separation import ReferencePanel
 from controversial.analysis.simulate import ParticipantNoise
 from controversial.design.constraints import DesignConstraints, Pool
 from controversial.design.optimiser import Design, select_design
+from controversial.design.options import AdaptiveSettings
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def plausible_truths(samples: np.ndarray, estimates: np.ndarray, screen_alpha: f
 def evidence(
     batches: Sequence[Batch],
     names: Sequence[str],
-    screen_alpha: float = 0.05,
+    screen_alpha: float = AdaptiveSettings.model_fields["screen_alpha"].default,
     n_resamples: int = 2000,
     fit_stimuli: int | None = 300,
     seed: int = 0,

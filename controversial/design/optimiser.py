@@ -24,6 +24,7 @@ import numpy as np
 from controversial.analysis.simulate import ParticipantNoise
 from controversial.design.constraints import ConstraintCounts, DesignConstraints, DesignError, Pool, check_design
 from controversial.design.objectives import Criterion, Objective, relative_criterion
+from controversial.design.options import DesignPlan
 from controversial.design.separation import ReferencePanel, Separation
 from controversial.progress import Progress
 
@@ -199,9 +200,9 @@ def select_design(
     panel: ReferencePanel,
     constraints: DesignConstraints,
     n_participants: float | np.ndarray,
-    temperature: float = 0.5,
+    temperature: float = DesignPlan.model_fields["temperature"].default,
     step_fraction: float = 0.02,
-    max_exchanges: int = 200,
+    max_exchanges: int = DesignPlan.model_fields["max_exchanges"].default,
     exchange_width: int = 4,
     seed: int = 0,
     fixed: Sequence[int] = (),
