@@ -401,9 +401,9 @@ def build_pool(args: argparse.Namespace) -> None:
     models = [load_model(name, "mnist", None, args.data_root) for name in names]
     for model in models:
         model.eval()
-    images, labels = load_uint8("mnist", "test", args.data_root, False)
-    images = images.reshape(len(images), 1, 28, 28).numpy()
-    pool = synthesize_pool(models, images, labels.numpy(), args.offsets, max_steps=args.max_steps, seed=args.seed)
+    test_images, test_labels = load_uint8("mnist", "test", args.data_root, False)
+    images = test_images.reshape(len(test_images), 1, 28, 28).numpy()
+    pool = synthesize_pool(models, images, test_labels.numpy(), args.offsets, max_steps=args.max_steps, seed=args.seed)
     pool.save(Path(args.pool))
 
 

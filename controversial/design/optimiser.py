@@ -110,13 +110,13 @@ def _seed(
             )
     if constraints.natural_per_class:
         for cls in range(pool.n_classes):
-            members = np.flatnonzero(natural & (pool.true_class == cls))
-            if len(members) < constraints.natural_per_class:
+            of_class = np.flatnonzero(natural & (pool.true_class == cls))
+            if len(of_class) < constraints.natural_per_class:
                 raise DesignError(
-                    f"natural images of class {cls}: {len(members)} in the pool, "
+                    f"natural images of class {cls}: {len(of_class)} in the pool, "
                     f"{constraints.natural_per_class} required"
                 )
-            n = int(rng.choice(members))
+            n = int(rng.choice(of_class))
             if counts.can_add(n) and n not in chosen:
                 counts.update(n, +1)
                 chosen.append(n)
@@ -306,7 +306,7 @@ def _select_once(
     search: _Search,
     seed: int,
     fixed: Sequence[int],
-    start: Sequence[int] | None = None,
+    start: Sequence[int] | np.ndarray | None = None,
 ) -> Design:
     """One local optimum: greedy growth (or the given feasible ``start``), then improving exchanges."""
     counts = ConstraintCounts(pool, constraints)

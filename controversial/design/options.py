@@ -1,7 +1,7 @@
 """The design's option groups: the study's budget, how it is planned, and the earlier batches of an adaptive study.
 
 ``design_study.py`` composes them (``budget``, ``plan``, ``adaptive``); the optimiser takes the budget's
-constraints from :meth:`DesignConstraints.from_budget <controversial.design.constraints.DesignConstraints.from_budget>`.
+constraints from ``constraints.DesignConstraints.from_budget``.
 """
 
 from __future__ import annotations
