@@ -11,31 +11,23 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from controversial.analysis.model_responses import probabilities as model_probabilities
-from controversial.analysis.noise_fit import fit_noise, fit_shared_sd
-from controversial.analysis.separation import ReferencePanel, Separation
 from controversial.analysis.simulate import ParticipantNoise
 from controversial.analysis.study import build_study
 from controversial.atomic import atomic_write_text
 from controversial.data import load_uint8
 from controversial.records.responses import read_human_ratings, read_model_responses
+from controversial.design.adaptive import Batch, Evidence, evidence, final_alpha
+from controversial.design.candidates import Balanced, Candidates, balanced_design, build_candidates
+from controversial.design.constraints import DesignConstraints, DesignError
+from controversial.design.noise_fit import fit_noise, fit_shared_sd
+from controversial.design.objectives import participants_plan, ratio_to_baseline, total_need
+from controversial.design.optimiser import Design, design_weights, held_out_panel, select_design
+from controversial.design.options import AdaptiveSettings, DesignBudget, DesignPlan, PreviousBatch
+from controversial.design.separation import ReferencePanel, Separation
 from controversial.datasets import DataOptions
 from controversial.options import Count
-from controversial.settings import AdaptiveSettings, DesignBudget, DesignPlan, PreviousBatch
 from controversial.tasks import Invocation
-from controversial.study.adaptive import Batch, Evidence, evidence, final_alpha
 from controversial.study.bundle import load_bundle
-from controversial.study.candidates import Balanced, Candidates, balanced_design, build_candidates
-from controversial.study.design import (
-    Design,
-    DesignConstraints,
-    DesignError,
-    design_weights,
-    held_out_panel,
-    participants_plan,
-    total_need,
-    ratio_to_baseline,
-    select_design,
-)
 from controversial.study.export import (
     DEFAULT_WEB_SOURCE,
     BundleOptions,
@@ -184,12 +176,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     categories = models[0].class_names
     probabilities = model_probabilities(models, candidates.images, cfg.batch_size)
     log.info("pool: %d candidates, %d models evaluated", len(candidates.names), len(models))
-    constraints = DesignConstraints(
-        budget.trials - budget.n_repeats - budget.n_attention,
-        budget.natural_per_class,
-        budget.min_per_pair,
-        budget.class_tolerance,
-    )
+    constraints = DesignConstraints.from_budget(budget)
     noise, shared_sd, noise_source = planning_noise(plan, first_batch=not cfg.adaptive.previous)
     truths = [names.index(t) for t in plan.truths] if plan.truths else None
     batch = 1 + len(cfg.adaptive.previous)

@@ -12,15 +12,16 @@ from fastapi.testclient import TestClient
 
 from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests
 from controversial.analysis.results import AnalysisResults
-from controversial.analysis.separation import ReferencePanel
+from controversial.design.separation import ReferencePanel
 from controversial.analysis.simulate import ParticipantNoise, simulate_models, simulate_participants
 from controversial.records.responses import write_model_responses
-from controversial.settings import PreviousBatch
-from controversial.analysis.noise_fit import NoiseFit
-from controversial.study.adaptive import Batch, Evidence, confirmed_best, evidence, final_alpha, next_batch
+from controversial.design.options import PreviousBatch
+from controversial.design.noise_fit import NoiseFit
+from controversial.design.adaptive import Batch, Evidence, confirmed_best, evidence, final_alpha, next_batch
 from controversial.study.bundle import load_bundle
-from controversial.study.candidates import build_candidates
-from controversial.study.design import DesignConstraints, select_design
+from controversial.design.candidates import build_candidates
+from controversial.design.constraints import DesignConstraints
+from controversial.design.optimiser import select_design
 from controversial.study.export import ExportOptions, write_selection
 from controversial.study.scripted_participants import instructions, take_study
 from controversial.study.selection import collect_sweep
