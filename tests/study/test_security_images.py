@@ -6,6 +6,7 @@ stimulus) and the padding chunk's length to tell them apart; the checks also sat
 
 from __future__ import annotations
 
+import base64
 import io
 import random
 import zlib
@@ -18,6 +19,22 @@ from controversial.records.study import TrialSpec
 from controversial.study.bundle import load_bundle
 from controversial.study.display import attention_png, display_png, png_chunks, uniform_pngs
 from controversial.study.order import participant_order
+
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's, as in test_browser_e2e.py
+DECODE_ALL = """async () => {
+  const out = {};
+  for (const img of document.images) {
+    await img.decode();
+    const canvas = document.createElement('canvas');
+    canvas.width = img.naturalWidth;
+    canvas.height = img.naturalHeight;
+    const context = canvas.getContext('2d');
+    context.drawImage(img, 0, 0);
+    out[img.id] = Array.from(context.getImageData(0, 0, canvas.width, canvas.height).data);
+  }
+  return out;
+}"""
 
 
 def _layout(data: bytes) -> list[tuple[bytes, int]]:
@@ -77,3 +94,24 @@ def test_check_positions_cover_their_whole_band_not_a_spot_near_even_spacing():
     for k, positions in enumerate(seen):
         assert min(positions) >= max(1, int(k * band)) and max(positions) < (k + 1) * band
         assert len(positions) >= 0.9 * band - 1, f"check {k} took {len(positions)} of about {band:.0f} places"
+
+
+@pytest.mark.browser
+def test_chromium_decodes_every_re_encoded_image_to_the_same_pixels(small_bundle):
+    """Browsers do not all inflate with zlib: the padded deflate stream must decode in the one participants use."""
+    from playwright.sync_api import sync_playwright
+
+    bundle = load_bundle(small_bundle)
+    served = {sid: bundle.image_path(sid).read_bytes() for sid in bundle.key}
+    urls = {sid: "data:image/png;base64," + base64.b64encode(data).decode() for sid, data in served.items()}
+    page_html = "".join(f'<img id="i{sid}" src="{url}">' for sid, url in urls.items())
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page()
+        page.set_content(page_html)
+        decoded = page.evaluate(DECODE_ALL)
+        browser.close()
+    assert len(decoded) == len(served)
+    for sid, data in served.items():
+        expected = np.asarray(Image.open(io.BytesIO(data)).convert("RGBA")).ravel().tolist()
+        assert decoded[f"i{sid}"] == expected, f"{bundle.key[sid].kind} image {sid} decodes differently in Chromium"
