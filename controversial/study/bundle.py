@@ -12,8 +12,9 @@ Layout (``docs/human_study.md`` has the details)::
 
 A version is assembled in a hidden temporary folder and renamed into place, so readers never see
 half a bundle, and an existing non-empty version is never replaced (rename refuses with ENOTEMPTY).
-Display images are written in a random order, padded to one length and given one modification
-time, so nothing about a file (size, time, inode order) says which condition it belongs to.
+Display images are written in a random order, re-encoded to one byte layout (chunks and their lengths) and
+given one modification time, so nothing about a file (size, structure, time, inode order) says which condition
+it belongs to.
 """
 
 from __future__ import annotations
