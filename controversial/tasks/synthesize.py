@@ -11,6 +11,16 @@ folder (a sweep, or ``output_dir=``) resumes: see :mod:`controversial.synthesis.
 
 from __future__ import annotations
 
+from pydantic import Field, model_validator
+from typing import Literal
+from controversial.options import DEVICE_PATTERN, Count, Options, Seed
+from controversial.config import ModelOptions, check_pair
+from controversial.datasets import DataOptions
+from controversial.synthesis.options import OptimizerOptions, SynthesisOptions
+from controversial.tracking import WandbOptions
+from controversial.tasks import Invocation
+
+
 import hashlib
 import logging
 import statistics
@@ -26,7 +36,6 @@ from controversial.datasets import dataset_info
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
-from controversial.settings import DataSettings, Invocation, SynthesizeSettings
 from controversial.synthesis import runstate
 from controversial.synthesis.engine import BatchResult, noise_images, ordered_class_pairs, synthesize_batch
 from controversial.synthesis.grids import plot_stimulus_grid
@@ -36,6 +45,45 @@ from controversial.zoo.loading import load_models, resolve_device
 from controversial.zoo.readout import CalibratedModel
 
 log = logging.getLogger(__name__)
+
+
+class SynthesizeSettings(Options):
+    model_a: ModelOptions = Field(description="model A (a name from conf/model/)")
+    model_b: ModelOptions = Field(description="model B, of the same dataset")
+    seed: Seed = 0
+    seeds_per_cell: Count = Field(1, description="independent starts per cell in the first attempt")
+    max_attempts: Count = Field(5, description="failed cells are retried with new seeds until this many attempts")
+    retry_lookahead: bool = Field(
+        True, description="a retry also runs later attempts' seeds while the batch stays small"
+    )
+    init: Literal["auto", "noise", "test_image"] = Field(
+        "auto",
+        description="auto (noise, unless a model declares synthesis_init: test_image) | noise (uniform) | "
+        "test_image (random test images)",
+    )
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
+    synthesis: SynthesisOptions = Field(default_factory=SynthesisOptions)
+    optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
+    data: DataOptions = Field(default_factory=DataOptions)
+    progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
+    output_dir: str | None = Field(None, description="re-enter a run dir to resume it; default: a new timestamped one")
+    sweep_dir: str | None = Field(None, description="the multirun folder; set it so a re-run resumes the sweep")
+    wandb: WandbOptions = Field(default_factory=WandbOptions)
+    experiment_name: str | None = Field(None, description="set by experiment=<name>")
+    models: list[str] | None = Field(None, description="set by experiment=<name>: the models whose pairs are swept")
+
+    @model_validator(mode="after")
+    def _a_pair(self) -> SynthesizeSettings:
+        check_pair(self.model_a, self.model_b)
+        return self
+
+    @property
+    def start(self) -> Literal["noise", "test_image"]:
+        """The initialisation this run uses: ``init`` itself, or under ``auto`` what the models declare."""
+        if self.init != "auto":
+            return self.init
+        declared = {self.model_a.synthesis_init, self.model_b.synthesis_init}
+        return "test_image" if "test_image" in declared else "noise"
 
 
 def _sha256(path: Path) -> str:
@@ -83,7 +131,7 @@ def _initial_images(
     shape: tuple[int, int, int],
     init: str,
     dataset: str,
-    data_cfg: DataSettings,
+    data_cfg: DataOptions,
     pair_names: tuple[str, str],
 ) -> tuple[torch.Tensor, list[str]]:
     if init == "noise":

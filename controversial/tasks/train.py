@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from pydantic import Field, field_validator
+from controversial.options import Options, one_of
+from controversial.config import REPO_ROOT, ModelOptions
+from controversial.datasets import DataOptions
+from controversial.tasks import Invocation
+
+
 import logging
 import sys
 import time
@@ -9,7 +16,6 @@ from pathlib import Path
 
 import torch
 
-from controversial.settings import Invocation, TrainCommandSettings
 from controversial.zoo.attacks import module_device
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.data import load_uint8
@@ -28,6 +34,25 @@ from controversial.zoo.training import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class TrainCommandSettings(Options):
+    model: ModelOptions = Field(description="the model to train (a name from conf/model/)")
+    data: DataOptions = Field(default_factory=DataOptions)
+    models_dir: str = Field(
+        default_factory=lambda: str(REPO_ROOT / "models"),
+        description="checkpoints go to <models_dir>/<dataset>/<name>.pt",
+    )
+    float16: bool = Field(True, description="store weights in float16 (half the size)")
+    device: str = Field("cpu", description="cpu | cuda (a GPU; the fast CIFAR-10 recipe only, same draws)")
+    update_model_card: bool = Field(True, description="regenerate <models_dir>/README.md")
+    resume: bool = Field(True, description="continue from resume_file; false: delete it and start over")
+    resume_file: str = Field(description="per-epoch training state of long runs")
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        return one_of(value, ("cpu", "cuda"))
 
 
 def _resume_file(

@@ -9,7 +9,7 @@ import torch
 from controversial.zoo.registry import create_arch
 from controversial.zoo.resume import ResumeFile, ResumeMismatchError, recorded_progress
 from controversial.tasks.train import _resume_file
-from controversial.settings import TrainCommandSettings
+from controversial.tasks.train import TrainCommandSettings
 from controversial.zoo.train_options import TRAINING_METHODS, TrainOptions
 from helpers import settings_for
 
