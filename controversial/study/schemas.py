@@ -3,7 +3,7 @@
 Every model is ``strict``: a JSON string is never read as a number or a boolean (``"yes"`` is not
 consent, ``"3"`` is not a position). Checks that need the study or the deployment (categories,
 allowed rating values, the participant's stored order, Prolific's id format outside test mode)
-live in ``server.py``; everything here is study-independent.
+live in the server (``server/participant.py``, ``server/state.py``); everything here is study-independent.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ import logging
 import math
 import random
 import secrets
+import time
 from typing import Any
 
 from sqlalchemy import select
@@ -33,6 +34,7 @@ from controversial.study.schemas import SessionRequest
 from controversial.study.server.state import NO_STORE, ApiError, Server
 
 log = logging.getLogger(__name__)
+_cap_warned = [float("-inf")]  # when the study-wide cap on new rows was last reported
 
 
 def progress(server: Server, session: Session, participant: Participant, token: str | None) -> dict[str, Any]:
@@ -115,7 +117,9 @@ def _create(server: Server, session: Session, body: SessionRequest) -> tuple[Par
     submission was stored by a concurrent request."""
     wait = server.new_participants.retry_after("study")
     if wait:
-        log.warning("new participants are arriving faster than rate_limit.new_participants_per_minute")
+        if time.monotonic() - _cap_warned[0] >= 60:  # one line a minute, not one per refused request
+            _cap_warned[0] = time.monotonic()
+            log.warning("new participants arrive faster than rate_limit.new_participants_per_minute; refused with 429")
         raise ApiError(
             429,
             "the study is receiving many new participants right now; please try again in a minute",

@@ -47,7 +47,8 @@ def reply(body: dict, status_code: int = 200) -> JSONResponse:
     return JSONResponse(body, status_code=status_code, headers=NO_STORE)
 
 
-def _server(request: Request) -> Server:
+async def _server(request: Request) -> Server:
+    """Async, so FastAPI calls it on the event loop: a plain function would cost the answer path a thread hop."""
     return request.app.state.server
 
 
