@@ -112,8 +112,26 @@ def error_message(error: BaseException) -> str:
     return one_paragraph(text)
 
 
+def cluster_job_ended(error: BaseException) -> bool:
+    """submitit's errors for a cluster job that ended without a result: cancelled, past its time limit more than
+    ``max_num_timeout`` times, on a node that was lost, or failed in the task (its traceback follows)."""
+    return type(error).__module__.startswith("submitit.") and type(error).__name__ in (
+        "UncompletedJobError",
+        "FailedJobError",
+    )
+
+
 def report(error: BaseException, name: str) -> int:
     """One paragraph on stderr; the traceback only with CONTROVERSIAL_DEBUG=1. Returns the exit code."""
+    if cluster_job_ended(error):
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(
+            f"error: a cluster job of this sweep ended without finishing its run: {first}. Its log files are named "
+            f"below. Finished cells are kept: run the same command again to resume the sweep (docs/sweeps.md, "
+            f"'Running on a real cluster').\n{error}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
     if isinstance(error, INPUT_ERRORS):
         print(f"error: {error_message(error)} (`python {name}.py --help` lists every setting.)", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -168,6 +186,7 @@ def command(
 
     schema = settings_schema(task)
     failures: list[BaseException] = []
+    launcher_pid = [os.getpid()]  # main() sets it; a job in another process (SLURM, joblib) carries a copy
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=name)
     def hydra_main(cfg: DictConfig) -> Any:
@@ -185,6 +204,8 @@ def command(
                 log.error("%s: job skipped: %s", out_dir.name, error_message(error))
                 print(f"error: {out_dir.name} skipped, the sweep goes on: {error_message(error)}", file=sys.stderr)
                 return None
+            if os.getpid() != launcher_pid[0]:
+                raise  # a job in a launcher's worker (a SLURM job): only a raised error reaches the launcher
             log.debug("%s failed", name, exc_info=True)  # the traceback stays in the run's log file, if any
             failures.append(error)
             return None
@@ -197,6 +218,7 @@ def command(
             print(command_help(name, schema, [a for a in sys.argv[1:] if a not in ("--help", "-h")]))
             return
         os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises; this handler decides what is shown
+        launcher_pid[0] = os.getpid()
         try:
             hydra_main()
         except Exception as error:  # Hydra's own errors: unknown option, bad override syntax, missing value
