@@ -17,8 +17,7 @@ from pydantic import Field, field_validator, model_validator
 
 from controversial.datasets import DATASETS
 from controversial.options import Options, one_of
-from controversial.settings import TrainOptions
-from controversial.zoo.train_settings import CALIBRATION_METHODS
+from controversial.zoo.train_options import CALIBRATIONS, TRAINING_METHODS, TrainOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
@@ -40,7 +39,7 @@ class ModelOptions(Options):
     dataset: str = Field(description=f"dataset the model was trained on: {', '.join(DATASETS)}")
     arch: str = Field(description="registered architecture")
     arch_kwargs: dict[str, Any] = Field(default_factory=dict, description="architecture constructor arguments")
-    calibration: str = Field("cross_entropy", description=f"readout calibration: {', '.join(CALIBRATION_METHODS)}")
+    calibration: str = Field("cross_entropy", description=f"readout calibration: {', '.join(CALIBRATIONS.names())}")
     checkpoint: str = Field(
         description="checkpoint file (relative: to the working directory); default: the bundled "
         "models/<dataset>/<name>.pt"
@@ -76,7 +75,7 @@ class ModelOptions(Options):
     @field_validator("calibration")
     @classmethod
     def _known_calibration(cls, value: str) -> str:
-        return one_of(value, CALIBRATION_METHODS)
+        return CALIBRATIONS.check(value)
 
     @model_validator(mode="after")
     def _flip_only_where_classes_are_symmetric(self) -> ModelOptions:
@@ -108,12 +107,9 @@ def model_config_files(conf_dir: Path = CONF_DIR) -> list[Path]:
 
 def load_model_config(path: Path) -> ModelOptions:
     """A model YAML as validated options; a wrong key or type (``train.extra`` included) names the file."""
-    # Imported here, not at the top: the registry needs torch, and the study server reads conf/ without it.
-    from controversial.zoo.training import training_method
-
     try:
         options = ModelOptions.model_validate(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
-        training_method(options.train.method).options(options.train.extra)
+        TRAINING_METHODS.get(options.train.method).options(options.train.extra)
     except Exception as error:
         raise ValueError(f"{path}: invalid model config: {error}") from None
     return options

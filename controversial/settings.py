@@ -6,91 +6,11 @@ settings schema in its task module (``controversial/tasks/<command>.py``).
 
 from __future__ import annotations
 
-import importlib
-from functools import partial
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
-from controversial.options import Count, Fraction, Options as Settings, Probability, Seed, one_of
-from controversial.zoo.train_settings import AUGMENTATION_NAMES, TrainSettings
-
-
-class TrainOptions(Settings):
-    method: str = Field("supervised", description="training method (a key of zoo.training.TRAINING_METHODS)")
-    epochs: int = Field(3, ge=0, description="passes over the training set (0: methods without epochs)")
-    batch_size: Count = Field(128, description="images per optimisation step")
-    lr: float = Field(1e-3, gt=0, description="learning rate")
-    weight_decay: float = Field(0.0, ge=0, description="L2 weight decay")
-    seed: Seed = 0
-    max_shift: int = Field(0, ge=0, description="random translation augmentation, in pixels")
-    augment: str = Field("shift", description=f"how max_shift is applied: {', '.join(AUGMENTATION_NAMES)}")
-    extra: dict[str, Any] = Field(default_factory=dict, description="method-specific settings")
-
-    @field_validator("method")
-    @classmethod
-    def _known_method(cls, value: str) -> str:
-        # Imported here, not at the top: the registry needs torch (and families may add to it), while
-        # commands that never train or load a model (the study server) read these settings too.
-        from controversial.zoo.training import TRAINING_METHODS
-
-        return one_of(value, TRAINING_METHODS)
-
-    @field_validator("augment")
-    @classmethod
-    def _known_augment(cls, value: str) -> str:
-        return one_of(value, AUGMENTATION_NAMES)
-
-    def typed(self) -> TrainSettings:
-        return TrainSettings(**self.model_dump())
-
-
-class OptimizerSettings(BaseModel):
-    """Any torch.optim class by ``_target_``; the other keys are its keyword arguments."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
-    target: str = Field(alias="_target_", description="optimizer class, e.g. torch.optim.Adam")
-    lr: float = Field(gt=0, description="learning rate of the image parameters")
-
-    @field_validator("target")
-    @classmethod
-    def _importable(cls, value: str) -> str:
-        module, _, name = value.rpartition(".")
-        try:
-            getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError, ValueError):
-            raise ValueError(f"{value!r} is not an importable class; e.g. torch.optim.Adam") from None
-        return value
-
-    def factory(self) -> partial:
-        """``factory(params)`` builds the optimizer."""
-        module, _, name = self.target.rpartition(".")
-        return partial(getattr(importlib.import_module(module), name), lr=self.lr, **(self.model_extra or {}))
-
-
-class SynthesisOptions(Settings):
-    sharpness: float = Field(
-        1.0, gt=0, description="LogSumExp sharpness of the smooth score (the paper's alpha in Eq. 4)"
-    )
-    max_steps: Count = Field(1000, description="optimisation steps per attempt at most")
-    patience: int = Field(10, ge=0, description="converged after more than this many quiet steps ...")
-    tolerance_levels: float = Field(
-        0.5, ge=0, description="... in which no pixel moves more than this many 8-bit levels"
-    )
-    threshold: Probability = Field(0.75, description="accept when the hard score of the 8-bit image reaches this")
-    stop_score: Probability | None = Field(0.9, description="stop an image early at this hard score; null: never")
-    stall_steps: Count | None = Field(
-        None, description="stop an image whose watched score has not gained stall_gain in this many steps; null: never"
-    )
-    stall_gain: float = Field(0.01, gt=0, description="the gain in the watched score that resets the stall count")
-    stall_on: Literal["hard", "smooth"] = Field(
-        "hard", description="the watched score: hard (Eq. 2, a probability) | smooth (Eq. 4, in logit units)"
-    )
-    parametrization: Literal["pixel", "fourier"] = Field(
-        "pixel", description="pixel (sigmoid) | fourier (decorrelated)"
-    )
-    fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
-    jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")
+from controversial.options import Count, Fraction, Options as Settings
 
 
 class ExportCsvSettings(Settings):

@@ -180,3 +180,9 @@ ANALYZE_SMALL = [
 def run_analyze(out_dir: Path, overrides: Sequence[str]) -> Any:
     """``python analyze.py`` in-process, writing into ``out_dir``."""
     return run_task("analyze", overrides, out_dir)
+
+
+def softmax_score(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """Eq. 1 of the paper, for softmax readouts: ``min_i p_i(t_i)`` (a reference score and a toy objective)."""
+    probabilities = [torch.softmax(l, 1).gather(1, targets[:, i : i + 1]).squeeze(1) for i, l in enumerate(logits)]
+    return torch.stack(probabilities, 1).min(1).values

@@ -24,7 +24,8 @@ from controversial.analysis.model_responses import probabilities as model_probab
 from controversial.analysis.study import NATURAL
 from controversial.atomic import atomic_write
 from controversial.design.constraints import Pool
-from controversial.synthesis.engine import SynthesisSettings, noise_images, synthesize_batch
+from controversial.synthesis.engine import noise_images, synthesize_batch
+from controversial.synthesis.options import SynthesisOptions
 from controversial.zoo.readout import CalibratedModel
 
 OFFSETS = (1, 5, 3, 2, 4, 6, 7, 8, 9)  # b = a + offset (mod 10); the first two give the paper's balanced 20 cells
@@ -117,7 +118,7 @@ def synthesize_pool(
     uniform noise, plus ``natural_per_class`` random test images per class (drawn from ``seed``), each rated by every
     model. ``test_images``: (N, 1, 28, 28) uint8. ``report``: one line per synthesised batch and per model rated."""
     cells = pair_cells(offsets)
-    settings = SynthesisSettings(max_steps=max_steps, stop_score=stop_score)
+    settings = SynthesisOptions(max_steps=max_steps, stop_score=stop_score)
     start = time.perf_counter()
     images, hard, pairs, seeds = [], [], [], []
     for k in range(seeds_per_cell):

@@ -23,15 +23,14 @@ from controversial.zoo.model_card import write_model_card
 from controversial.zoo.readout import MirrorAveraged
 from controversial.zoo.registry import arch_spec
 from controversial.zoo.resume import ResumeFile, recorded_progress
+from controversial.zoo.train_options import TRAINING_METHODS, TrainOptions
 from controversial.zoo.training import (
     TrainOutcome,
-    TrainSettings,
     collect_logits,
     evaluate_and_calibrate,
     evenly_spaced,
     energy_metrics,
     robustness_metrics,
-    training_method,
 )
 
 log = logging.getLogger(__name__)
@@ -57,13 +56,13 @@ class TrainCommandSettings(Options):
 
 
 def _resume_file(
-    cfg: TrainCommandSettings, settings: TrainSettings, arch_kwargs: dict, n_train_images: int
+    cfg: TrainCommandSettings, settings: TrainOptions, arch_kwargs: dict, n_train_images: int
 ) -> ResumeFile | None:
     """The per-epoch state file of a resumable method; with resume=false an old one is removed first.
 
     Its identity includes the training-set size: another data root would change the schedule's length.
     """
-    if not training_method(settings.method).resumable:
+    if not TRAINING_METHODS.get(settings.method).resumable:
         return None
     model_cfg = cfg.model
     resume = ResumeFile(
@@ -121,8 +120,8 @@ def _device(name: str, method_name: str, any_device: bool) -> torch.device:
 def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
     """Train ``cfg.model`` and write its checkpoint under ``cfg.models_dir`` (the run dir keeps only logs)."""
     model_cfg = cfg.model
-    settings = model_cfg.train.typed()
-    method = training_method(settings.method)
+    settings = model_cfg.train
+    method = TRAINING_METHODS.get(settings.method)
     method.options(settings.extra)  # a typo in train.extra fails here, before the data is loaded
     device = _device(str(cfg.device), settings.method, method.any_device)
     torch.manual_seed(settings.seed)
