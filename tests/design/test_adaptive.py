@@ -25,7 +25,7 @@ from controversial.design.optimiser import select_design
 from controversial.study.export import ExportOptions, write_selection
 from controversial.study.scripted_participants import instructions, take_study
 from controversial.study.selection import collect_sweep
-from controversial.study.server import ServerSettings, create_app
+from controversial.study.server import ServeStudySettings, create_app
 from controversial.tasks.design_study import previous_batch
 from helpers import run_task
 
@@ -56,13 +56,13 @@ def run_batch(bundle_dir: Path, first_pid: int, n: int, people: np.ndarray, name
     bundle = load_bundle(bundle_dir)
     index = {name: i for i, name in enumerate(names)}
     app = create_app(
-        ServerSettings(
-            bundle_dir=bundle_dir,
+        ServeStudySettings(
+            study_dir=str(bundle_dir),
             completion_code="C0DE",
-            admin_token=TOKEN,
             database_url=f"sqlite:///{out.with_suffix('.sqlite')}",
             allow_test_ids=True,
-        )
+        ),
+        TOKEN,
     )
     attentive = instructions(bundle)
     with TestClient(app) as client:

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from controversial.records.csvfile import csv_text, open_rows
 from controversial.records.study import read_quality_flags
 from controversial.study.scripted_participants import take_study
-from controversial.study.server import ServerSettings, create_app
+from controversial.study.server import ServeStudySettings, create_app
 from controversial.tasks.serve_study import export_csvs
 
 TOKEN = "formula-test-admin-token-0123456789-abcdef"
@@ -27,10 +27,10 @@ def _cells(text: str, column: str) -> list[str]:
 @pytest.fixture
 def database(small_bundle, tmp_path):
     url = f"sqlite:///{tmp_path / 'responses.db'}"
-    settings = ServerSettings(
-        bundle_dir=small_bundle, completion_code="C0DE", admin_token=TOKEN, database_url=url, allow_test_ids=True
+    settings = ServeStudySettings(
+        study_dir=str(small_bundle), completion_code="C0DE", database_url=url, allow_test_ids=True
     )
-    app = create_app(settings)
+    app = create_app(settings, TOKEN)
     with TestClient(app) as client:
         for k, pid in enumerate(PIDS):
             assert "C0DE" in take_study(client, pid, random.Random(k)).redirect_url
