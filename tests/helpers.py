@@ -15,7 +15,8 @@ from hydra import compose, initialize_config_dir
 
 from controversial.config import CONF_DIR, register_model_options
 from controversial.api import settings
-from controversial.tasks import Invocation
+from controversial.cli import register_defaults
+from controversial.tasks import Invocation, settings_schema, synthesize
 from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
 from controversial.synthesis.stimuli import save_png
@@ -44,6 +45,7 @@ def write_tiny_checkpoints(folder: Path, names: Sequence[str], dataset: str) -> 
 
 def compose_synthesize(*overrides: str):
     """The synthesize config with these overrides, Hydra's own section included."""
+    register_defaults("synthesize", settings_schema(synthesize.run))  # the base node conf/synthesize.yaml composes
     register_pair_options(register_model_options())
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("synthesize", overrides=list(overrides), return_hydra_config=True)
