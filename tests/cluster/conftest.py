@@ -102,7 +102,7 @@ class SlurmCluster:
             "ReturnToService": "2",
             "SlurmdTimeout": "5",  # a lost node is marked down within seconds (default 300 s)
             "MessageTimeout": "3",
-            "KillWait": "5",
+            "KillWait": "1",
             "MinJobAge": "600",
             "MailProg": "/bin/true",
             "PlugStackConfig": str(self.root / "plugstack.conf"),
@@ -156,24 +156,34 @@ class SlurmCluster:
         if process is not None:
             process.wait()
 
-    def _job_processes(self) -> list[int]:
-        """This cluster's slurmstepd processes (started by our slurmd, so with our SLURM_CONF) and all their
-        descendants (the job scripts, srun and the jobs' Python), parents first."""
-        parents, steps = {}, set()
+    def kill_tasks(self) -> None:
+        """SIGKILL every process of the job steps (not slurmstepd): what SLURM does ``KillWait`` after a
+        cancel's SIGTERM, which submitit's jobs ignore. In this container proctrack/linuxproc did not deliver
+        it: a cancelled job's Python went on and finished its pair."""
+        for pid in self._job_processes(steps=False):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _job_processes(self, steps: bool = True) -> list[int]:
+        """This cluster's slurmstepd processes (started by our slurmd, so with our SLURM_CONF; only with
+        ``steps``) and all their descendants (the job scripts, srun and the jobs' Python), parents first."""
+        parents, stepds = {}, set()
         for entry in Path("/proc").iterdir():
             if not entry.name.isdigit():
                 continue
             try:
                 parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
                 if (entry / "cmdline").read_bytes().startswith(b"slurmstepd") and self._ours(entry):
-                    steps.add(int(entry.name))
+                    stepds.add(int(entry.name))
             except (OSError, ValueError, IndexError):
                 continue
-        victims, generation = [], sorted(steps)
+        victims, generation = [], sorted(stepds)
         while generation:
             victims += generation
             generation = sorted(pid for pid, parent in parents.items() if parent in generation)
-        return victims
+        return victims if steps else [pid for pid in victims if pid not in stepds]
 
     def _ours(self, proc: Path) -> bool:
         return f"SLURM_CONF={self.conf}".encode() in (proc / "environ").read_bytes().split(b"\0")

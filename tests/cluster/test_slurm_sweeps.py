@@ -2,7 +2,7 @@
 resumed after the faults a cluster has: a cancelled job, a job at its time limit, a node that disappears.
 
 The sweeps are of tiny random models (abs vs vgg and pcn vs vgg, or abs vs vgg alone for the faults) with
-settings under which most cells fail, so that each pair runs eight attempts of 120 steps and rewrites its
+settings under which most cells fail, so that each pair runs eight attempts of 400 steps and rewrites its
 manifest after each: a fault lands between two attempts. The SLURM job runs this checkout (``PYTHONPATH``, cwd) with
 ``sys.executable``, as submitit pickles it.
 """
@@ -29,7 +29,7 @@ PAIRS = ("abs_vs_vgg", "pcn_vs_vgg")
 FAULTY = PAIRS[:1]  # the fault tests sweep one pair: a single job, half the CPU of two
 SETTINGS = (
     "model_b=vgg",
-    "synthesis.max_steps=120",
+    "synthesis.max_steps=400",
     "synthesis.stop_score=null",
     "synthesis.threshold=0.99",
     "synthesis.tolerance_levels=0",
@@ -202,6 +202,7 @@ def test_a_job_cancelled_mid_pair_and_resubmitted_resumes_it(slurm_cluster, loca
     reference, _ = local_sweep
     launcher, sweep_dir, task = _start_faulty_sweep(slurm_cluster, checkpoints, tmp_path)
     slurm_cluster.run("scancel", task)
+    slurm_cluster.kill_tasks()  # the SIGKILL that follows a cancel's SIGTERM (see kill_tasks)
     output = _finish(launcher, tmp_path / "first.log")
     assert launcher.returncode == 1, output
     assert "error: a cluster job of this sweep ended without finishing its run" in output, output
