@@ -203,7 +203,7 @@ class _Run:
     guard_x: torch.Tensor  # the fixed training slice of the guard against catastrophic overfitting
     guard_y: torch.Tensor
     method_state: dict[str, torch.Tensor]
-    fresh_starts: Callable[[int, torch.Generator], torch.Tensor] | None  # the energy term's new chains
+    fresh_starts: Callable[[int, torch.Generator], torch.Tensor]  # the energy term's new chains
 
     def autocast(self) -> contextlib.AbstractContextManager:
         bfloat16 = self.recipe.bfloat16
@@ -248,13 +248,10 @@ def _start(
         **{f"ema/{k}": v for k, v in ema.module.state_dict().items()},
         **best_weights,
     }
-    fresh_starts = None
+    fresh_starts = uniform_sampler(tuple(images.shape[1:]))  # the energy term's new chains (unused without it)
     if recipe.energy is not None:
-        fresh_starts = (
-            class_gaussian_sampler(images, labels)
-            if recipe.energy.buffer_init == "class_gaussian"
-            else uniform_sampler(tuple(images.shape[1:]))
-        )
+        if recipe.energy.buffer_init == "class_gaussian":
+            fresh_starts = class_gaussian_sampler(images, labels)
         buffer = fresh_starts(recipe.energy.buffer_size, torch.Generator().manual_seed(settings.seed + 13))
         method_state["replay_buffer"] = buffer  # part of the resume state: a resumed run samples the same
     return _Run(
@@ -331,10 +328,10 @@ def _train_epoch(run: _Run, images: torch.Tensor, labels: torch.Tensor, epoch: i
     )
 
 
-def _guard(run: _Run, epoch: int) -> tuple[str, bool]:
+def _guard(run: _Run, adversarial: AdversarialSettings, epoch: int) -> tuple[str, bool]:
     """The PGD check after an adversarial epoch: keeps the best epoch's EMA weights, and stops training (True)
     when the accuracy fell more than ``guard_drop`` below the best; returns the text for the progress line."""
-    adversarial, guard_best, model = run.recipe.adversarial, run.method_state["guard_best"], run.ema.module
+    guard_best, model = run.method_state["guard_best"], run.ema.module
     steps, eps = adversarial.guard_steps, adversarial.eps
     accuracy = pgd_accuracy(
         model, run.guard_x, run.guard_y, adversarial.norm, eps, steps, 2.5 * eps / steps, seed=run.settings.seed
@@ -405,7 +402,7 @@ def train_fast(
         run.ema.module.eval()
         stopped_early = False
         if recipe.adversarial:
-            guard_line, stopped_early = _guard(run, epoch)
+            guard_line, stopped_early = _guard(run, recipe.adversarial, epoch)
             line += guard_line
         if monitor is not None:
             line += f", {monitor(run.ema.module)}"
