@@ -99,7 +99,6 @@ def test_two_batch_adaptive_study_through_the_server_recovers_the_true_model(tmp
             n_demo=0,
             display={"size": 56},
             pilot=True,
-            provenance={"design": {"batch": batch}},
         )
         return write_selection(
             sweep,
@@ -111,6 +110,7 @@ def test_two_batch_adaptive_study_through_the_server_recovers_the_true_model(tmp
             test_set,
             WEB_SOURCE,
             np.random.default_rng(batch),
+            {"design": {"batch": batch}},
         )
 
     panel = ReferencePanel(P, candidates.pool.conditions, ParticipantNoise(), 8, seed=0)
