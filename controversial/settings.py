@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from controversial.analysis.benchmark import BenchmarkOptions
 from controversial.datasets import DATASETS
 from controversial.options import (
     DEVICE_PATTERN,
@@ -332,6 +333,7 @@ class AnalyzeSettings(Settings):
     c_exp_one: Literal["nan", "one"] = Field("nan", description='kappa when c_exp = 1: "nan" | "one"')
     bootstrap: BootstrapSettings = Field(default_factory=BootstrapSettings)
     error_consistency: ErrorConsistencySettings = Field(default_factory=ErrorConsistencySettings)
+    benchmark: BenchmarkOptions = Field(default_factory=BenchmarkOptions)
     figures: bool = Field(True, description="draw the figures")
     simulate: SimulatedStudySettings = Field(default_factory=SimulatedStudySettings)
 

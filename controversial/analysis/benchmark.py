@@ -15,6 +15,7 @@ the accuracy-vs-condition figure and in the error-consistency matrices, never in
 
 from __future__ import annotations
 
+import re
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -23,11 +24,15 @@ import numpy as np
 from pydantic import Field
 from scipy.stats import rankdata
 
-from controversial.analysis.error_consistency import CExpOne, DecisionData, consistency
+from controversial.analysis.error_consistency import CExpOne, DecisionData, consistency, decisions_from_trials
+from controversial.analysis.kappa_inference import KappaInference, infer_dataset
 from controversial.analysis.results import Matrix
+from controversial.analysis.shape_bias import ShapeBias, shape_bias, shape_bias_of
+from controversial.records.choices import Trial
 from controversial.options import Options
 
 HUMANS = "humans (mean)"
+HUMANS_POOLED = "humans (pooled)"  # shape bias of every human trial together (the benchmark's figure)
 
 # Conditions the benchmark leaves out of its metrics: not OOD, or mean human accuracy below 0.2.
 BENCHMARK_EXCLUDED: dict[str, list[str]] = {
@@ -269,3 +274,72 @@ def overall_rows(blocks: Sequence[DatasetBenchmark]) -> list[BenchmarkRow]:
             )
         )
     return rank_models(rows + [_baseline_row(blocks)])
+
+
+@dataclass(frozen=True)
+class BenchmarkResults:
+    """The benchmark over every dataset of trial-level choices: per-dataset numbers and tables, the overall
+    table, shape bias on the cue-conflict datasets, and the kappa CIs and paired tests."""
+
+    humans: str  # the regex on ``subj`` that marks humans
+    c_exp_one: str
+    datasets: dict[str, DatasetBenchmark]
+    tables: dict[str, list[BenchmarkRow]]  # dataset -> rows, and "overall"
+    shape_bias: dict[str, dict[str, ShapeBias]]  # cue-conflict dataset -> decision maker, and HUMANS_POOLED
+    kappa_tests: dict[str, KappaInference]  # datasets with at least one model; empty when not resampled
+    skipped: dict[str, str]  # dataset -> why it is not in the benchmark
+
+
+OVERALL = "overall"
+
+
+def run_benchmark(
+    datasets: Mapping[str, Sequence[Trial]],
+    humans: str,
+    options: BenchmarkOptions,
+    c_exp_one: CExpOne = "nan",
+    seed: int = 0,
+    level: float = 0.95,
+) -> BenchmarkResults:
+    """The benchmark on trials grouped by dataset; humans are the decision makers whose ``subj`` matches
+    ``humans``. Shape bias for the datasets named in ``options.cue_conflict``."""
+    pattern = re.compile(humans)
+    blocks: dict[str, DatasetBenchmark] = {}
+    biases: dict[str, dict[str, ShapeBias]] = {}
+    tests: dict[str, KappaInference] = {}
+    skipped: dict[str, str] = {}
+    for name, trials in datasets.items():
+        data = decisions_from_trials(trials)
+        is_human = [bool(pattern.search(n)) for n in data.names]
+        if sum(is_human) < 2:
+            skipped[name] = f"{sum(is_human)} human observer(s) (subj matching {humans!r}); the benchmark needs two"
+            continue
+        bias = None
+        if name in options.cue_conflict:
+            biases[name] = shape_bias(trials)
+            human_trials = [t for t in trials if pattern.search(t.subject)]
+            bias = {k: v.shape_bias for k, v in biases[name].items()}
+            biases[name][HUMANS_POOLED] = shape_bias_of(HUMANS_POOLED, human_trials)
+        excluded = options.exclude_conditions.get(name, [])
+        block = dataset_benchmark(name, data, is_human, excluded, c_exp_one, bias)
+        blocks[name] = block
+        if options.kappa_resamples:
+            kept = [c for c in block.conditions if c not in block.excluded_conditions]
+            test = infer_dataset(
+                name,
+                data,
+                is_human,
+                kept,
+                options.kappa_resamples,
+                seed,
+                options.resample_observers,
+                level,
+                options.alpha,
+                c_exp_one,
+            )
+            if test is not None:
+                tests[name] = test
+    tables = {name: dataset_rows(block) for name, block in blocks.items()}
+    if blocks:
+        tables[OVERALL] = overall_rows(list(blocks.values()))
+    return BenchmarkResults(humans, c_exp_one, blocks, tables, biases, tests, skipped)

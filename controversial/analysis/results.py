@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from controversial.analysis.benchmark import BenchmarkResults
 
 Matrix = list[list[float]]  # NaN where undefined; written as null
 
@@ -200,6 +203,7 @@ class AnalysisResults:
     inputs: Inputs
     error_consistency: RatingsConsistency | None = _optional()
     choices: dict[str, ConsistencyBlock] | None = _optional()
+    benchmark: BenchmarkResults | None = _optional()  # the model-vs-human benchmark on the choices
     figures: dict[str, str] = field(default_factory=dict)
 
 

@@ -28,6 +28,7 @@ class ShapeBias:
     texture: int  # decisions naming the texture class
     shape_bias: float  # shape / (shape + texture); NaN when neither was ever named
     per_category: dict[str, float]  # shape category -> shape bias on its trials
+    per_category_cue_accuracy: dict[str, float]  # shape category -> fraction answered with either cue
 
     @property
     def cue_accuracy(self) -> float:
@@ -59,19 +60,20 @@ def _bias(shape: int, texture: int) -> float:
 def shape_bias_of(name: str, trials: Iterable[Trial]) -> ShapeBias:
     """Shape bias of ``trials`` (one observer's, or several pooled), overall and per shape category."""
     counts: dict[str, list[int]] = {}
-    n = 0
     for trial in trials:
         shape, texture = cue_classes(trial)
         if shape == texture:
             continue
-        n += 1
-        tally = counts.setdefault(shape, [0, 0])
+        tally = counts.setdefault(shape, [0, 0, 0])
         tally[0] += trial.response == shape
         tally[1] += trial.response == texture
+        tally[2] += 1
     shapes = sum(c[0] for c in counts.values())
     textures = sum(c[1] for c in counts.values())
-    per_category = {k: _bias(*counts[k]) for k in sorted(counts)}
-    return ShapeBias(name, n, shapes, textures, _bias(shapes, textures), per_category)
+    n = sum(c[2] for c in counts.values())
+    per_category = {k: _bias(*counts[k][:2]) for k in sorted(counts)}
+    cue_accuracy = {k: (counts[k][0] + counts[k][1]) / counts[k][2] for k in sorted(counts)}
+    return ShapeBias(name, n, shapes, textures, _bias(shapes, textures), per_category, cue_accuracy)
 
 
 def shape_bias(trials: Sequence[Trial]) -> dict[str, ShapeBias]:

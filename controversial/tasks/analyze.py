@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from controversial.analysis import figures
+from controversial.analysis.benchmark import BenchmarkResults, run_benchmark
 from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.records.choices import read_trials
 from controversial.records.csvfile import InputError
@@ -128,6 +129,16 @@ def analyze_choice_files(cfg: AnalyzeSettings, options: AnalysisOptions) -> dict
     return out
 
 
+def benchmark_choice_files(cfg: AnalyzeSettings) -> BenchmarkResults | None:
+    """The model-vs-human benchmark on ``choices`` (five numbers, shape bias, kappa tests); None when disabled."""
+    if not cfg.benchmark.enabled:
+        return None
+    datasets = {name: read_trials(files) for name, files in choice_datasets(str(cfg.choices)).items()}
+    return run_benchmark(
+        datasets, cfg.choices_humans, cfg.benchmark, cfg.c_exp_one, int(cfg.seed), float(cfg.bootstrap.ci_level)
+    )
+
+
 def _container(value: object) -> str | list | dict:
     """A path, a list of paths, or a replication -> path(s) mapping, as plain Python."""
     return value if isinstance(value, (list, dict)) else str(value)  # type: ignore[return-value]
@@ -228,6 +239,7 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
     elif cfg.error_consistency.enabled:
         log.warning("error consistency from ratings is computed for one replication at a time; run each on its own")
     choices = analyze_choice_files(cfg, options) if cfg.choices is not None else None
+    benchmark = benchmark_choice_files(cfg) if cfg.choices is not None else None
     results = AnalysisResults(
         study=prediction.study,
         ranking=prediction.ranking,
@@ -241,6 +253,7 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
         ),
         error_consistency=ratings_consistency,
         choices=choices,
+        benchmark=benchmark,
     )
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)
@@ -256,6 +269,7 @@ def _run_choices_only(
     results = AnalysisResults(
         inputs=Inputs(choices=str(cfg.choices), simulated=False, config=cfg.model_dump()),
         choices=analyze_choice_files(cfg, options),
+        benchmark=benchmark_choice_files(cfg),
     )
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)

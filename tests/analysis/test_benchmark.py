@@ -172,6 +172,7 @@ def test_shape_bias_drops_same_class_trials_and_other_answers(tmp_path):
     assert result.shape_bias == pytest.approx(0.5)
     assert result.per_category == {"bird": pytest.approx(0.0), "cat": pytest.approx(2 / 3)}
     assert result.cue_accuracy == pytest.approx(4 / 5)
+    assert result.per_category_cue_accuracy == {"bird": pytest.approx(1 / 2), "cat": pytest.approx(1.0)}
 
 
 def test_shape_bias_rejects_a_name_that_is_not_cue_conflict(tmp_path):
