@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from controversial.analysis.benchmark import BenchmarkOptions
+from controversial.analysis.model_decisions import DecisionsOptions
 from controversial.datasets import DATASETS
 from controversial.options import (
     DEVICE_PATTERN,
@@ -311,10 +312,10 @@ class AnalyzeSettings(Settings):
     model_responses: str | list[str] | dict[str, str | list[str]] | None = Field(
         None, description="PNAS model-format CSV, a list (merged), or a mapping replication -> file(s)"
     )
-    choices: str | None = Field(
+    choices: str | list[str] | None = Field(
         None,
         description="folder (one dataset), folder of dataset folders, or glob of "
-        "model-vs-human trial CSVs for error consistency",
+        "model-vs-human trial CSVs for error consistency, or a list of these (joined by dataset name)",
     )
     choices_humans: str = Field("^subject", description="regex on `subj` marking the human decision makers")
     seed: Seed = 0
@@ -384,6 +385,7 @@ class EvaluateSettings(Settings):
     include_rejected: bool = Field(False, description="also evaluate manifest rows below the acceptance threshold")
     batch_size: Count = Field(256, description="images per forward pass")
     data: ModelDataSettings
+    decisions: DecisionsOptions = Field(default_factory=DecisionsOptions)
 
     _invert = field_validator("invert", mode="before")(lambda value: _inversion(value))
 
@@ -391,6 +393,8 @@ class EvaluateSettings(Settings):
     def _stimuli(self) -> EvaluateSettings:
         if self.images is None and not self.manifests:
             raise ValueError("no stimuli: pass images=FOLDER or manifests=[PATH,...]")
+        if self.decisions.enabled and (self.images is None or self.manifests):
+            raise ValueError("decisions.enabled=true reads labelled images from images=FOLDER only (no manifests)")
         return self
 
 

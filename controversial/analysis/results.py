@@ -184,7 +184,7 @@ class Inputs:
     human_ratings: str | list[str] | dict[str, Any] | None = _optional()
     model_responses: str | list[str] | dict[str, Any] | None = _optional()
     replications: list[str] | None = _optional()
-    choices: str | None = _optional()
+    choices: str | list[str] | None = _optional()
     simulated: bool
     config: dict[str, Any]
 

@@ -96,9 +96,16 @@ def _known_flags(flags: list[str]) -> tuple[str, ...]:
     return tuple(flags)
 
 
-def choice_datasets(spec: str) -> dict[str, list[Path]]:
+def choice_datasets(spec: str | list[str]) -> dict[str, list[Path]]:
     """Trial files by dataset: a folder of CSVs is one dataset (named by the folder), a folder of such
-    folders (the benchmark's ``raw-data/``) one dataset each, a glob is grouped by the files' folders."""
+    folders (the benchmark's ``raw-data/``) one dataset each, a glob is grouped by the files' folders; a list
+    (the humans' raw-data and ``evaluate.py``'s decisions) joins the datasets of the same name."""
+    if isinstance(spec, list):
+        joined: dict[str, list[Path]] = {}
+        for part in spec:
+            for dataset, files in choice_datasets(str(part)).items():
+                joined.setdefault(dataset, []).extend(files)
+        return joined
     path = Path(spec)
     if path.is_dir():
         files = sorted(path.glob("*.csv")) or sorted(path.glob("*/*.csv"))
@@ -115,11 +122,16 @@ def choice_datasets(spec: str) -> dict[str, list[Path]]:
     return datasets
 
 
+def _choices(spec: object) -> str | list[str]:
+    """``choices``: a path, or a list of paths."""
+    return [str(p) for p in spec] if isinstance(spec, list) else str(spec)
+
+
 def analyze_choice_files(cfg: AnalyzeSettings, options: AnalysisOptions) -> dict[str, ConsistencyBlock]:
     """Error consistency of every dataset of trial-level choices; the humans are the observers whose ``subj``
     matches ``choices_humans`` (the benchmark's rule: ``subject-``)."""
     out = {}
-    for dataset, files in choice_datasets(str(cfg.choices)).items():
+    for dataset, files in choice_datasets(_choices(cfg.choices)).items():
         data = decisions_from_trials(read_trials(files))
         humans = {n for n in data.names if re.search(cfg.choices_humans, n)}
         log.info(
@@ -133,7 +145,7 @@ def benchmark_choice_files(cfg: AnalyzeSettings) -> BenchmarkResults | None:
     """The model-vs-human benchmark on ``choices`` (five numbers, shape bias, kappa tests); None when disabled."""
     if not cfg.benchmark.enabled:
         return None
-    datasets = {name: read_trials(files) for name, files in choice_datasets(str(cfg.choices)).items()}
+    datasets = {name: read_trials(files) for name, files in choice_datasets(_choices(cfg.choices)).items()}
     return run_benchmark(
         datasets, cfg.choices_humans, cfg.benchmark, cfg.c_exp_one, int(cfg.seed), float(cfg.bootstrap.ci_level)
     )
@@ -267,7 +279,7 @@ def _run_choices_only(
 ) -> AnalysisResults:
     """Error consistency alone, from trial-level choices: no ratings, no simulated study."""
     results = AnalysisResults(
-        inputs=Inputs(choices=str(cfg.choices), simulated=False, config=cfg.model_dump()),
+        inputs=Inputs(choices=_choices(cfg.choices), simulated=False, config=cfg.model_dump()),
         choices=analyze_choice_files(cfg, options),
         benchmark=benchmark_choice_files(cfg),
     )
