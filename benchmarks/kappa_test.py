@@ -12,7 +12,7 @@ cue-conflict humans), model A with kappa 0.07 with each human (the published hum
 + delta; 5 humans, accuracy 0.7, one condition of n trials. The table gives the rejection rate per n and delta
 and the fewest trials (of the grid) with power >= 0.8.
 
-    python benchmarks/kappa_test.py [--datasets 2000] [--resamples 1000] [--power-datasets 200]
+    python benchmarks/kappa_test.py [--datasets 2000] [--resamples 1000] [--power-datasets 200] [--figure PNG]
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from pathlib import Path
 
 _pre = argparse.ArgumentParser(add_help=False)
 _pre.add_argument("--blas-threads", default="1")
@@ -62,6 +63,7 @@ def main() -> None:
     parser.add_argument("--power-datasets", type=int, default=200, help="simulated datasets per power cell")
     parser.add_argument("--power-resamples", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--figure", help="also draw the power curves into this PNG (and a PDF beside it)")
     parser.add_argument("--blas-threads", default="1", help="BLAS threads (set before numpy loads)")
     args = parser.parse_args()
     if args.datasets < 1 or args.resamples < 1 or args.power_datasets < 1:
@@ -95,6 +97,7 @@ def main() -> None:
         f"{args.power_datasets} datasets x {args.power_resamples} resamples per cell"
     )
     print(f"{'delta':>6} " + " ".join(f"{f'n={n}':>7}" for n in grid) + f"  {'n for power 0.8':>15}")
+    curves = {}
     for delta in deltas:
         rates = [
             power(
@@ -113,6 +116,39 @@ def main() -> None:
         ]
         enough = next((str(n) for n, r in zip(grid, rates) if r >= 0.8), f">{grid[-1]}") if delta else "-"
         print(f"{delta:>6.2f} " + " ".join(f"{r:>7.3f}" for r in rates) + f"  {enough:>15}")
+        curves[delta] = rates
+    if args.figure:
+        draw_power(grid, curves, args.alpha, args.humans, args.power_datasets, args.figure)
+        print(f"figure: {args.figure}")
+
+
+def draw_power(
+    grid: list[int], curves: dict[float, list[float]], alpha: float, humans: int, datasets: int, path: str
+) -> None:
+    """Rejection rate against trials, a line per kappa difference, with the 0.8 target and alpha."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for delta, rates in curves.items():
+        se = np.sqrt(np.array(rates) * (1 - np.array(rates)) / datasets)
+        label = "no difference (false positives)" if delta == 0 else f"kappa difference {delta:g}"
+        ax.errorbar(grid, rates, yerr=se, marker="o", capsize=2, label=label)
+    ax.axhline(0.8, color="0.4", ls="--", lw=1, label="power 0.8")
+    ax.axhline(alpha, color="0.6", ls=":", lw=1, label=f"alpha {alpha:g}")
+    ax.set_xscale("log")
+    ax.set_xticks(grid, [str(n) for n in grid])
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("trials (one condition)")
+    ax.set_ylabel("rejection rate of the paired test")
+    ax.set_title(f"paired kappa test: {humans} humans, model A kappa 0.07", fontsize=10)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(frameon=False, fontsize=8)
+    fig.savefig(path, dpi=200, bbox_inches="tight")
+    fig.savefig(str(Path(path).with_suffix(".pdf")), bbox_inches="tight")
+    plt.close(fig)
 
 
 if __name__ == "__main__":
