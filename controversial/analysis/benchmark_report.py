@@ -113,3 +113,16 @@ def benchmark_section(results: BenchmarkResults) -> list[str]:
                 + [""]
             )
     return lines
+
+
+def console_table(rows: list[BenchmarkRow]) -> list[str]:
+    """The overall table as plain text for the terminal."""
+    head = f"{'rank':>5}  {'decision maker':<24} {'OOD acc':>7} {'acc diff':>8} {'obs cons':>8} {'err cons':>8}"
+    lines = ["model-vs-human benchmark, over all datasets:", head]
+    for r in rows:
+        rank = "" if r.mean_rank is None else f"{r.mean_rank:.2f}"
+        lines.append(
+            f"{rank:>5}  {r.name:<24} {_f(r.ood_accuracy):>7} {_f(r.accuracy_difference):>8} "
+            f"{_f(r.observed_consistency):>8} {_f(r.error_consistency):>8}"
+        )
+    return lines

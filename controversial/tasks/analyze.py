@@ -15,7 +15,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from controversial.analysis import figures
-from controversial.analysis.benchmark import BenchmarkResults, run_benchmark
+from controversial.analysis.benchmark import OVERALL, BenchmarkResults, run_benchmark
+from controversial.analysis.benchmark_report import console_table
 from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.records.choices import read_trials
 from controversial.records.csvfile import InputError
@@ -297,6 +298,8 @@ def _run_choices_only(
             f"{dataset:<14} {len(block.names):>9} {block.n_trials:>6}  {whole.mean if whole else nan:>26.3f}  "
             f"{per.mean if per else nan:>15.3f}"
         )
+    if results.benchmark and OVERALL in results.benchmark.tables:
+        print("\n".join(console_table(results.benchmark.tables[OVERALL])))
     print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  ({elapsed:.1f} s)")
     return results
 

@@ -12,11 +12,14 @@ import pytest
 
 from controversial.analysis.benchmark import (
     HUMANS,
+    OVERALL,
+    BenchmarkOptions,
     BenchmarkRow,
     dataset_benchmark,
     dataset_rows,
     overall_rows,
     rank_models,
+    run_benchmark,
 )
 from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.analysis.shape_bias import shape_bias
@@ -237,3 +240,24 @@ def test_published_humans_with_one_relabelled_as_a_model(dataset, excluded, tmp_
     hblock = dataset_benchmark(dataset, hdata, [True] * len(hdata.names), sorted(excluded))
     h = hblock.names.index("subject-01")
     assert hblock.error_consistency[h] == pytest.approx(block.error_consistency[m], abs=1e-12)
+
+
+@pytest.mark.data
+def test_published_human_baseline_rows():
+    """The 8 published datasets: a row per human and the baseline; on cue-conflict (one condition) the humans'
+    E is the paper's mean human-human kappa, and their shape bias the published ~0.96."""
+    if not RAW.is_dir():
+        pytest.skip(f"{RAW} not found (set CONTROVERSIAL_DATA_ROOT)")
+    datasets = {d.name: read_trials(sorted(d.glob("*.csv"))) for d in sorted(RAW.iterdir()) if d.is_dir()}
+    results = run_benchmark(datasets, "^subject-", BenchmarkOptions(kappa_resamples=0))
+    assert len(results.datasets) == 8 and not results.skipped and not results.kappa_tests
+    cue = results.tables["cue-conflict"]
+    assert [r.name for r in cue] == [f"subject-{k:02d}" for k in range(1, 11)] + [HUMANS]
+    assert cue[-1].error_consistency == pytest.approx(0.331, abs=5e-4)
+    assert cue[-1].shape_bias == pytest.approx(0.96, abs=0.01)
+    assert results.datasets["contrast"].excluded_conditions == ["c01", "c03", "c100"]
+    (overall,) = results.tables[OVERALL]
+    assert overall.name == HUMANS and overall.datasets == 8
+    baseline = np.mean([results.tables[d][-1].error_consistency for d in results.datasets])
+    assert overall.error_consistency == pytest.approx(baseline)
+    assert 0.3 < overall.error_consistency < 0.5 and overall.accuracy_difference < 0.02
