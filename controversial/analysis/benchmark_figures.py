@@ -76,7 +76,7 @@ def accuracy_vs_condition(block: DatasetBenchmark, colours: dict[str, tuple], pa
         ax.set_ylabel("accuracy")
         ax.set_title(block.dataset)
         ax.spines[["top", "right"]].set_visible(False)
-        ax.legend(frameon=False, loc="best")
+        ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         return _save(fig, path)
 
 

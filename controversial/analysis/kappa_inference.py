@@ -174,16 +174,16 @@ def infer_dataset(
     if human.all():
         return None
     cols = np.isin(data.conditions, list(conditions))
-    mask = (data.correct[:, cols], data.available[:, cols])
+    correct, seen = data.correct[:, cols], data.available[:, cols]
     estimate, samples = bootstrap_mean_kappa(
-        mask[0][~human],
-        mask[0][human],
+        correct[~human],
+        correct[human],
         data.conditions[cols],
         n_resamples,
         seed,
         resample_observers,
         c_exp_one,
-        (mask[1][~human], mask[1][human]),
+        (seen[~human], seen[human]),
     )
     tail = 100 * (1 - level) / 2
     with warnings.catch_warnings():
