@@ -145,7 +145,7 @@ def draw_power(
     ax.set_ylabel("rejection rate of the paired test")
     ax.set_title(f"paired kappa test: {humans} humans, model A kappa 0.07", fontsize=10)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(frameon=False, fontsize=8)
+    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.savefig(path, dpi=200, bbox_inches="tight")
     fig.savefig(str(Path(path).with_suffix(".pdf")), bbox_inches="tight")
     plt.close(fig)
