@@ -16,8 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from controversial.analysis.benchmark import BenchmarkOptions
-from controversial.analysis.model_decisions import DecisionsOptions
+from controversial.analysis.benchmark_options import BenchmarkOptions
+from controversial.analysis.decision_options import DecisionsOptions
 from controversial.datasets import DATASETS
 from controversial.options import (
     DEVICE_PATTERN,

@@ -21,7 +21,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from pydantic import Field
 from scipy.stats import rankdata
 
 from controversial.analysis.error_consistency import CExpOne, DecisionData, consistency, decisions_from_trials
@@ -29,44 +28,10 @@ from controversial.analysis.kappa_inference import KappaInference, infer_dataset
 from controversial.analysis.results import Matrix
 from controversial.analysis.shape_bias import ShapeBias, shape_bias, shape_bias_of
 from controversial.records.choices import Trial
-from controversial.options import Options
+from controversial.analysis.benchmark_options import BenchmarkOptions
 
 HUMANS = "humans (mean)"
 HUMANS_POOLED = "humans (pooled)"  # shape bias of every human trial together (the benchmark's figure)
-
-# Conditions the benchmark leaves out of its metrics: not OOD, or mean human accuracy below 0.2.
-BENCHMARK_EXCLUDED: dict[str, list[str]] = {
-    "colour": ["cr"],
-    "contrast": ["c100", "c03", "c01"],
-    "high-pass": ["inf", "0.55", "0.45", "0.4"],
-    "low-pass": ["0", "15", "40"],
-    "phase-scrambling": ["0", "150", "180"],
-    "power-equalisation": ["0"],
-    "false-colour": ["True"],
-    "rotation": ["0"],
-    "eidolonI": ["1-10-10", "64-10-10", "128-10-10"],
-    "eidolonII": ["1-3-10", "32-3-10", "64-3-10", "128-3-10"],
-    "eidolonIII": ["1-0-10", "16-0-10", "32-0-10", "64-0-10", "128-0-10"],
-    "uniform-noise": ["0.0", "0.6", "0.9"],
-}
-
-
-class BenchmarkOptions(Options):
-    """The model-vs-human benchmark on trial-level choices (``analyze.py choices=...``)."""
-
-    enabled: bool = Field(True, description="compute the five metrics, shape bias and the kappa tests")
-    exclude_conditions: dict[str, list[str]] = Field(
-        default_factory=lambda: {k: list(v) for k, v in BENCHMARK_EXCLUDED.items()},
-        description="dataset -> conditions left out of the metrics (default: the benchmark's own list)",
-    )
-    cue_conflict: list[str] = Field(
-        default_factory=lambda: ["cue-conflict"], description="datasets whose shape bias is computed"
-    )
-    kappa_resamples: int = Field(1000, ge=0, description="bootstrap resamples for the kappa CIs and tests (0: skip)")
-    resample_observers: bool = Field(
-        False, description="also resample the human observers (generalise to new people; conservative)"
-    )
-    alpha: float = Field(0.05, gt=0, lt=1, description="level of the paired kappa tests")
 
 
 @dataclass(frozen=True)

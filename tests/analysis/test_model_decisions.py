@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from controversial.analysis.model_decisions import BENCHMARK_NAMES, labelled_images
+from controversial.analysis.decision_options import BENCHMARK_NAMES
+from controversial.analysis.model_decisions import labelled_images
 from controversial.records.choices import read_trials, write_trials
 from controversial.synthesis.stimuli import load_png, save_png
 from controversial.zoo.bundled import load_model
