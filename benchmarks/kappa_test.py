@@ -4,8 +4,9 @@ False positives: simulated datasets of *independent* observers (true kappa 0 for
 mean kappa with the humans is the same), shaped like a model-vs-human dataset: 4 conditions x 80 trials, 5
 humans and 2 models, each observer's accuracy per condition drawn from U(0.3, 0.95) (the two models differ in
 accuracy, as real models do). The test should reject at about alpha: the rate over ``--datasets`` datasets is
-printed with its binomial 95% interval, for trials resampled within conditions (the default) and for trials and
-observers resampled (the option ``resample_observers``).
+printed with its binomial 95% interval, for the humans taken as fixed (the default: percentile bootstrap over
+trials resampled within conditions) and as a sample of people (``observers=random``: the between-people spread
+added, normal theory).
 
 Power: observers who copy a shared per-trial outcome (``copy_observers``): humans with mutual kappa 0.33 (the
 cue-conflict humans), model A with kappa 0.07 with each human (the published human-CNN range), model B with 0.07
@@ -74,15 +75,15 @@ def main() -> None:
         f"{args.humans} humans + 2 models, {args.conditions} conditions x {args.trials} trials, "
         f"{args.resamples} resamples per test (BLAS threads {BLAS_THREADS})"
     )
-    print(f"{'resampling':<22} {'rejections':>10} {'rate':>6}  {'95% interval':>16}  {'seconds':>7}")
-    for label, observers in (("trials in conditions", False), ("trials + observers", True)):
+    print(f"{'humans':<22} {'rejections':>10} {'rate':>6}  {'95% interval':>16}  {'seconds':>7}")
+    for label, observers in (("fixed humans", "fixed"), ("random humans", "random")):
         rng = np.random.default_rng(args.seed)
         start = time.perf_counter()
         hits = 0
         for _ in range(args.datasets):
             correct, conditions = independent_dataset(rng, args.conditions, args.trials, args.humans + 2)
             hits += paired_test_rejects(
-                correct[:2], correct[2:], conditions, args.resamples, rng, args.alpha, resample_observers=observers
+                correct[:2], correct[2:], conditions, args.resamples, rng, args.alpha, observers=observers
             )
         low, high = binomial_interval(hits, args.datasets)
         elapsed = time.perf_counter() - start

@@ -297,7 +297,7 @@ def run_benchmark(
                 kept,
                 options.kappa_resamples,
                 seed,
-                options.resample_observers,
+                options.observers,
                 level,
                 options.alpha,
                 c_exp_one,

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from controversial.options import Options
@@ -36,7 +38,7 @@ class BenchmarkOptions(Options):
         default_factory=lambda: ["cue-conflict"], description="datasets whose shape bias is computed"
     )
     kappa_resamples: int = Field(1000, ge=0, description="bootstrap resamples for the kappa CIs and tests (0: skip)")
-    resample_observers: bool = Field(
-        False, description="also resample the human observers (generalise to new people; conservative)"
+    observers: Literal["fixed", "random"] = Field(
+        "fixed", description="fixed: inference about these humans; random: humans as a sample of people"
     )
     alpha: float = Field(0.05, gt=0, lt=1, description="level of the paired kappa tests")

@@ -102,11 +102,15 @@ def benchmark_section(results: BenchmarkResults) -> list[str]:
             ) + [""]
         if name in results.kappa_tests:
             test = results.kappa_tests[name]
-            how = "trials within conditions" + (" and human observers" if test.resample_observers else "")
+            how = (
+                "percentile CIs and p (about these humans)"
+                if test.observers == "fixed"
+                else "normal-theory CIs and p with the between-human spread added (humans as a sample of people)"
+            )
             lines += (
                 [
-                    f"Is a difference in error consistency real? {test.n_resamples} bootstrap resamples of {how} "
-                    "(Klein et al. 2025), paired across models; percentile CIs, two-sided p, Holm over the pairs.",
+                    f"Is a difference in error consistency real? {test.n_resamples} bootstrap resamples of trials "
+                    f"within conditions (Klein et al. 2025), paired across models; {how}; Holm over the pairs.",
                     "",
                 ]
                 + kappa_tests_table(test)

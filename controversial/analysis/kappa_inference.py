@@ -6,14 +6,16 @@ consistency"; their ``geirhos_analysis/bootstrap_models.py``): trials are resamp
 condition*, the same resampled trials for every observer (so the pairing of decisions, which kappa measures, is
 kept), kappa is computed per (model, human, condition), averaged over conditions and then over the humans -- the
 benchmark's E on that dataset -- and the two models of a pair are compared on the *same* resamples, so the test
-is paired. Optionally (``resample_observers``) the humans are resampled too, which asks whether the difference
-would hold for new people; it adds the between-people spread on top of the trial noise already in each person's
-kappa, so it is conservative when people differ little.
+is paired; CIs and p-values are percentile-bootstrap ones (``observers="fixed"``: about *these* humans). With
+``observers="random"`` the humans count as a sample of people (would the difference hold for new people?): the
+variance adds the spread between the per-human values beyond their own trial noise (``random_observer_variance``)
+and CIs and p-values are normal-theory.
 
 Assumptions: trials are exchangeable within a condition (no order or learning effects), observers answer
-independently of each other, and the percentile bootstrap distribution of the difference approximates its
-sampling distribution (many trials per condition). ``benchmarks/kappa_test.py`` checks the false-positive rate
-on simulated independent observers and draws the power curve.
+independently of each other, and the bootstrap distribution of the difference approximates its sampling
+distribution (many trials per condition); ``random`` also assumes the per-human values are roughly normal.
+``benchmarks/kappa_test.py`` checks the false-positive rate on simulated independent observers and draws the
+power curve.
 
 Each resample is a count weight per trial, so all (model, human) pairs of one resample are one matrix product.
 """
@@ -23,10 +25,14 @@ from __future__ import annotations
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from scipy import stats
 
 from controversial.analysis.error_consistency import CExpOne, DecisionData, consistency_from_counts
+
+Observers = Literal["fixed", "random"]
 
 
 @dataclass(frozen=True)
@@ -51,7 +57,7 @@ class KappaInference:
     models: list[str]
     humans: list[str]
     n_resamples: int
-    resample_observers: bool
+    observers: str  # fixed: these humans; random: humans as a sample of people
     level: float
     alpha: float
     estimate: list[float]
@@ -101,35 +107,69 @@ def model_human_kappa(
         return np.nanmean(np.stack(per), axis=0)
 
 
-def _human_mean(kappa: np.ndarray, human_weights: np.ndarray | None) -> np.ndarray:
-    """(B, M): each model's (weighted) mean over humans, NaN pairs left out."""
-    w = np.ones(kappa.shape[::2], dtype=np.float64) if human_weights is None else human_weights  # (B, H)
-    w = np.where(np.isfinite(kappa), w[:, None, :], 0.0)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.nansum(kappa * w, axis=2) / w.sum(axis=2)
+def _human_mean(values: np.ndarray) -> np.ndarray:
+    """Mean over the last axis (humans), NaN pairs left out, quietly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(values, axis=-1)
 
 
-def bootstrap_mean_kappa(
+def bootstrap_pair_kappa(
     models: np.ndarray,
     humans: np.ndarray,
     conditions: np.ndarray,
     n_resamples: int,
     seed: int | np.random.Generator = 0,
-    resample_observers: bool = False,
     c_exp_one: CExpOne = "nan",
     available: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(M,) each model's mean kappa with the humans and (B, M) its bootstrap resamples (see the module note)."""
+    """(M, H) kappa of every (model, human) pair, averaged over conditions, and (B, M, H) its resamples (trials
+    drawn within conditions, the same draw for every observer)."""
     rng = np.random.default_rng(seed)
-    kappa = model_human_kappa(models, humans, conditions, np.ones((1, len(conditions))), c_exp_one, available)
-    estimate = _human_mean(kappa, None)[0]
+    point = model_human_kappa(models, humans, conditions, np.ones((1, len(conditions))), c_exp_one, available)[0]
     weights = trial_weights(conditions, n_resamples, rng)
-    human_weights = None
-    if resample_observers:
-        H = len(humans)
-        human_weights = rng.multinomial(H, np.full(H, 1 / H), size=n_resamples).astype(np.float64)
-    samples = _human_mean(model_human_kappa(models, humans, conditions, weights, c_exp_one, available), human_weights)
-    return estimate, samples
+    return point, model_human_kappa(models, humans, conditions, weights, c_exp_one, available)
+
+
+def random_observer_variance(point: np.ndarray, samples: np.ndarray) -> float:
+    """Variance of a mean over humans (``point`` (H,), trial resamples ``samples`` (B, H)) when the humans are a
+    sample of people: the trial-bootstrap variance of the mean plus the spread of the per-human values beyond
+    their own trial noise (the between-people component of a crossed design), never below the trial variance.
+
+    Resampling trials and observers together would count each person's trial noise twice (it is in the spread
+    between people as well): that test rejected 0.2% of null datasets at alpha 0.05 (benchmarks/kappa_test.py)."""
+    ok = np.isfinite(point)
+    h = int(ok.sum())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        trial = float(np.nanvar(np.nanmean(samples[:, ok], axis=1), ddof=1))
+        if h < 2:
+            return trial
+        between = float(np.var(point[ok], ddof=1)) / h
+        own_noise = float(np.nanmean(np.nanvar(samples[:, ok], axis=0, ddof=1))) / h
+    return max(trial, trial + between - own_noise)
+
+
+def interval_and_p(
+    point: np.ndarray, samples: np.ndarray, observers: Observers, level: float
+) -> tuple[float, float, float, float]:
+    """(estimate, CI low, CI high, two-sided p of 0) of the mean over humans of ``point`` (H,) with trial
+    resamples ``samples`` (B, H). ``fixed`` humans: percentile bootstrap; ``random``: normal theory with
+    ``random_observer_variance``."""
+    estimate = float(_human_mean(point))
+    means = _human_mean(samples)
+    if observers == "fixed":
+        tail = 100 * (1 - level) / 2
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            low, high = np.nanpercentile(means, [tail, 100 - tail])
+        return estimate, float(low), float(high), paired_p_value(means)
+    if observers != "random":
+        raise ValueError(f"unknown observers {observers!r}; allowed: fixed, random")
+    se = np.sqrt(random_observer_variance(point, samples))
+    z = stats.norm.ppf(0.5 + level / 2)
+    p = float(2 * stats.norm.sf(abs(estimate) / se)) if se > 0 else float("nan")
+    return estimate, estimate - z * se, estimate + z * se, p
 
 
 def paired_p_value(differences: np.ndarray) -> float:
@@ -163,7 +203,7 @@ def infer_dataset(
     conditions: Sequence[str],
     n_resamples: int,
     seed: int = 0,
-    resample_observers: bool = False,
+    observers: Observers = "fixed",
     level: float = 0.95,
     alpha: float = 0.05,
     c_exp_one: CExpOne = "nan",
@@ -175,30 +215,21 @@ def infer_dataset(
         return None
     cols = np.isin(data.conditions, list(conditions))
     correct, seen = data.correct[:, cols], data.available[:, cols]
-    estimate, samples = bootstrap_mean_kappa(
+    point, samples = bootstrap_pair_kappa(
         correct[~human],
         correct[human],
         data.conditions[cols],
         n_resamples,
         seed,
-        resample_observers,
         c_exp_one,
         (seen[~human], seen[human]),
     )
-    tail = 100 * (1 - level) / 2
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        low, high = np.nanpercentile(samples, [tail, 100 - tail], axis=0)
     names = [n for n, h in zip(data.names, human) if not h]
+    means = [interval_and_p(point[m], samples[:, m], observers, level) for m in range(len(names))]
     raw = []
     for i, j in ((i, j) for i in range(len(names)) for j in range(i + 1, len(names))):
-        d = samples[:, i] - samples[:, j]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            d_low, d_high = np.nanpercentile(d, [tail, 100 - tail])
-        raw.append(
-            (names[i], names[j], float(estimate[i] - estimate[j]), float(d_low), float(d_high), paired_p_value(d))
-        )
+        test = interval_and_p(point[i] - point[j], samples[:, i] - samples[:, j], observers, level)
+        raw.append((names[i], names[j], *test))
     adjusted = holm([r[5] for r in raw])
     pairs = [PairTest(*r, p_holm=q, significant=bool(q < alpha)) for r, q in zip(raw, adjusted)]
     return KappaInference(
@@ -206,12 +237,12 @@ def infer_dataset(
         models=names,
         humans=[n for n, h in zip(data.names, human) if h],
         n_resamples=n_resamples,
-        resample_observers=resample_observers,
+        observers=observers,
         level=level,
         alpha=alpha,
-        estimate=estimate.tolist(),
-        ci_low=low.tolist(),
-        ci_high=high.tolist(),
+        estimate=[m[0] for m in means],
+        ci_low=[m[1] for m in means],
+        ci_high=[m[2] for m in means],
         pairs=pairs,
     )
 
@@ -238,11 +269,12 @@ def paired_test_rejects(
     n_resamples: int,
     rng: np.random.Generator,
     alpha: float = 0.05,
-    resample_observers: bool = False,
+    observers: Observers = "fixed",
 ) -> bool:
     """Whether the paired test finds the two models' mean kappa with the humans different at ``alpha``."""
-    _, samples = bootstrap_mean_kappa(models, humans, conditions, n_resamples, rng, resample_observers)
-    return paired_p_value(samples[:, 0] - samples[:, 1]) < alpha
+    point, samples = bootstrap_pair_kappa(models, humans, conditions, n_resamples, rng)
+    p = interval_and_p(point[0] - point[1], samples[:, 0] - samples[:, 1], observers, 1 - alpha)[3]
+    return p < alpha
 
 
 def power(

@@ -77,13 +77,34 @@ def test_copy_observers_have_kappa_copy_i_times_copy_j():
     assert correct.mean(axis=1) == pytest.approx([0.7, 0.7, 0.7], abs=0.01)
 
 
-def test_resampling_observers_widens_the_interval(tmp_path):
+def test_random_observers_add_the_between_people_spread_beyond_trial_noise():
+    rng = np.random.default_rng(0)
+    samples = rng.normal(0, 0.1, size=(4000, 4))
+    trial = np.var(samples.mean(axis=1), ddof=1)
+    own_noise = np.mean(np.var(samples, axis=0, ddof=1)) / 4
+    # a spread between people smaller than their own trial noise: the trial variance stays
+    small = np.array([0.05, -0.05, 0.05, -0.05])
+    assert np.var(small, ddof=1) / 4 < own_noise
+    assert ki.random_observer_variance(small, samples) == pytest.approx(trial)
+    # people who differ: trial + between / H - own noise / H
+    wide = np.array([0.5, -0.5, 0.5, -0.5])
+    expected = trial + np.var(wide, ddof=1) / 4 - own_noise
+    assert ki.random_observer_variance(wide, samples) == pytest.approx(expected)
+    estimate, low, high, p = ki.interval_and_p(wide, samples, "random", 0.95)
+    assert estimate == pytest.approx(0.0) and high - low == pytest.approx(2 * 1.959964 * np.sqrt(expected), rel=1e-5)
+    assert p == pytest.approx(1.0)
+
+
+def test_random_observers_in_infer_dataset(tmp_path):
     data, is_human = toy(tmp_path)
-    plain = ki.infer_dataset("toy", data, is_human, ["c1", "c2"], 400, seed=2)
-    both = ki.infer_dataset("toy", data, is_human, ["c1", "c2"], 400, seed=2, resample_observers=True)
-    assert plain is not None and both is not None
-    width = np.subtract(plain.ci_high, plain.ci_low)
-    assert np.all(np.subtract(both.ci_high, both.ci_low) > width)
+    fixed = ki.infer_dataset("toy", data, is_human, ["c1", "c2"], 400, seed=2)
+    random = ki.infer_dataset("toy", data, is_human, ["c1", "c2"], 400, seed=2, observers="random")
+    assert fixed is not None and random is not None and random.observers == "random"
+    assert random.estimate == pytest.approx(fixed.estimate)
+    for i in range(2):  # normal theory: symmetric around the estimate
+        assert random.ci_high[i] - random.estimate[i] == pytest.approx(random.estimate[i] - random.ci_low[i])
+    with pytest.raises(ValueError, match="unknown observers 'all'; allowed: fixed, random"):
+        ki.interval_and_p(np.zeros(3), np.zeros((5, 3)), "all", 0.95)  # type: ignore[arg-type]
 
 
 def test_power_rejects_a_kappa_above_the_human_ceiling():
