@@ -13,11 +13,13 @@ def _f(x: float | None) -> str:
     return "" if x is None or not math.isfinite(x) else f"{x:.3f}"
 
 
-def _p(p: float, n_resamples: int) -> str:
+def _p(p: float, n_resamples: int | None) -> str:
+    """A p-value; a bootstrap one (``n_resamples`` given) at its floor 2/(B+1) is shown as a bound."""
     if not math.isfinite(p):
         return "n/a"
-    floor = 2 / (n_resamples + 1)
-    return f"{p:.3f}" if p > floor else f"<={floor:.1g}"
+    if n_resamples is not None and p <= 2 / (n_resamples + 1):
+        return f"<={2 / (n_resamples + 1):.1g}"
+    return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -51,6 +53,7 @@ def kappa_tests_table(test: KappaInference) -> list[str]:
         ],
     )
     if test.pairs:
+        floor = test.n_resamples if test.observers == "fixed" else None  # percentile p-values have a floor
         lines += [""] + _table(
             ["model a", "model b", "E(a) - E(b)", f"{level} CI", "p", "p (Holm)", f"different at {test.alpha:g}"],
             [
@@ -59,8 +62,8 @@ def kappa_tests_table(test: KappaInference) -> list[str]:
                     t.b,
                     _f(t.difference),
                     f"[{_f(t.ci_low)}, {_f(t.ci_high)}]",
-                    _p(t.p_value, test.n_resamples),
-                    _p(t.p_holm, test.n_resamples),
+                    _p(t.p_value, floor),
+                    _p(t.p_holm, floor),
                     "**yes**" if t.significant else "no",
                 ]
                 for t in test.pairs
