@@ -70,19 +70,12 @@ class BenchmarkRow:
 
 
 def condition_order(labels: Sequence[str]) -> list[str]:
-    """Conditions in a readable order: numerically where every label carries a number (``c05`` < ``c10``)."""
+    """Conditions in a readable order: by the numbers in each label where every label has one (``c05`` <
+    ``c10`` < ``c100``, ``1-10-10`` < ``64-10-10``), else alphabetically."""
     unique = sorted(set(labels))
-
-    def number(label: str) -> float | None:
-        digits = "".join(ch for ch in label if ch.isdigit() or ch in ".-")
-        try:
-            return float(digits)
-        except ValueError:
-            return None
-
-    values = [number(u) for u in unique]
-    if all(v is not None for v in values):
-        return [u for _, u in sorted(zip(values, unique))]  # type: ignore[type-var]
+    numbers = [tuple(float(x) for x in re.findall(r"\d+(?:\.\d+)?", u)) for u in unique]
+    if all(numbers):
+        return [u for _, u in sorted(zip(numbers, unique))]
     return unique
 
 

@@ -15,6 +15,7 @@ from controversial.analysis.benchmark import (
     OVERALL,
     BenchmarkOptions,
     BenchmarkRow,
+    condition_order,
     dataset_benchmark,
     dataset_rows,
     overall_rows,
@@ -261,3 +262,11 @@ def test_published_human_baseline_rows():
     baseline = np.mean([results.tables[d][-1].error_consistency for d in results.datasets])
     assert overall.error_consistency == pytest.approx(baseline)
     assert 0.3 < overall.error_consistency < 0.5 and overall.accuracy_difference < 0.02
+
+
+def test_conditions_are_ordered_by_their_numbers_where_every_label_has_one():
+    assert condition_order(["c100", "c05", "c10", "c05"]) == ["c05", "c10", "c100"]
+    assert condition_order(["90", "0", "270", "180"]) == ["0", "90", "180", "270"]
+    assert condition_order(["cr", "bw"]) == ["bw", "cr"]
+    assert condition_order(["128-10-10", "64-10-10", "1-10-10"]) == ["1-10-10", "64-10-10", "128-10-10"]
+    assert condition_order(["inf", "0.55", "3.0"]) == ["0.55", "3.0", "inf"]  # "inf" has no number: alphabetical
