@@ -9,14 +9,19 @@ synthesis has already computed, so logging cannot change a manifest.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
+
+from pydantic import Field
 
 from controversial.errors import UserError
+from controversial.options import Options
 
 log = logging.getLogger(__name__)
 
-MODES = ("disabled", "offline", "online")
+Mode = Literal["disabled", "offline", "online"]
+MODES: tuple[Mode, ...] = ("disabled", "offline", "online")
 
 
 class Tracker:
@@ -58,7 +63,7 @@ class WandbTracker(Tracker):
 
 
 def start_tracking(
-    mode: str,
+    mode: Mode,
     project: str,
     run_dir: Path,
     run_name: str,
@@ -90,3 +95,19 @@ def start_tracking(
         ) from None
     log.info("wandb %s run %s in %s", mode, run_name, run.dir)
     return WandbTracker(run, wandb)
+
+
+def _default_wandb_mode() -> Mode:
+    # Not checked here: the command validates the composed settings, and start_tracking refuses an unknown mode.
+    return cast(Mode, os.environ.get("WANDB_MODE", "offline"))
+
+
+class WandbOptions(Options):
+    """Experiment tracking; never required, offline (no network) unless asked."""
+
+    mode: Mode = Field(
+        default_factory=_default_wandb_mode,
+        description="offline: <run dir>/wandb, no network; online; disabled (default: $WANDB_MODE, else offline)",
+    )
+    project: str = Field("controversial", description="wandb project")
+    group: str | None = Field(None, description="groups a sweep's runs (experiments set it)")

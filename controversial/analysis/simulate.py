@@ -8,6 +8,9 @@ per-participant gain and noise level, then quantised to the five-point scale.
 
 from __future__ import annotations
 
+from pydantic import Field, field_validator
+from controversial.options import Count, Options, ordered_range
+
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -105,8 +108,8 @@ def true_probabilities(
 
 def quantise(values: np.ndarray, scale: Sequence[float] = RATING_SCALE) -> np.ndarray:
     """Round each value to the nearest point of the rating scale."""
-    scale = np.asarray(scale, dtype=np.float64)
-    return scale[np.abs(values[..., None] - scale).argmin(axis=-1)]
+    levels = np.asarray(scale, dtype=np.float64)
+    return levels[np.abs(values[..., None] - levels).argmin(axis=-1)]
 
 
 def shared_deviation(probabilities: np.ndarray, sd: float, seed: int | np.random.SeedSequence = 0) -> np.ndarray:
@@ -133,7 +136,7 @@ def logit(probabilities: np.ndarray) -> np.ndarray:
 LOGIT_BOUND = float(logit(np.array(1.0)))  # the largest logit :func:`logit` returns: a percept is a probability
 
 
-def rating_cuts(scale: Sequence[float] = RATING_SCALE) -> np.ndarray:
+def rating_cuts(scale: Sequence[float] | np.ndarray = RATING_SCALE) -> np.ndarray:
     """The latent logits at which :func:`quantise` of the sigmoid moves up a scale point: the logits of the
     midpoints between points. The simulated participants, their expected ratings and the noise fit
     (``noise_fit.py``, an ordered probit with these cut points) all rest on this."""
@@ -156,7 +159,7 @@ def simulate_participants(
     n_participants: int,
     noise: ParticipantNoise = ParticipantNoise(),
     scale: Sequence[float] = RATING_SCALE,
-    seed: int = 0,
+    seed: int | np.random.SeedSequence = 0,
     shared_sd: float = 0.0,
 ) -> np.ndarray:
     """(N, K) true probabilities -> (S, N, K) quantised ratings of simulated participants. ``shared_sd``: each
@@ -177,7 +180,7 @@ def expected_ratings(
     n_participants: int,
     noise: ParticipantNoise = ParticipantNoise(),
     scale: Sequence[float] = RATING_SCALE,
-    seed: int = 0,
+    seed: int | np.random.SeedSequence = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The same participants as :func:`simulate_participants` with the same seed, but each rating replaced by
     its expectation over the participant's own noise: (S, N, K) E[y] and E[y^2].
@@ -198,7 +201,7 @@ def shared_moments(
     noise: ParticipantNoise,
     shared_sd: float,
     scale: Sequence[float] = RATING_SCALE,
-    seed: int = 0,
+    seed: int | np.random.SeedSequence = 0,
     nodes: int = 24,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The participants of :func:`expected_ratings`, in a population whose percept deviates from the truth by a
@@ -258,7 +261,9 @@ def write_study(
     rng = np.random.default_rng(seed)
 
     def targets(s: Stimulus) -> list[str]:
-        return [*s.targeted_models, *s.targeted_classes] if s.targeted_models else ["", "", "", ""]
+        if s.targeted_models is None or s.targeted_classes is None:  # a natural image targets nothing
+            return ["", "", "", ""]
+        return [*s.targeted_models, *s.targeted_classes]
 
     human_rows = []
     for p, participant in enumerate(ratings):
@@ -290,3 +295,46 @@ def write_study(
     write_human_ratings(human_path, human_rows)
     write_model_responses(model_path, model_rows)
     return human_path, model_path
+
+
+class NoiseOptions(Options):
+    """How simulated participants rate: a generating model (or mixture) plus per-participant noise and gain."""
+
+    true_model: str = Field("sim3", description="the generating model, or a mixture sim3:0.7+sim5:0.3")
+    noise_sd: tuple[float, float] = Field((0.8, 1.6), description="per-participant logit noise range")
+    gain: tuple[float, float] = Field((0.7, 1.3), description="per-participant gain range")
+
+    @field_validator("true_model")
+    @classmethod
+    def _mixture(cls, value: str) -> str:
+        parse_mixture(value)
+        return value
+
+    _range = field_validator("noise_sd", "gain")(lambda bounds: ordered_range(bounds))
+
+
+class SimulatedModelsOptions(Options):
+    n_models: int = Field(9, ge=2, description="simulated models")
+    dataset: str = Field("MNIST", description="class names of the simulated stimuli: MNIST | CIFAR10")
+    stimuli_per_pair: Count = Field(20, description="controversial stimuli per model pair")
+    natural_per_class: int = Field(10, ge=0, description="natural images per class")
+
+
+class SimulatedStudyOptions(SimulatedModelsOptions, NoiseOptions):
+    n_participants: int = Field(30, ge=2, description="simulated participants")
+
+
+def parse_mixture(spec: str) -> dict[str, float]:
+    """``"sim3"`` or ``"sim3:0.7+sim5:0.3"`` (``,`` also separates, but needs quoting for Hydra) -> weights."""
+    weights = {}
+    for part in spec.replace(",", "+").split("+"):
+        name, _, weight = part.strip().partition(":")
+        try:
+            weights[name] = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"weight {weight!r} of {name!r} is not a number; use e.g. sim3:0.7+sim5:0.3") from None
+        if not name or not weights[name] >= 0:
+            raise ValueError(f"{part!r} needs a model name and a weight >= 0; use e.g. sim3:0.7+sim5:0.3")
+    if sum(weights.values()) <= 0:
+        raise ValueError("the weights sum to 0; give at least one positive weight")
+    return weights

@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from datetime import datetime
 from itertools import groupby
 from typing import Callable, Iterator, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controversial.records.study import ATTENTION_COLUMNS, PARTICIPANT_COLUMNS, RESPONSE_COLUMNS
@@ -150,15 +151,29 @@ def _records(bundle: StudyBundle, answered: Sequence[Response]) -> list[TrialRec
     return records
 
 
-def _utc(value) -> str:  # type: ignore[no-untyped-def]
+def _utc(value: datetime | None) -> str:
     return value.isoformat(timespec="seconds") if value else ""
 
 
 def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySettings) -> Iterator[list]:
     """``participants.csv``: ids for payment, status, and the quality-control figures and flags."""
+    shared = set(
+        session.scalars(
+            select(Participant.prolific_pid)
+            .where(Participant.study == bundle.label)
+            .group_by(Participant.prolific_pid)
+            .having(func.count() > 1)
+        )
+    )
     for participant, answered in _answers(session, bundle):
         complete = participant.completed_at is not None
-        q = assess(_records(bundle, answered), quality, participant.n_refused, participant.n_browser_changes)
+        q = assess(
+            _records(bundle, answered),
+            quality,
+            participant.n_refused,
+            participant.n_browser_changes,
+            participant.prolific_pid in shared,
+        )
         yield [
             subject_code(participant, bundle.batch),
             participant.prolific_pid,
