@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -29,7 +30,13 @@ from controversial.atomic import atomic_write_bytes  # noqa: E402
 
 HUMAN_COLOUR = "#d62728"
 MARKERS = "sD^vP*Xph<>"
-STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "legend.fontsize": 9, "pdf.fonttype": 42}
+STYLE: Any = {  # matplotlib types rc keys as literals
+    "font.size": 11,
+    "axes.titlesize": 12,
+    "axes.labelsize": 11,
+    "legend.fontsize": 9,
+    "pdf.fonttype": 42,
+}
 
 
 def _colours(models: Sequence[str]) -> dict[str, tuple]:

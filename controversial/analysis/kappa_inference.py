@@ -250,7 +250,9 @@ def infer_dataset(
 # --- simulation: the false-positive rate and the power of the paired test ---
 
 
-def copy_observers(n_trials: int, accuracy: np.ndarray, copy: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def copy_observers(
+    n_trials: int, accuracy: float | np.ndarray, copy: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """(O, T) correct/incorrect of observers who each copy a shared per-trial outcome z_t ~ Bernoulli(p) with
     probability ``copy[o]`` and otherwise answer independently with the same accuracy p (``accuracy`` per trial
     or scalar). Two such observers agree beyond chance only when both copy, so their true kappa is
