@@ -16,6 +16,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from controversial.analysis.benchmark_figures import draw_benchmark  # noqa: E402
 from controversial.analysis.bootstrap import LOWER  # noqa: E402
 from controversial.analysis.error_consistency import kappa_bounds  # noqa: E402
 from controversial.analysis.results import AnalysisResults, ConsistencyBlock, SubsetResult  # noqa: E402
@@ -234,4 +235,6 @@ def draw_all(results: AnalysisResults, out: Path) -> dict[str, str]:
                 "Cohen's kappa of decisions (controversial stimuli)",
             ),
         )
+    if results.benchmark:
+        made.update(draw_benchmark(results.benchmark, out))
     return made

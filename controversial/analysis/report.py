@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from controversial.analysis.benchmark_report import benchmark_section
 from controversial.analysis.bootstrap import LOWER, UPPER
 from controversial.analysis.results import (
     AnalysisResults,
@@ -142,6 +143,8 @@ def write_report(path: str | Path, results: AnalysisResults, figures: dict[str, 
         lines += _prediction_sections(results)
     if results.error_consistency:
         lines += consistency_section(results.error_consistency, "Error consistency (from ratings)") + [""]
+    if results.benchmark:
+        lines += benchmark_section(results.benchmark)
     for dataset, block in (results.choices or {}).items():
         lines += consistency_section(block, f"Error consistency (trial-level choices): {dataset}") + [""]
     if figures:

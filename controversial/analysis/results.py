@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from controversial.analysis.benchmark import BenchmarkResults
 
 Matrix = list[list[float]]  # NaN where undefined; written as null
 
@@ -181,7 +184,7 @@ class Inputs:
     human_ratings: str | list[str] | dict[str, Any] | None = _optional()
     model_responses: str | list[str] | dict[str, Any] | None = _optional()
     replications: list[str] | None = _optional()
-    choices: str | None = _optional()
+    choices: str | list[str] | None = _optional()
     simulated: bool
     config: dict[str, Any]
 
@@ -200,6 +203,7 @@ class AnalysisResults:
     inputs: Inputs
     error_consistency: RatingsConsistency | None = _optional()
     choices: dict[str, ConsistencyBlock] | None = _optional()
+    benchmark: BenchmarkResults | None = _optional()  # the model-vs-human benchmark on the choices
     figures: dict[str, str] = field(default_factory=dict)
 
 

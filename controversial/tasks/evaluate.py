@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pydantic import Field, field_validator, model_validator
+from controversial.analysis.decision_options import DecisionsOptions
 from controversial.options import Count, Options
 from controversial.datasets import ModelDataOptions
 from controversial.records.names import Scheme
@@ -14,6 +15,7 @@ import logging
 import time
 from pathlib import Path
 
+from controversial.analysis.model_decisions import labelled_images, write_decisions
 from controversial.analysis.model_responses import (
     StimulusImage,
     stimuli_from_folder,
@@ -45,6 +47,9 @@ class EvaluateSettings(Options):
     include_rejected: bool = Field(False, description="also evaluate manifest rows below the acceptance threshold")
     batch_size: Count = Field(256, description="images per forward pass")
     data: ModelDataOptions = Field(default_factory=ModelDataOptions)
+    decisions: DecisionsOptions = Field(
+        default_factory=DecisionsOptions, description="benchmark raw-data decisions on labelled images"
+    )
 
     _invert = field_validator("invert", mode="before")(lambda value: parse_inversion(value))
 
@@ -52,6 +57,8 @@ class EvaluateSettings(Options):
     def _stimuli(self) -> EvaluateSettings:
         if self.images is None and not self.manifests:
             raise ValueError("no stimuli: pass images=FOLDER or manifests=[PATH,...]")
+        if self.decisions.enabled and (self.images is None or self.manifests):
+            raise ValueError("decisions.enabled=true reads labelled images from images=FOLDER only (no manifests)")
         return self
 
 
@@ -64,8 +71,11 @@ def _inversion(value: object) -> Inversion:
 
 
 def run(cfg: EvaluateSettings, invocation: Invocation) -> Path:
-    """Every model's responses to every stimulus, as ``model_responses.csv`` in ``invocation.out_dir``."""
+    """Every model's responses to every stimulus, as ``model_responses.csv`` in ``invocation.out_dir`` (with
+    ``decisions.enabled``: each model's decisions as benchmark raw-data CSVs; returns their folder)."""
     out = invocation.out_dir
+    if cfg.decisions.enabled:
+        return _decisions(cfg, out)
     stimuli: list[StimulusImage] = []
     if cfg.images is not None:
         stimuli += stimuli_from_folder(cfg.images, cfg.naming)
@@ -79,3 +89,19 @@ def run(cfg: EvaluateSettings, invocation: Invocation) -> Path:
     print(f"display convention: {convention.note}")
     print(f"{len(models)} models x {len(stimuli)} images -> {path} ({elapsed:.1f} s)")
     return path
+
+
+def _decisions(cfg: EvaluateSettings, out: Path) -> Path:
+    """Decisions on labelled images in the benchmark's raw-data format, one CSV per model."""
+    assert cfg.images is not None  # checked by EvaluateSettings
+    images = labelled_images(cfg.images, cfg.decisions.label_pattern)
+    dataset = cfg.decisions.dataset or Path(cfg.images).resolve().name
+    models = [load_model(ref, cfg.dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
+    start = time.perf_counter()
+    paths, convention = write_decisions(
+        out, models, images, dataset, cfg.decisions.readout, cfg.batch_size, _inversion(cfg.invert)
+    )
+    print(f"display convention: {convention.note}")
+    print(f"{len(models)} models x {len(images)} images -> {out / dataset} ({time.perf_counter() - start:.1f} s)")
+    print(f"into the benchmark: python analyze.py 'choices=[<humans raw-data folder>,{out}]'")
+    return out / dataset
