@@ -8,6 +8,7 @@ c_obs-vs-c_exp scatter with bounds and null band, and kappa vs accuracy.
 from __future__ import annotations
 
 import io
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -36,6 +37,19 @@ def _order(subset: SubsetResult) -> list[str]:
 
 
 def _bars(ax: plt.Axes, subset: SubsetResult, order: list[str], dots: bool) -> None:
+    if subset.not_scored:  # the reason in the panel, never a blank one
+        ax.text(
+            0.5,
+            0.5,
+            "not scored:\n" + textwrap.fill(subset.not_scored, 40),
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            fontsize=8,
+        )
+        ax.set_xticks([])
+        ax.set_yticks([])
+        return
     pearson = subset.measures["pearson"]
     ceiling = subset.noise_ceiling["pearson"]
     y = np.arange(len(order))

@@ -94,15 +94,25 @@ def significance_table(boot: BootstrapResult) -> list[str]:
     ]
 
 
+def _subset_note(subset: SubsetResult) -> str:
+    """Why a subset is not scored, or who it leaves out (see the exclusions table)."""
+    if subset.not_scored:
+        return f"not scored: {subset.not_scored}"
+    return "; ".join(f"left out {e['detail']} (constant ratings)" for e in subset.left_out)
+
+
 def subset_table(prediction: dict[str, SubsetResult], ranking: list[str]) -> list[str]:
     rows = []
     for name, subset in prediction.items():
-        mean = subset.measures["pearson"].mean
-        ceiling = subset.noise_ceiling["pearson"]
-        rows.append(
-            [name, str(subset.n_stimuli)] + [_f(mean[m]) for m in ranking] + [_f(ceiling.lower), _f(ceiling.upper)]
-        )
-    return _table(["subset", "stimuli"] + ranking + ["lower ceiling", "upper ceiling"], rows)
+        if subset.not_scored:
+            scores = ["-"] * (len(ranking) + 2)
+        else:
+            mean = subset.measures["pearson"].mean
+            ceiling = subset.noise_ceiling["pearson"]
+            scores = [_f(mean[m]) for m in ranking] + [_f(ceiling.lower), _f(ceiling.upper)]
+        rows.append([name, str(subset.n_stimuli), str(subset.n_participants)] + scores + [_subset_note(subset)])
+    header = ["subset", "stimuli", "participants"] + ranking + ["lower ceiling", "upper ceiling", "note"]
+    return _table(header, rows)
 
 
 def _group_table(group_means: dict[str, GroupMean]) -> list[str]:
@@ -178,6 +188,8 @@ def _prediction_sections(results: AnalysisResults) -> list[str]:
         ]
         lines += significance_table(boot) + [""]
     for name in ("natural", "controversial"):
-        if name in prediction and prediction[name].bootstrap:
+        if name in prediction and prediction[name].not_scored:
+            lines += [f"## {name.capitalize()} stimuli only", "", f"Not scored: {prediction[name].not_scored}.", ""]
+        elif name in prediction and prediction[name].bootstrap:
             lines += [f"## {name.capitalize()} stimuli only", ""] + ranking_table(prediction[name]) + [""]
     return lines + ["## All subsets (mean Pearson r)", ""] + subset_table(prediction, ranking) + [""]
