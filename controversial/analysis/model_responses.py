@@ -101,6 +101,33 @@ def probabilities(models: Sequence[CalibratedModel], images: np.ndarray, batch_s
     return np.stack(out)
 
 
+def implausible_accuracies(
+    models: Sequence[CalibratedModel], stimuli: Sequence[StimulusImage], p: np.ndarray, margin: float = 0.25
+) -> list[str]:
+    """One line per model whose arg-max accuracy on the natural test images among ``stimuli`` is more than
+    ``margin`` below its model card's test accuracy: the usual sign of images in the wrong display convention
+    (inverted or not), which otherwise only shows as a model that predicts people badly."""
+    natural = [
+        (n, s.name.true_class)
+        for n, s in enumerate(stimuli)
+        if s.name is not None and s.name.kind == "natural" and s.name.true_class
+    ]
+    lines = []
+    for m, model in enumerate(models):
+        known = [(n, model.class_names.index(c)) for n, c in natural if c in model.class_names]
+        if model.test_accuracy is None or len(known) < 5:
+            continue
+        index, truth = np.array(known).T
+        accuracy = float((p[m, index].argmax(axis=1) == truth).mean())
+        if accuracy < model.test_accuracy - margin:
+            lines.append(
+                f"{model.name}: {100 * accuracy:.0f}% correct on the {len(known)} natural images here, "
+                f"{100 * model.test_accuracy:.0f}% on its model card's test set; are the images inverted "
+                "the wrong way (see invert=)?"
+            )
+    return lines
+
+
 def write_responses(
     path: str | Path,
     models: Sequence[CalibratedModel],
