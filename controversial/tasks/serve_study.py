@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import gc
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import uvicorn
+from sqlalchemy.engine import make_url
 
 from controversial.atomic import atomic_write
 from controversial.errors import UserError
@@ -15,7 +17,7 @@ from controversial.settings import Invocation, ServeStudySettings
 from controversial.study.admin_token import AdminTokenError, read_admin_token, write_admin_token
 from controversial.study.bundle import load_bundle
 from controversial.records.csvfile import csv_chunks
-from controversial.study.db import default_database_url
+from controversial.study.db import default_database_url, is_in_memory
 from controversial.study.pnas_export import TABLES, snapshot
 from controversial.study.quality import QualitySettings
 from controversial.study.server import DEFAULT_VENDOR_DIR, ServerSettings, create_app
@@ -30,21 +32,59 @@ def export_csvs(
     include_incomplete: bool = False,
     quality: QualitySettings = QualitySettings(),
 ) -> dict[str, Path]:
-    """Write responses.csv (PNAS format), attention.csv and participants.csv from one database snapshot.
+    """Write responses.csv (PNAS format), attention.csv and participants.csv from one database snapshot, and
+    print what each holds.
 
-    Reads through the read-only engine, so exporting next to a running server does not block it.
+    Reads through the read-only engine, so exporting next to a running server does not block it. A study that
+    was never served has no database: that is an error, and nothing is created (no empty database, no
+    header-only files).
     """
     bundle = load_bundle(study_dir)
     out_dir = Path(out_dir)
-    written = {}
-    with snapshot(database_url or default_database_url(bundle.root)) as session:
+    url = database_url or default_database_url(bundle.root)
+    _check_database_exists(url, bundle.label, database_url is None)
+    written, counts = {}, {}
+    with snapshot(url) as session:
         for name, (columns, rows) in TABLES.items():
+            subjects: set[str] = set()
+            n = 0
+
+            def counted(items: Iterator[list]) -> Iterator[list]:
+                nonlocal n
+                for row in items:
+                    n += 1
+                    subjects.add(str(row[0]))
+                    yield row
+
             with atomic_write(out_dir / name, "w", encoding="utf-8", newline="") as handle:
-                for chunk in csv_chunks(columns, rows(session, bundle, include_incomplete, quality)):
+                for chunk in csv_chunks(columns, counted(rows(session, bundle, include_incomplete, quality))):
                     handle.write(chunk)
-            written[name] = out_dir / name
-    log.info("exported %s to %s", ", ".join(written), out_dir)
+            written[name], counts[name] = out_dir / name, (n, len(subjects))
+    (ratings, raters), (checks, _), (participants, _) = (counts[name] for name in TABLES)
+    print(f"exported {ratings} rating rows from {raters} participant(s) to {written['responses.csv']}")
+    print(f"  {checks} attention-check rows to attention.csv, {participants} participant(s) to participants.csv")
+    if not ratings:
+        scope = (
+            ""
+            if include_incomplete
+            else " (only completed participants are exported; export.include_incomplete=true adds the others)"
+        )
+        print(f"  no ratings yet{scope}")
     return written
+
+
+def _check_database_exists(url: str, label: str, default: bool) -> None:
+    """A SQLite file that is not there means the study was never served (or the path is wrong): say so, before
+    opening it would create an empty one."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or is_in_memory(url) or Path(parsed.database).is_file():
+        return
+    where = "the bundle's default database" if default else "database_url"
+    raise UserError(
+        f"{parsed.database}: no database yet ({where}): study {label} has not been served, so there is nothing "
+        "to export; serve it first (python serve_study.py study_dir=... completion_code=...), or pass the "
+        "database_url= it was served with"
+    )
 
 
 def quality_settings(cfg: ServeStudySettings) -> QualitySettings:
