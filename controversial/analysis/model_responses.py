@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from controversial.records.manifest import read_manifest
+from controversial.records.runs import find_manifests, newest_rows
 from controversial.records.names import Scheme, StimulusName, parse_name
 from controversial.records.responses import write_model_responses
 from controversial.synthesis.stimuli import DisplayConvention, Inversion, display_convention, load_png
@@ -63,16 +64,18 @@ def stimuli_from_folder(folder: str | Path, naming: Scheme = "project") -> list[
 
 
 def stimuli_from_manifest(path: str | Path, include_rejected: bool = False) -> list[StimulusImage]:
-    """The images a synthesis manifest lists (accepted ones unless ``include_rejected``)."""
+    """The images a synthesis manifest lists (accepted ones unless ``include_rejected``); a folder stands for
+    the manifests of the runs in it (a run, a sweep, or a folder of them: ``records.runs``)."""
     path = Path(path)
-    rows = [r for r in read_manifest(path) if r.image_file and (r.accepted or include_rejected)]
+    found = newest_rows(find_manifests(path))[0] if path.is_dir() else [(path, r) for r in read_manifest(path)]
+    rows = [(m, r) for m, r in found if r.image_file and (r.accepted or include_rejected)]
     if not rows:
         raise ValueError(f"{path}: no {'' if include_rejected else 'accepted '}images listed")
     return [
         StimulusImage(
-            Path(r.image_file).name, path.parent / r.image_file, (r.model_a, r.model_b, r.class_a_name, r.class_b_name)
+            Path(r.image_file).name, m.parent / r.image_file, (r.model_a, r.model_b, r.class_a_name, r.class_b_name)
         )
-        for r in rows
+        for m, r in rows
     ]
 
 

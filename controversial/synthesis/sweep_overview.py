@@ -1,7 +1,8 @@
 """An experiment at a glance: one manifest for a whole sweep, the paper's Fig. 2 and Fig. 3, and
 a model x model matrix of acceptance rates and median scores.
 
-A sweep dir holds one run dir per model pair (``<a>_vs_<b>/manifest.csv``). The combined manifest
+A sweep dir holds one run dir per model pair (``<a>_vs_<b>/manifest.csv``); any folder of runs, or one run,
+is read by the same rule as everywhere (``records.runs``). The combined manifest
 keeps every row and rewrites ``image_file`` relative to the overview folder, so it can be exported
 like any other manifest. A sweep of unordered pairs fills both triangles of the matrices: pair
 (a, b) with classes (i, j) is the same stimulus as pair (b, a) with classes (j, i).
@@ -21,7 +22,8 @@ import numpy as np
 
 from controversial.synthesis.grids import plot_stimulus_grid, save_figure, show_image
 from controversial.synthesis.runstate import best_rows
-from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
+from controversial.records.manifest import ManifestRow
+from controversial.records.runs import find_manifests, newest_rows
 from controversial.synthesis.stimuli import load_png
 
 log = logging.getLogger(__name__)
@@ -45,41 +47,21 @@ class PairSummary:
 
 
 def pair_manifests(sweep_dir: Path, exclude: Path | None = None) -> list[Path]:
-    """``<sweep_dir>/*/manifest.csv`` in name order, without the overview's own manifest."""
-    found = sorted(
-        p for p in sweep_dir.glob(f"*/{MANIFEST_NAME}") if exclude is None or p.parent.resolve() != exclude.resolve()
-    )
-    if not found:
-        replications = sorted({p.parent.parent.name for p in sweep_dir.glob(f"*/*/{MANIFEST_NAME}")})
-        hint = (
-            (
-                f" It holds the replications {', '.join(replications)}: summarise one at a time, "
-                f"e.g. sweep_dir={sweep_dir / replications[0]}"
-            )
-            if replications
-            else ""
-        )
-        raise FileNotFoundError(
-            f"no {sweep_dir}/<pair>/{MANIFEST_NAME}: is {sweep_dir} a synthesize.py sweep dir "
-            f"(-m ... sweep_dir=...)?{hint}"
-        )
-    return found
+    """The runs' manifests under ``sweep_dir`` (a run, a sweep, or a folder of them: ``records.runs``), without
+    the overview's own."""
+    return find_manifests(sweep_dir, exclude)
 
 
 def collect_rows(manifests: Sequence[Path], out_dir: Path) -> list[ManifestRow]:
-    """All rows of all pairs, with image paths relative to ``out_dir``; a pair found twice is an error."""
-    rows: list[ManifestRow] = []
-    owner: dict[Pair, Path] = {}
-    for path in manifests:
-        for row in read_manifest(path):
-            pair = (row.model_a, row.model_b)
-            if owner.setdefault(pair, path.parent) != path.parent:
-                raise ValueError(
-                    f"{pair[0]} vs {pair[1]} appears in both {owner[pair]} and {path.parent}; keep one of them"
-                )
-            image = os.path.relpath(path.parent / row.image_file, out_dir) if row.image_file else ""
-            rows.append(replace(row, image_file=image))
-    return rows
+    """All rows of all runs (an attempt listed by two runs taken from the newer, with a printed note), with
+    image paths relative to ``out_dir``."""
+    found, notes = newest_rows(manifests)
+    for note in notes:
+        print(note)
+    return [
+        replace(row, image_file=os.path.relpath(path.parent / row.image_file, out_dir) if row.image_file else "")
+        for path, row in found
+    ]
 
 
 def image_path(folder: Path, row: ManifestRow) -> Path:
