@@ -39,6 +39,8 @@ def stimuli_from_folder(folder: str | Path, naming: Scheme = "project") -> list[
     """Every PNG in ``folder`` (sorted), named by ``naming``. A repeated presentation (``_repeated``) must
     hold the same pixels as its first presentation and is listed once; differing pixels are an error."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: {'a file, not a folder' if folder.exists() else 'no such folder'}")
     paths = sorted(p for p in folder.glob("*.png") if p.name not in _NOT_STIMULI)
     if not paths:
         raise FileNotFoundError(f"{folder}: no PNG images")
