@@ -76,6 +76,18 @@ class BatchResult:
     total_seconds: float
 
 
+@dataclass(frozen=True)
+class Finished:
+    """An element that left the batch before the end: its 8-bit image will not change any more, so a caller
+    can keep it if the batch is interrupted (``on_finished``)."""
+
+    image: torch.Tensor  # (C, H, W), the quantised best image, on the CPU
+    steps: int
+    converged: bool
+    stalled: bool
+    failure: str
+
+
 def _model_logits(models: Sequence[SynthesisModel], images: torch.Tensor) -> list[torch.Tensor]:
     return [model(images) for model in models]
 
@@ -100,6 +112,7 @@ def synthesize_batch(
     seed: int = 0,
     on_step: Callable[[int, int], None] | None = None,
     on_scores: Callable[[int, torch.Tensor], None] | None = None,
+    on_finished: Callable[[int, Finished], None] | None = None,
 ) -> BatchResult:
     """Maximise the smooth controversiality of every element at once.
 
@@ -107,7 +120,8 @@ def synthesize_batch(
     targets: (N, m) target class of each model per element;
     initial_images: (N, C, H, W) in [0, 1]. ``on_step(step, n_active)`` reports progress;
     ``on_scores(step, hard)`` receives a CPU copy of the hard scores of the elements optimised in
-    that step (for tracking; it costs a device sync per step, so pass it only when needed).
+    that step (for tracking; it costs a device sync per step, so pass it only when needed);
+    ``on_finished(index, finished)`` is called for each element as it leaves the batch early.
     """
     n = len(targets)
     start_time = time.perf_counter()
@@ -181,6 +195,15 @@ def synthesize_batch(
                 newly_stalled = ~newly_converged & ~reached & (step - last_gain[rows] >= settings.stall_steps)
                 stalled[rows[newly_stalled]] = True
             keep = ~(newly_converged | reached | newly_stalled | ~finite)
+            if on_finished is not None and not bool(keep.all()):
+                for index in rows[~keep].tolist():
+                    image = quantize(best_images[index : index + 1])[0].cpu()
+                    on_finished(
+                        index,
+                        Finished(
+                            image, int(steps[index]), bool(converged[index]), bool(stalled[index]), failures[index]
+                        ),
+                    )
             if not bool(keep.all()):
                 rows, previous, quiet_steps = rows[keep], previous[keep], quiet_steps[keep]
                 params, optimizer = _compact(params, optimizer, settings.optimizer, keep)

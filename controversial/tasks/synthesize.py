@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import shlex
 import statistics
+import sys
 import time
 import zlib
 from dataclasses import dataclass
@@ -24,11 +26,19 @@ import torch
 from controversial.data import load_uint8
 from controversial.datasets import dataset_info
 from controversial.progress import Progress
-from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
+from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest, write_manifest
 from controversial.records.names import stimulus_filename
 from controversial.settings import DataSettings, Invocation, SynthesizeSettings
 from controversial.synthesis import runstate
-from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.engine import (
+    BatchResult,
+    Finished,
+    SynthesisSettings,
+    noise_images,
+    ordered_class_pairs,
+    score_images,
+    synthesize_batch,
+)
 from controversial.synthesis.grids import plot_stimulus_grid
 from controversial.synthesis.stimuli import load_png, save_png
 from controversial.tracking import Tracker, start_tracking
@@ -122,7 +132,48 @@ def _callbacks(bar: Progress, tracker: Tracker, attempt: int, step_offset: int):
 
 
 def run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
-    """One model pair into ``invocation.out_dir`` (resumed when it holds an earlier run of the same settings)."""
+    """One model pair into ``invocation.out_dir`` (resumed when it holds an earlier run of the same settings).
+
+    A run that fails before its first manifest leaves no folder; Ctrl-C keeps what had finished and prints one
+    line saying what was kept and the command that resumes (exit status 130).
+    """
+    fresh = not (invocation.out_dir / runstate.SETTINGS_NAME).exists()
+    try:
+        return _run(cfg, invocation)
+    except KeyboardInterrupt:
+        forgotten = runstate.forget_empty_run(invocation.out_dir, fresh)
+        if forgotten:
+            from controversial.cli import remove_fresh_run_dir  # Hydra's records, when nothing else is left
+
+            remove_fresh_run_dir(invocation.out_dir)
+        print(_interrupted(cfg, invocation, forgotten), file=sys.stderr)
+        raise SystemExit(130) from None
+    except BaseException:
+        runstate.forget_empty_run(invocation.out_dir, fresh)
+        raise
+
+
+def _interrupted(cfg: SynthesizeSettings, invocation: Invocation, forgotten: bool) -> str:
+    """The one line an interrupt prints: what was kept, and the exact command that resumes."""
+    out_dir = invocation.out_dir
+    manifest = out_dir / MANIFEST_NAME
+    if invocation.multirun:
+        again = f"rerun the same -m command: sweep_dir={out_dir.parent} resumes, finished cells are skipped"
+    elif forgotten:
+        again = f"start again with: {invocation.command}"
+    elif "output_dir=" in invocation.command:
+        again = f"resume with: {invocation.command}"
+    else:
+        again = f"resume with: {invocation.command} output_dir={shlex.quote(str(out_dir))}"
+    if forgotten or not manifest.is_file():
+        return f"interrupted: nothing had finished, so no folder was kept; {again}"
+    rows = read_manifest(manifest)
+    cells = len(ordered_class_pairs(len(dataset_info(cfg.model_a.dataset).class_names)))
+    accepted = len({r.cell for r in rows if r.accepted})
+    return f"interrupted: kept {accepted}/{cells} cells accepted ({len(rows)} attempts) in {manifest}; {again}"
+
+
+def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
     models = [m.to(device) for m in load_models([cfg.model_a, cfg.model_b], cfg.data.root, ["model_a", "model_b"])]
@@ -142,6 +193,91 @@ def run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
             return _synthesize_pair(cfg, models, device, out_dir, rows, tracker)
         finally:
             tracker.finish()
+
+
+def _rows(
+    result: BatchResult,
+    elements: list[Element],
+    inits: list[str],
+    dataset: str,
+    class_names: tuple[str, ...],
+    names: tuple[str, str],
+    out_dir: Path,
+    settings: SynthesisSettings,
+) -> list[ManifestRow]:
+    """The manifest rows of a batch's elements, each PNG written before the row that references it."""
+    name_a, name_b = names
+    per_image_time = result.total_seconds / max(len(elements), 1)
+    new_rows = []
+    for i, (element, init) in enumerate(zip(elements, inits)):
+        failure = result.failures[i]
+        hard = float(result.hard[i])
+        accepted = not failure and hard >= settings.threshold
+        filename = ""
+        if not failure:
+            filename = stimulus_filename(
+                name_a, class_names[element.class_a], name_b, class_names[element.class_b], element.seed
+            )
+            save_png(out_dir / filename, result.images[i].cpu().numpy())
+        probabilities = result.probabilities[i].cpu()
+        new_rows.append(
+            ManifestRow(
+                dataset=dataset,
+                model_a=name_a,
+                model_b=name_b,
+                class_a=element.class_a,
+                class_b=element.class_b,
+                class_a_name=class_names[element.class_a],
+                class_b_name=class_names[element.class_b],
+                seed=element.seed,
+                source="synthetic",
+                init=init,
+                steps=int(result.steps[i]),
+                converged=bool(result.converged[i]),
+                hard_score=hard,
+                smooth_score=float(result.smooth[i]),
+                p_model_a_class_a=float(probabilities[0, 0]),
+                p_model_a_class_b=float(probabilities[0, 1]),
+                p_model_b_class_a=float(probabilities[1, 0]),
+                p_model_b_class_b=float(probabilities[1, 1]),
+                accepted=accepted,
+                status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
+                image_file=filename,
+                wall_time_s=round(per_image_time, 4),
+            )
+        )
+    return new_rows
+
+
+def _finished_result(
+    models: list[CalibratedModel],
+    targets: torch.Tensor,
+    finished: dict[int, Finished],
+    settings: SynthesisSettings,
+    seconds: float,
+) -> tuple[list[int], BatchResult]:
+    """The elements that finished before an interrupt, scored on their 8-bit images as a whole batch would."""
+    index = sorted(finished)
+    images = torch.stack([finished[i].image for i in index]).to(targets.device)
+    hard, smooth, probabilities = score_images(models, images, targets[index], settings.sharpness)
+    failures = [
+        finished[i].failure
+        or ("" if torch.isfinite(h) and torch.isfinite(m) else "non-finite score of the 8-bit image")
+        for i, h, m in zip(index, hard, smooth)
+    ]
+    result = BatchResult(
+        images,
+        hard,
+        smooth,
+        probabilities,
+        torch.tensor([finished[i].steps for i in index]),
+        torch.tensor([finished[i].converged for i in index]),
+        torch.tensor([finished[i].stalled for i in index]),
+        failures,
+        0.0,
+        seconds,
+    )
+    return index, result
 
 
 def _synthesize_pair(
@@ -185,50 +321,40 @@ def _synthesize_pair(
         )
 
         on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
-        result = synthesize_batch(
-            models, targets, initial.to(device), settings, seed=base, on_step=on_step, on_scores=on_scores
-        )
+        finished: dict[int, Finished] = {}
+        batch_start = time.perf_counter()
+        try:
+            result = synthesize_batch(
+                models,
+                targets,
+                initial.to(device),
+                settings,
+                seed=base,
+                on_step=on_step,
+                on_scores=on_scores,
+                on_finished=finished.__setitem__,
+            )
+        except KeyboardInterrupt:  # keep the elements that had already finished, then stop
+            bar.close()
+            if finished:
+                index, partial = _finished_result(
+                    models, targets, finished, settings, time.perf_counter() - batch_start
+                )
+                kept = _rows(
+                    partial,
+                    [elements[i] for i in index],
+                    [inits[i] for i in index],
+                    info.name,
+                    info.class_names,
+                    (name_a, name_b),
+                    out_dir,
+                    settings,
+                )
+                write_manifest(out_dir / MANIFEST_NAME, rows + kept)
+            raise
         bar.close()
         global_step += settings.max_steps
-        per_image_time = result.total_seconds / len(elements)
-        new_rows = []
-        for i, (element, init) in enumerate(zip(elements, inits)):
-            failure = result.failures[i]
-            hard = float(result.hard[i])
-            accepted = not failure and hard >= settings.threshold
-            filename = ""
-            if not failure:
-                filename = stimulus_filename(
-                    name_a, info.class_names[element.class_a], name_b, info.class_names[element.class_b], element.seed
-                )
-                save_png(out_dir / filename, result.images[i].cpu().numpy())
-            probabilities = result.probabilities[i].cpu()
-            new_rows.append(
-                ManifestRow(
-                    dataset=info.name,
-                    model_a=name_a,
-                    model_b=name_b,
-                    class_a=element.class_a,
-                    class_b=element.class_b,
-                    class_a_name=info.class_names[element.class_a],
-                    class_b_name=info.class_names[element.class_b],
-                    seed=element.seed,
-                    source="synthetic",
-                    init=init,
-                    steps=int(result.steps[i]),
-                    converged=bool(result.converged[i]),
-                    hard_score=hard,
-                    smooth_score=float(result.smooth[i]),
-                    p_model_a_class_a=float(probabilities[0, 0]),
-                    p_model_a_class_b=float(probabilities[0, 1]),
-                    p_model_b_class_a=float(probabilities[1, 0]),
-                    p_model_b_class_b=float(probabilities[1, 1]),
-                    accepted=accepted,
-                    status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
-                    image_file=filename,
-                    wall_time_s=round(per_image_time, 4),
-                )
-            )
+        new_rows = _rows(result, elements, inits, info.name, info.class_names, (name_a, name_b), out_dir, settings)
         rows = rows + new_rows
         n_new_rows += len(new_rows)
         write_manifest(out_dir / MANIFEST_NAME, rows)
