@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from controversial.analysis.bootstrap import LOWER, pairwise_tests, percentile_ci, pooled_bootstrap
+from controversial.analysis.bootstrap import LOWER, Distributions, pairwise_tests, percentile_ci, pooled_bootstrap
 from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import MEASURES, participant_model_correlations
 from controversial.analysis.decisions import TieRule, decide
@@ -72,6 +72,19 @@ class AnalysisOptions:
 
 def _matrix(x: np.ndarray) -> list:
     return np.where(np.isfinite(x), x, np.nan).tolist()
+
+
+def _differences(dist: Distributions, names: Sequence[str], level: float) -> tuple[np.ndarray, ...]:
+    """Row minus column mean r for every pair of ``names``, with the percentile CI of its resampled values, so a
+    p-value is read next to the size of the difference it tests."""
+    columns = [dist.names.index(n) for n in names]
+    estimates = dist.estimates[columns]
+    low, high = np.full((len(names),) * 2, np.nan), np.full((len(names),) * 2, np.nan)
+    for i, a in enumerate(columns):
+        for j, b in enumerate(columns):
+            if i != j:
+                low[i, j], high[i, j] = percentile_ci((dist.samples[:, a] - dist.samples[:, b])[:, None], level)[0]
+    return estimates[:, None] - estimates[None, :], low, high
 
 
 def _undefined_rule(subs: Sequence[Study], name: str) -> tuple[list[Study], list[Exclusion], str | None]:
@@ -176,6 +189,7 @@ def evaluate_subset(
         ci = percentile_ci(dist.samples, options.ci_level)
         ranked = sorted(models, key=lambda m: -dist.estimates[dist.names.index(m)])
         tests = pairwise_tests(dist, include=ranked + [LOWER], alpha=options.alpha)
+        difference, low, high = _differences(dist, tests.names, options.ci_level)
         boot = BootstrapResult(
             measure="pearson",
             n_resamples=n_resamples,
@@ -193,6 +207,9 @@ def evaluate_subset(
                 p_two_tailed=_matrix(tests.p_two_tailed),
                 p_corrected=_matrix(tests.p_corrected),
                 significance=tests.significance.tolist(),
+                difference=_matrix(difference),
+                difference_low=_matrix(low),
+                difference_high=_matrix(high),
             ),
         )
     return SubsetResult(

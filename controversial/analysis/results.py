@@ -47,6 +47,9 @@ class PairwiseResult:
     p_two_tailed: Matrix
     p_corrected: Matrix
     significance: list[list[int]]
+    difference: Matrix  # row's mean r minus column's
+    difference_low: Matrix  # percentile CI of the resampled difference, at the bootstrap's ci_level
+    difference_high: Matrix
 
 
 @dataclass(frozen=True)
