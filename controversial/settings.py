@@ -699,6 +699,8 @@ def parse_mixture(spec: str) -> dict[str, float]:
     return weights
 
 
+from controversial.tasks.pilot_study import PilotStudySettings  # noqa: E402  (declared beside its task)
+
 SCHEMAS: dict[str, type[Settings]] = {
     "synthesize": SynthesizeSettings,
     "rank_natural": RankNaturalSettings,
@@ -711,4 +713,5 @@ SCHEMAS: dict[str, type[Settings]] = {
     "design_study": DesignStudySettings,
     "serve_study": ServeStudySettings,
     "fidelity": FidelitySettings,
+    "pilot_study": PilotStudySettings,
 }
