@@ -8,6 +8,7 @@ export and the analysis afterwards should rank that model first.
 
 from __future__ import annotations
 
+import logging
 import random
 import socket
 import threading
@@ -63,6 +64,20 @@ def loopback_server(settings: ServerSettings) -> Iterator[str]:
         thread.join(timeout=30)
 
 
+@contextmanager
+def _quiet(*names: str) -> Iterator[None]:
+    """A line per request (httpx) and per server start/stop (uvicorn) would bury the pilot's own report."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels):
+            logger.setLevel(level)
+
+
 def model_raters(
     bundle: StudyBundle,
     images: Sequence[str],
@@ -107,7 +122,7 @@ def run_pilot(
     attentive = instructions(bundle)
     start = time.perf_counter()
     answers = 0
-    with loopback_server(settings) as url, httpx.Client(base_url=url, timeout=60) as client:
+    with _quiet("httpx", "uvicorn.error"), loopback_server(settings) as url, httpx.Client(base_url=url) as client:
         for rate in raters:
             result = take_study(client, prolific_like_id(rng), rng, instructed=attentive, rate=rate)
             answers += len(result.answers)
