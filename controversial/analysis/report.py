@@ -42,7 +42,12 @@ def _p(p: float | None, n_resamples: int) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+    """A markdown table; a ``|`` inside a cell (the subset ``pair a|b``) is escaped so it stays one cell."""
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header)] + [line(r) for r in rows]
 
 
 def ranking_table(subset: SubsetResult) -> list[str]:

@@ -61,5 +61,6 @@ def test_a_subset_that_cannot_be_scored_says_why_in_the_report_and_the_figure(tm
     assert subset.not_scored is not None and "noise ceiling needs two" in subset.not_scored
     table = "\n".join(subset_table(results.prediction, results.ranking))
     assert "not scored: 1 participant(s) with varying ratings remain" in table
+    assert "| pair sim1\\|sim2 |" in table  # the subset's "|" escaped, so the markdown row keeps its columns
     path = subset_comparison(results.prediction, tmp_path / "subsets.png", ["pair sim1|sim2", "natural"])
     assert path.stat().st_size > 0
