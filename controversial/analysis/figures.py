@@ -88,7 +88,7 @@ def model_comparison(subset: SubsetResult, path: str | Path, title: str = "all s
     top-to-bottom order, so the matrix's diagonal runs from top left to bottom right."""
     order = _order(subset)
     fig, (ax, ax_sig) = plt.subplots(
-        1, 2, figsize=(DOUBLE_COLUMN, 0.2 * len(order) + 1.3), gridspec_kw={"width_ratios": [1.6, 1]}
+        1, 2, figsize=(DOUBLE_COLUMN, max(2.8, 0.2 * len(order) + 1.3)), gridspec_kw={"width_ratios": [1.6, 1]}
     )
     _bars(ax, subset, order, dots=True)
     ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, fontsize=6, borderaxespad=0.2)
