@@ -2,9 +2,8 @@
 
 from controversial.cli import command
 from controversial.tasks import pilot_study
-from controversial.tasks.pilot_study import PilotStudySettings
 
-main = command("pilot_study", PilotStudySettings, pilot_study.run)
+main = command("pilot_study", pilot_study.run)
 
 if __name__ == "__main__":
     main()

@@ -51,7 +51,7 @@ from sqlalchemy import create_engine, text
 from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
 from controversial.study.bundle import load_bundle
-from controversial.study.export import ExportSettings, export_study
+from controversial.study.export import ExportOptions, export_study
 from controversial.study.scripted_participants import instructions, prolific_like_id, scripted_ratings, take_study
 from controversial.synthesis.stimuli import save_png
 
@@ -194,7 +194,7 @@ def make_study(work: Path, pairs: int) -> Path:
     return export_study(
         sweep,
         work / "studies",
-        ExportSettings(name="bench", display_size=112, pilot=True),
+        ExportOptions(name="bench", display={"size": 112}, pilot=True),
         random_test_split,
         REPO / "human_study" / "src",
     )

@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 
 
 import torch
@@ -37,9 +36,9 @@ import torch
 
 from controversial.datasets import dataset_info  # noqa: E402
 from controversial.zoo.readout import CalibratedModel  # noqa: E402
+from controversial.synthesis.options import SynthesisOptions  # noqa: E402
 from controversial.synthesis.engine import (  # noqa: E402
     BatchResult,
-    SynthesisSettings,
     noise_images,
     ordered_class_pairs,
     synthesize_batch,
@@ -51,7 +50,7 @@ MNIST_MODELS = "vgg,vgg_neg,capsnet,pcn,madry_linf,madry_l2,capsnet_recon,kde,ab
 
 
 def run_cells(
-    models: Sequence[CalibratedModel], cells: list[tuple[int, int]], settings: SynthesisSettings
+    models: Sequence[CalibratedModel], cells: list[tuple[int, int]], settings: SynthesisOptions
 ) -> BatchResult:
     targets = torch.tensor(cells)
     initial = noise_images(cells, [0] * len(cells), dataset_info(models[0].dataset).image_shape)
@@ -87,13 +86,13 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
-def warm_up(models: Sequence[CalibratedModel], settings: SynthesisSettings) -> None:
+def warm_up(models: Sequence[CalibratedModel], settings: SynthesisOptions) -> None:
     """A few steps on two cells first, so one-time costs (oneDNN kernel selection, optimiser setup)
     are not charged to whichever variant runs first."""
-    run_cells(models, ordered_class_pairs()[:2], replace(settings, max_steps=3))
+    run_cells(models, ordered_class_pairs()[:2], settings.model_copy(update={"max_steps": 3}))
 
 
-def compare_pairs(pairs: list[str], subset_size: int, repeats: int, settings: SynthesisSettings) -> str:
+def compare_pairs(pairs: list[str], subset_size: int, repeats: int, settings: SynthesisOptions) -> str:
     cells = ordered_class_pairs()
     subset = cells[:: len(cells) // subset_size][:subset_size]
     print(
@@ -151,7 +150,7 @@ def compare_pairs(pairs: list[str], subset_size: int, repeats: int, settings: Sy
     return table(header, rows)
 
 
-def time_families(names: list[str], partner: str, fallback_partner: str, settings: SynthesisSettings) -> str:
+def time_families(names: list[str], partner: str, fallback_partner: str, settings: SynthesisOptions) -> str:
     print(
         f"\nevery model family: the full 90-cell matrix against {partner} ({fallback_partner} for {partner} itself)",
         flush=True,
@@ -197,7 +196,7 @@ def record_kde_inputs(kde: CalibratedModel, partner: CalibratedModel, n_cells: i
     recorded: list[torch.Tensor] = []
     hook = kde.net.register_forward_pre_hook(lambda module, args: recorded.append(args[0].detach().clone()))
     try:
-        run_cells([partner, kde], ordered_class_pairs()[:n_cells], SynthesisSettings(max_steps=steps, stop_score=None))
+        run_cells([partner, kde], ordered_class_pairs()[:n_cells], SynthesisOptions(max_steps=steps, stop_score=None))
     finally:
         hook.remove()
     return recorded[:-1]  # the last call scores the final 8-bit images
@@ -294,7 +293,7 @@ def main() -> None:
     parser.add_argument("--kde-steps", type=int, default=30, help="synthesis steps recorded and replayed in part 3")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
-    settings = SynthesisSettings(max_steps=args.max_steps)
+    settings = SynthesisOptions(max_steps=args.max_steps)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; settings: {settings.max_steps} steps max, "
         f"stop_score {settings.stop_score}, threshold {settings.threshold}; one attempt, no retries"

@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 import hydra
 import yaml
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
@@ -36,7 +37,8 @@ from pydantic import BaseModel, ValidationError
 from controversial.config import CONF_DIR
 from controversial.errors import UserError, one_paragraph
 from controversial.help import command_help
-from controversial.settings import Invocation
+from controversial.options import defaults
+from controversial.tasks import Invocation, settings_schema
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +69,7 @@ def validate(schema: type[S], cfg: DictConfig) -> S:
     values = {
         key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
         for key in cfg
-        if key != "hydra"
+        if key != "hydra" and not OmegaConf.is_missing(cfg, key)  # a missing value: the schema says it is required
     }
     return schema.model_validate(values)
 
@@ -175,11 +177,19 @@ def command_line(name: str, task_overrides: Any) -> str:
     return " ".join([f"python {name}.py", *OmegaConf.to_container(task_overrides, resolve=False)])
 
 
-def command(
-    name: str, schema: type[S], task: Callable[[S, Invocation], Any], register: Callable[[], None] | None = None
-) -> Callable[[], None]:
-    """The ``main()`` of ``<name>.py``: ``--help`` from the schema, validation, the task, and error reporting."""
+def register_defaults(name: str, schema: type[BaseModel]) -> None:
+    """Store the schema's defaults as ``<name>_defaults``, the base node ``conf/<name>.yaml`` composes first:
+    the schema is the one place a default is written."""
+    ConfigStore.instance().store(name=f"{name}_defaults", node=defaults(schema))
 
+
+def command(
+    name: str, task: Callable[[S, Invocation], Any], register: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """The ``main()`` of ``<name>.py``: ``--help`` from the task's settings schema, validation, the task, and
+    error reporting; ``register`` adds config groups (the model names of ``model_a=``) before Hydra starts."""
+
+    schema = settings_schema(task)
     failures: list[BaseException] = []
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=name)
@@ -203,6 +213,7 @@ def command(
             return None
 
     def main() -> None:
+        register_defaults(name, schema)
         if register is not None:
             register()
         if any(arg in ("--help", "-h") for arg in sys.argv[1:]):
@@ -225,6 +236,7 @@ def load_settings(name: str, schema: type[S], overrides: list[str] | None = None
     """Compose ``conf/<name>.yaml`` with overrides and validate it, as the command would (tests, notebooks)."""
     from hydra import compose, initialize_config_dir
 
+    register_defaults(name, schema)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(name, overrides=list(overrides or []))
     return validate(schema, cfg)

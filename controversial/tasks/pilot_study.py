@@ -4,22 +4,26 @@ Evaluates the models on the bundle's stimuli, serves the study on loopback with 
 ``participants`` simulated people (the ``rater`` model's probabilities plus per-participant noise) take it over
 HTTP, exports the CSV files as ``serve_study.py mode=export`` does, and analyses them as ``analyze.py`` does:
 the rater should come out first, and every file a real study produces is there to check.
-
-The schema is declared here; the heavy modules (torch, the server) are imported when the command runs, because
-``controversial.settings`` imports this module to register the schema and other commands must stay light.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from pydantic import Field, field_validator
 
+from controversial.analysis.options import BootstrapOptions, ErrorConsistencyOptions
+from controversial.analysis.results import AnalysisResults
+from controversial.datasets import ModelDataOptions
 from controversial.options import Count, Options, Seed, ordered_range
+from controversial.tasks import Invocation
 
-if TYPE_CHECKING:
-    from controversial.analysis.results import AnalysisResults
-    from controversial.settings import Invocation
+from controversial.analysis.model_responses import stimuli_from_folder, write_responses
+from controversial.analysis.simulate import ParticipantNoise
+from controversial.errors import UserError
+from controversial.study.bundle import STIMULI_DIR, load_bundle, recorded_inversion
+from controversial.study.pilot import database_file, model_raters, run_pilot
+from controversial.tasks import analyze
+from controversial.tasks.serve_study import export_csvs
+from controversial.zoo.bundled import load_model
 
 
 class PilotStudySettings(Options):
@@ -31,7 +35,7 @@ class PilotStudySettings(Options):
     )
     dataset: str | None = Field(None, description="null: the bundle's dataset")
     models_dir: str | None = Field(None, description="default: the repository's models/")
-    data_root: str = Field(description="data root; the KDE models read their training images from here")
+    data: ModelDataOptions = Field(default_factory=ModelDataOptions)
     noise_sd: tuple[float, float] = Field((0.8, 1.6), description="per-participant logit noise, drawn from this range")
     gain: tuple[float, float] = Field((0.7, 1.3), description="per-participant gain, drawn from this range")
     seed: Seed = 0
@@ -50,16 +54,6 @@ class PilotStudySettings(Options):
 
 def run(cfg: PilotStudySettings, invocation: Invocation) -> AnalysisResults:
     """The pilot into ``invocation.out_dir``: model_responses.csv, pilot.db, the exported CSVs, analysis/."""
-    from controversial.analysis.model_responses import stimuli_from_folder, write_responses
-    from controversial.analysis.simulate import ParticipantNoise
-    from controversial.errors import UserError
-    from controversial.settings import AnalyzeSettings, BootstrapSettings, ErrorConsistencySettings, Invocation
-    from controversial.study.bundle import STIMULI_DIR, load_bundle, recorded_inversion
-    from controversial.study.pilot import database_file, model_raters, run_pilot
-    from controversial.tasks import analyze
-    from controversial.tasks.serve_study import export_csvs
-    from controversial.zoo.bundled import load_model
-
     out = invocation.out_dir
     bundle = load_bundle(cfg.study_dir)
     targeted = sorted({m for e in bundle.key.values() if e.kind == "controversial" for m in (e.model_a, e.model_b)})
@@ -69,7 +63,7 @@ def run(cfg: PilotStudySettings, invocation: Invocation) -> AnalysisResults:
     stimuli = stimuli_from_folder(bundle.root / STIMULI_DIR)
     recorded = recorded_inversion(bundle.root / STIMULI_DIR)
     invert = "auto" if recorded is None else ("true" if recorded else "false")
-    models = [load_model(m, cfg.dataset or bundle.spec.dataset, cfg.models_dir, cfg.data_root) for m in names]
+    models = [load_model(m, cfg.dataset or bundle.spec.dataset, cfg.models_dir, cfg.data.root) for m in names]
     probabilities, _ = write_responses(out / "model_responses.csv", models, stimuli, cfg.batch_size, invert)
     print(f"{len(models)} models x {len(stimuli)} images -> {out / 'model_responses.csv'}")
 
@@ -83,13 +77,12 @@ def run(cfg: PilotStudySettings, invocation: Invocation) -> AnalysisResults:
         f"{pilot.url}, {pilot.answers} answers in {pilot.seconds:.0f} s -> {database.removeprefix('sqlite:///')}"
     )
     export_csvs(bundle.root, database, out)
-    analysis = AnalyzeSettings(
+    analysis = analyze.AnalyzeSettings(
         human_ratings=str(out / "responses.csv"),
         model_responses=str(out / "model_responses.csv"),
         rating_scale=[v / 100 for v in bundle.spec.rating_levels],
-        measures=["pearson", "spearman", "kendall"],
-        bootstrap=BootstrapSettings(n_resamples=cfg.resamples, subset_resamples=min(cfg.resamples, 10_000)),
-        error_consistency=ErrorConsistencySettings(n_resamples=min(cfg.resamples, 1000)),
+        bootstrap=BootstrapOptions(n_resamples=cfg.resamples, subset_resamples=min(cfg.resamples, 10_000)),
+        error_consistency=ErrorConsistencyOptions(n_resamples=min(cfg.resamples, 1000)),
         seed=cfg.seed,
     )
     return analyze.run(analysis, Invocation(out / "analysis", invocation.command))

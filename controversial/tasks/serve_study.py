@@ -13,7 +13,8 @@ from sqlalchemy.engine import make_url
 
 from controversial.atomic import atomic_write
 from controversial.errors import UserError
-from controversial.settings import Invocation, ServeStudySettings
+from controversial.settings import ServeStudySettings
+from controversial.tasks import Invocation
 from controversial.study.admin_token import AdminTokenError, read_admin_token, write_admin_token
 from controversial.study.bundle import load_bundle
 from controversial.records.csvfile import csv_chunks

@@ -11,6 +11,16 @@ folder (a sweep, or ``output_dir=``) resumes: see :mod:`controversial.synthesis.
 
 from __future__ import annotations
 
+from pydantic import Field, model_validator
+from typing import Literal
+from controversial.options import DEVICE_PATTERN, Count, Options, Seed
+from controversial.config import ModelOptions, check_pair
+from controversial.datasets import DataOptions
+from controversial.synthesis.options import OptimizerOptions, SynthesisOptions
+from controversial.tracking import WandbOptions
+from controversial.tasks import Invocation
+
+
 import hashlib
 import logging
 import shlex
@@ -28,12 +38,10 @@ from controversial.datasets import dataset_info
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest, write_manifest
 from controversial.records.names import stimulus_filename
-from controversial.settings import DataSettings, Invocation, SynthesizeSettings
 from controversial.synthesis import runstate
 from controversial.synthesis.engine import (
     BatchResult,
     Finished,
-    SynthesisSettings,
     noise_images,
     ordered_class_pairs,
     score_images,
@@ -46,6 +54,45 @@ from controversial.zoo.loading import load_models, resolve_device
 from controversial.zoo.readout import CalibratedModel
 
 log = logging.getLogger(__name__)
+
+
+class SynthesizeSettings(Options):
+    model_a: ModelOptions = Field(description="model A (a name from conf/model/)")
+    model_b: ModelOptions = Field(description="model B, of the same dataset")
+    seed: Seed = 0
+    seeds_per_cell: Count = Field(1, description="independent starts per cell in the first attempt")
+    max_attempts: Count = Field(5, description="failed cells are retried with new seeds until this many attempts")
+    retry_lookahead: bool = Field(
+        True, description="a retry also runs later attempts' seeds while the batch stays small"
+    )
+    init: Literal["auto", "noise", "test_image"] = Field(
+        "auto",
+        description="auto (noise, unless a model declares synthesis_init: test_image) | noise (uniform) | "
+        "test_image (random test images)",
+    )
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
+    synthesis: SynthesisOptions = Field(default_factory=SynthesisOptions)
+    optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
+    data: DataOptions = Field(default_factory=DataOptions)
+    progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
+    output_dir: str | None = Field(None, description="re-enter a run dir to resume it; default: a new timestamped one")
+    sweep_dir: str | None = Field(None, description="the multirun folder; set it so a re-run resumes the sweep")
+    wandb: WandbOptions = Field(default_factory=WandbOptions)
+    experiment_name: str | None = Field(None, description="set by experiment=<name>")
+    models: list[str] | None = Field(None, description="set by experiment=<name>: the models whose pairs are swept")
+
+    @model_validator(mode="after")
+    def _a_pair(self) -> SynthesizeSettings:
+        check_pair(self.model_a, self.model_b)
+        return self
+
+    @property
+    def start(self) -> Literal["noise", "test_image"]:
+        """The initialisation this run uses: ``init`` itself, or under ``auto`` what the models declare."""
+        if self.init != "auto":
+            return self.init
+        declared = {self.model_a.synthesis_init, self.model_b.synthesis_init}
+        return "test_image" if "test_image" in declared else "noise"
 
 
 def _sha256(path: Path) -> str:
@@ -93,7 +140,7 @@ def _initial_images(
     shape: tuple[int, int, int],
     init: str,
     dataset: str,
-    data_cfg: DataSettings,
+    data_cfg: DataOptions,
     pair_names: tuple[str, str],
 ) -> tuple[torch.Tensor, list[str]]:
     if init == "noise":
@@ -173,6 +220,14 @@ def _interrupted(cfg: SynthesizeSettings, invocation: Invocation, forgotten: boo
     return f"interrupted: kept {accepted}/{cells} cells accepted ({len(rows)} attempts) in {manifest}; {again}"
 
 
+class _Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch, carrying the rows of the elements that had already finished."""
+
+    def __init__(self, kept: list[ManifestRow]) -> None:
+        super().__init__()
+        self.kept = kept
+
+
 def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
@@ -195,71 +250,124 @@ def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
             tracker.finish()
 
 
-def _rows(
-    result: BatchResult,
-    elements: list[Element],
-    inits: list[str],
-    dataset: str,
-    class_names: tuple[str, ...],
-    names: tuple[str, str],
+def _synthesize_pair(
+    cfg: SynthesizeSettings,
+    models: list[CalibratedModel],
+    device: torch.device,
     out_dir: Path,
-    settings: SynthesisSettings,
+    rows: list[ManifestRow],
+    tracker: Tracker,
 ) -> list[ManifestRow]:
-    """The manifest rows of a batch's elements, each PNG written before the row that references it."""
-    name_a, name_b = names
-    per_image_time = result.total_seconds / max(len(elements), 1)
-    new_rows = []
-    for i, (element, init) in enumerate(zip(elements, inits)):
-        failure = result.failures[i]
-        hard = float(result.hard[i])
-        accepted = not failure and hard >= settings.threshold
-        filename = ""
-        if not failure:
-            filename = stimulus_filename(
-                name_a, class_names[element.class_a], name_b, class_names[element.class_b], element.seed
-            )
-            save_png(out_dir / filename, result.images[i].cpu().numpy())
-        probabilities = result.probabilities[i].cpu()
-        new_rows.append(
-            ManifestRow(
-                dataset=dataset,
-                model_a=name_a,
-                model_b=name_b,
-                class_a=element.class_a,
-                class_b=element.class_b,
-                class_a_name=class_names[element.class_a],
-                class_b_name=class_names[element.class_b],
-                seed=element.seed,
-                source="synthetic",
-                init=init,
-                steps=int(result.steps[i]),
-                converged=bool(result.converged[i]),
-                hard_score=hard,
-                smooth_score=float(result.smooth[i]),
-                p_model_a_class_a=float(probabilities[0, 0]),
-                p_model_a_class_b=float(probabilities[0, 1]),
-                p_model_b_class_a=float(probabilities[1, 0]),
-                p_model_b_class_b=float(probabilities[1, 1]),
-                accepted=accepted,
-                status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
-                image_file=filename,
-                wall_time_s=round(per_image_time, 4),
-            )
+    """Every attempt the run still needs, then the grid and the summary line."""
+    info = dataset_info(cfg.model_a.dataset)
+    pairs = ordered_class_pairs(len(info.class_names))
+    start = time.perf_counter()
+    if rows:
+        log.info(
+            "resuming %s: %d earlier row(s), %d/%d cells already accepted",
+            out_dir,
+            len(rows),
+            len({r.cell for r in rows if r.accepted}),
+            len(pairs),
         )
-    return new_rows
+    log.info(
+        "synthesizing %s vs %s: %d cells x %d seeds on %s",
+        cfg.model_a.name,
+        cfg.model_b.name,
+        len(pairs),
+        cfg.seeds_per_cell,
+        device,
+    )
+    global_step = n_new_rows = 0
+    capacity = len(pairs) * cfg.seeds_per_cell if cfg.retry_lookahead else 0  # retries never outgrow the first batch
+    for attempt in range(cfg.max_attempts):
+        work, last_attempt = runstate.attempts_batch(
+            rows, pairs, cfg.seed, attempt, cfg.seeds_per_cell, cfg.max_attempts, capacity
+        )
+        if not work:
+            continue
+        attempts = f"{attempt + 1}" if last_attempt == attempt else f"{attempt + 1}-{last_attempt + 1}"
+        elements = [Element(a, b, seed) for (a, b), seed in work]
+        try:
+            new_rows, result = _attempt(cfg, models, device, out_dir, elements, attempts, tracker, attempt, global_step)
+        except _Interrupted as stop:  # the finished elements join the manifest, then the interrupt goes on
+            if stop.kept:
+                write_manifest(out_dir / MANIFEST_NAME, rows + stop.kept)
+            raise
+        global_step += cfg.synthesis.max_steps
+        rows = rows + new_rows
+        n_new_rows += len(new_rows)
+        write_manifest(out_dir / MANIFEST_NAME, rows)
+        _report_attempt(tracker, attempt, attempts, rows, new_rows, result, len(pairs), global_step)
+    _finish(cfg, out_dir, rows, pairs, n_new_rows, tracker, start)
+    return rows
+
+
+def _attempt(
+    cfg: SynthesizeSettings,
+    models: list[CalibratedModel],
+    device: torch.device,
+    out_dir: Path,
+    elements: list[Element],
+    attempts: str,
+    tracker: Tracker,
+    attempt: int,
+    global_step: int,
+) -> tuple[list[ManifestRow], BatchResult]:
+    """One batch: its starts, the synthesis, and the PNGs and manifest rows of its elements."""
+    info = dataset_info(cfg.model_a.dataset)
+    names = (cfg.model_a.name, cfg.model_b.name)
+    initial, inits = _initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data, names)
+    targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
+    bar = Progress(
+        cfg.synthesis.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress
+    )
+    on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
+    base = cfg.seed + attempt * cfg.seeds_per_cell
+    finished: dict[int, Finished] = {}
+    batch_start = time.perf_counter()
+    try:
+        result = synthesize_batch(
+            models,
+            targets,
+            initial.to(device),
+            cfg.synthesis,
+            seed=base,
+            on_step=on_step,
+            on_scores=on_scores,
+            optimizer=cfg.optimizer.factory(),
+            on_finished=finished.__setitem__,
+        )
+    except KeyboardInterrupt:  # keep the elements that had already finished: their 8-bit images are final
+        bar.close()
+        kept = []
+        if finished:
+            index, partial = _finished_result(models, targets, finished, cfg, time.perf_counter() - batch_start)
+            kept = [
+                _manifest_row(cfg, out_dir, elements[n], inits[n], partial, i, partial.total_seconds / len(elements))
+                for i, n in enumerate(index)
+            ]
+        raise _Interrupted(kept) from None
+    bar.close()
+    per_image_time = result.total_seconds / len(elements)
+    new_rows = [
+        _manifest_row(cfg, out_dir, element, init, result, i, per_image_time)
+        for i, (element, init) in enumerate(zip(elements, inits))
+    ]
+    return new_rows, result
 
 
 def _finished_result(
     models: list[CalibratedModel],
     targets: torch.Tensor,
     finished: dict[int, Finished],
-    settings: SynthesisSettings,
+    cfg: SynthesizeSettings,
     seconds: float,
 ) -> tuple[list[int], BatchResult]:
     """The elements that finished before an interrupt, scored on their 8-bit images as a whole batch would."""
     index = sorted(finished)
     images = torch.stack([finished[i].image for i in index]).to(targets.device)
-    hard, smooth, probabilities = score_images(models, images, targets[index], settings.sharpness)
+    hard, smooth, probabilities = score_images(models, images, targets[index], cfg.synthesis)
     failures = [
         finished[i].failure
         or ("" if torch.isfinite(h) and torch.isfinite(m) else "non-finite score of the 8-bit image")
@@ -280,104 +388,98 @@ def _finished_result(
     return index, result
 
 
-def _synthesize_pair(
+def _manifest_row(
     cfg: SynthesizeSettings,
-    models: list[CalibratedModel],
-    device: torch.device,
+    out_dir: Path,
+    element: Element,
+    init: str,
+    result: BatchResult,
+    i: int,
+    per_image_time: float,
+) -> ManifestRow:
+    """Element ``i``'s row, after writing its PNG (unless it failed)."""
+    info = dataset_info(cfg.model_a.dataset)
+    name_a, name_b = cfg.model_a.name, cfg.model_b.name
+    failure = result.failures[i]
+    hard = float(result.hard[i])
+    accepted = not failure and hard >= cfg.synthesis.threshold
+    filename = ""
+    if not failure:
+        filename = stimulus_filename(
+            name_a, info.class_names[element.class_a], name_b, info.class_names[element.class_b], element.seed
+        )
+        save_png(out_dir / filename, result.images[i].cpu().numpy())
+    probabilities = result.probabilities[i].cpu()
+    return ManifestRow(
+        dataset=info.name,
+        model_a=name_a,
+        model_b=name_b,
+        class_a=element.class_a,
+        class_b=element.class_b,
+        class_a_name=info.class_names[element.class_a],
+        class_b_name=info.class_names[element.class_b],
+        seed=element.seed,
+        source="synthetic",
+        init=init,
+        steps=int(result.steps[i]),
+        converged=bool(result.converged[i]),
+        hard_score=hard,
+        smooth_score=float(result.smooth[i]),
+        p_model_a_class_a=float(probabilities[0, 0]),
+        p_model_a_class_b=float(probabilities[0, 1]),
+        p_model_b_class_a=float(probabilities[1, 0]),
+        p_model_b_class_b=float(probabilities[1, 1]),
+        accepted=accepted,
+        status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
+        image_file=filename,
+        wall_time_s=round(per_image_time, 4),
+    )
+
+
+def _report_attempt(
+    tracker: Tracker,
+    attempt: int,
+    attempts: str,
+    rows: list[ManifestRow],
+    new_rows: list[ManifestRow],
+    result: BatchResult,
+    n_cells: int,
+    global_step: int,
+) -> None:
+    """The attempt's figures for tracking and the log."""
+    n_accepted = len({r.cell for r in rows if r.accepted})
+    tracker.log(
+        {
+            "attempt": attempt + 1,
+            "cells_accepted": n_accepted,
+            "images_accepted_this_attempt": sum(r.accepted for r in new_rows),
+            "images_this_attempt": len(new_rows),
+        },
+        step=global_step,
+    )
+    log.info(
+        "attempt %s: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward%s)",
+        attempts,
+        n_accepted,
+        n_cells,
+        result.total_seconds,
+        100 * result.model_seconds / max(result.total_seconds, 1e-9),
+        f"; {int(result.stalled.sum())} image(s) stopped as stalled" if bool(result.stalled.any()) else "",
+    )
+
+
+def _finish(
+    cfg: SynthesizeSettings,
     out_dir: Path,
     rows: list[ManifestRow],
+    pairs: list[tuple[int, int]],
+    n_new_rows: int,
     tracker: Tracker,
-) -> list[ManifestRow]:
+    start: float,
+) -> None:
+    """The grid of the best image per cell (kept when nothing changed), the run's summary and its line."""
     info = dataset_info(cfg.model_a.dataset)
-    settings = SynthesisSettings(**cfg.synthesis.model_dump(), optimizer=cfg.optimizer.factory())
     name_a, name_b = cfg.model_a.name, cfg.model_b.name
-    pairs = ordered_class_pairs(len(info.class_names))
-    start = time.perf_counter()
-    if rows:
-        log.info(
-            "resuming %s: %d earlier row(s), %d/%d cells already accepted",
-            out_dir,
-            len(rows),
-            len({r.cell for r in rows if r.accepted}),
-            len(pairs),
-        )
-    log.info("synthesizing %s vs %s: %d cells x %d seeds on %s", name_a, name_b, len(pairs), cfg.seeds_per_cell, device)
-
-    global_step = n_new_rows = 0
-    capacity = len(pairs) * cfg.seeds_per_cell if cfg.retry_lookahead else 0  # retries never outgrow the first batch
-    for attempt in range(cfg.max_attempts):
-        base = cfg.seed + attempt * cfg.seeds_per_cell
-        work, last_attempt = runstate.attempts_batch(
-            rows, pairs, cfg.seed, attempt, cfg.seeds_per_cell, cfg.max_attempts, capacity
-        )
-        if not work:
-            continue
-        attempts = f"{attempt + 1}" if last_attempt == attempt else f"{attempt + 1}-{last_attempt + 1}"
-        elements = [Element(a, b, seed) for (a, b), seed in work]
-        initial, inits = _initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data, (name_a, name_b))
-        targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
-        bar = Progress(
-            settings.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress
-        )
-
-        on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
-        finished: dict[int, Finished] = {}
-        batch_start = time.perf_counter()
-        try:
-            result = synthesize_batch(
-                models,
-                targets,
-                initial.to(device),
-                settings,
-                seed=base,
-                on_step=on_step,
-                on_scores=on_scores,
-                on_finished=finished.__setitem__,
-            )
-        except KeyboardInterrupt:  # keep the elements that had already finished, then stop
-            bar.close()
-            if finished:
-                index, partial = _finished_result(
-                    models, targets, finished, settings, time.perf_counter() - batch_start
-                )
-                kept = _rows(
-                    partial,
-                    [elements[i] for i in index],
-                    [inits[i] for i in index],
-                    info.name,
-                    info.class_names,
-                    (name_a, name_b),
-                    out_dir,
-                    settings,
-                )
-                write_manifest(out_dir / MANIFEST_NAME, rows + kept)
-            raise
-        bar.close()
-        global_step += settings.max_steps
-        new_rows = _rows(result, elements, inits, info.name, info.class_names, (name_a, name_b), out_dir, settings)
-        rows = rows + new_rows
-        n_new_rows += len(new_rows)
-        write_manifest(out_dir / MANIFEST_NAME, rows)
-        n_accepted = len({r.cell for r in rows if r.accepted})
-        tracker.log(
-            {
-                "attempt": attempt + 1,
-                "cells_accepted": n_accepted,
-                "images_accepted_this_attempt": sum(r.accepted for r in new_rows),
-                "images_this_attempt": len(new_rows),
-            },
-            step=global_step,
-        )
-        log.info(
-            "attempt %s: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward%s)",
-            attempts,
-            n_accepted,
-            len(pairs),
-            result.total_seconds,
-            100 * result.model_seconds / max(result.total_seconds, 1e-9),
-            f"; {int(result.stalled.sum())} image(s) stopped as stalled" if bool(result.stalled.any()) else "",
-        )
-
     grid_path = out_dir / "grid.png"
     if n_new_rows or not grid_path.is_file():  # a re-run with nothing left to do keeps its grid
         best = runstate.best_rows(rows)
@@ -395,9 +497,9 @@ def _synthesize_pair(
     tracker.log_image("grid", grid_path)
     wall = time.perf_counter() - start
     summary = (
-        f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold {settings.threshold}, "
-        f"median best hard score {statistics.median(best_scores):.3f}, wall time {wall:.0f} s -> {out_dir}"
+        f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold "
+        f"{cfg.synthesis.threshold}, median best hard score {statistics.median(best_scores):.3f}, "
+        f"wall time {wall:.0f} s -> {out_dir}"
     )
     log.info(summary)
     print(summary)
-    return rows

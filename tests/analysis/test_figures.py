@@ -15,7 +15,10 @@ def test_every_figure_has_a_pdf_beside_its_png(tmp_path):
     ratings = simulate_participants(true_probabilities(models, models.names, {"sim2": 1.0}), 5, seed=2)
     human, model = write_study(tmp_path, models, ratings)
     study = build_study(read_human_ratings(human), read_model_responses(model))
-    options = AnalysisOptions(n_resamples=200, subset_resamples=100, ec_resamples=20, null_band_grid=10)
+    options = AnalysisOptions(
+        bootstrap={"n_resamples": 200, "subset_resamples": 100},
+        error_consistency={"n_resamples": 20, "null_band_grid": 10},
+    )
     prediction = analyze_study(study, options)
     results = AnalysisResults(
         study=prediction.study,

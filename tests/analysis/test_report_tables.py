@@ -18,7 +18,10 @@ def test_pairwise_table_names_models_and_gives_the_difference_with_its_ci(tmp_pa
     study = build_study(
         *(f(p) for f, p in zip((read_human_ratings, read_model_responses), write_study(tmp_path, models, ratings)))
     )
-    results = analyze_study(study, AnalysisOptions(n_resamples=400, subset_resamples=0, ec_resamples=0))
+    results = analyze_study(
+        study,
+        AnalysisOptions(bootstrap={"n_resamples": 400, "subset_resamples": 0}, error_consistency={"enabled": False}),
+    )
     boot = results.prediction["all"].bootstrap
     table = significance_table(boot)
     assert "c1" not in "\n".join(table)

@@ -15,7 +15,11 @@ from controversial.analysis.simulate import simulate_models, simulate_participan
 from controversial.analysis.study import build_study
 from controversial.records.responses import read_human_ratings, read_model_responses
 
-FAST = AnalysisOptions(n_resamples=300, subset_resamples=200, ec_resamples=0, measures=("pearson", "spearman"))
+FAST = AnalysisOptions(
+    bootstrap={"n_resamples": 300, "subset_resamples": 200},
+    error_consistency={"enabled": False},
+    measures=["pearson", "spearman"],
+)
 
 
 def _study(tmp_path, n_participants: int, flat: dict[int, str]):

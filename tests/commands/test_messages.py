@@ -6,13 +6,15 @@ import pytest
 
 from controversial.analysis.model_responses import stimuli_from_folder
 from controversial.analysis.simulate import simulate_models, simulate_participants, true_probabilities, write_study
-from controversial.cli import error_message
+from controversial.cli import error_message, register_defaults
 from controversial.records.csvfile import InputError
 from controversial.records.responses import read_human_ratings, read_model_responses
+from controversial.tasks import command_settings
 from helpers import compose_synthesize
 
 
 def test_a_misspelt_setting_gets_did_you_mean_not_hydras_plus_hint():
+    register_defaults("synthesize", command_settings("synthesize"))  # as synthesize.py does before Hydra starts
     with pytest.raises(Exception) as caught:
         compose_synthesize("modela=abs")
     message = error_message(caught.value)

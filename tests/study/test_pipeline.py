@@ -13,7 +13,8 @@ from PIL import Image
 
 from controversial.records.responses import read_human_ratings, read_model_responses
 from controversial.analysis.model_responses import stimuli_from_folder
-from controversial.analysis.pipeline import AnalysisOptions, analyze_study
+from controversial.analysis.options import AnalysisOptions
+from controversial.analysis.pipeline import analyze_study
 from controversial.analysis.study import build_study
 from controversial.study.bundle import load_bundle
 from controversial.records.study import RESPONSE_COLUMNS
@@ -95,7 +96,9 @@ def test_scripted_participants_yield_ratings_the_analysis_accepts(small_bundle, 
     assert study.participants == ("P0001", "P0002", "P0003") and len(study.stimuli) == 30
     assert {s.true_class for s in study.stimuli if s.targeted_models is None} == {str(d) for d in range(10)}
     assert {s.condition for s in study.stimuli} == {"natural", "abs|vgg", "kde|vgg"}
-    results = analyze_study(study, AnalysisOptions(n_resamples=200, subset_resamples=0, measures=("pearson",)))
+    results = analyze_study(
+        study, AnalysisOptions(bootstrap={"n_resamples": 200, "subset_resamples": 0}, measures=["pearson"])
+    )
     assert set(results.ranking) == {"model_x", "model_y"}
 
 

@@ -30,7 +30,7 @@ from controversial.analysis.study import build_study
 from controversial.study.admin_token import AdminTokenError, check_admin_token, read_admin_token, write_admin_token
 from controversial.study.bundle import BundleError, load_bundle
 from controversial.study.db import Participant, Response, make_read_engine, session_factory
-from controversial.study.export import ExportSettings, export_study
+from controversial.study.export import ExportOptions, export_study
 from controversial.study.guards import RateLimiter
 from controversial.study.pnas_export import response_rows
 from controversial.study.server import ServerSettings, create_app
@@ -430,10 +430,10 @@ def test_9_placeholder_consent_text_is_refused_unless_a_pilot(tmp_path):
     sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
     settings = {k: v for k, v in SMALL.items() if k != "pilot"}
     with pytest.raises(BundleError, match=r"text/consent.html: 'Edit this file'.*'\[duration\]'.*pilot=true"):
-        export_study(sweep, tmp_path / "studies", ExportSettings(name="real", **settings), fake_mnist_test, WEB_SOURCE)
+        export_study(sweep, tmp_path / "studies", ExportOptions(name="real", **settings), fake_mnist_test, WEB_SOURCE)
     assert not (tmp_path / "studies" / "real").exists() or not any((tmp_path / "studies" / "real").iterdir())
     pilot = export_study(
-        sweep, tmp_path / "studies", ExportSettings(name="try", pilot=True, **settings), fake_mnist_test, WEB_SOURCE
+        sweep, tmp_path / "studies", ExportOptions(name="try", pilot=True, **settings), fake_mnist_test, WEB_SOURCE
     )
     assert load_bundle(pilot).spec.pilot is True
 
@@ -442,7 +442,7 @@ def test_9_placeholder_consent_text_is_refused_unless_a_pilot(tmp_path):
     (edited / "text" / "consent.html").write_text(
         "<p>Approved by the ethics board (ref. 2026-17); 20 minutes, GBP 3; contact: lab@example.org. Do you agree?</p>"
     )
-    real = export_study(sweep, tmp_path / "studies", ExportSettings(name="real", **settings), fake_mnist_test, edited)
+    real = export_study(sweep, tmp_path / "studies", ExportOptions(name="real", **settings), fake_mnist_test, edited)
     assert load_bundle(real).spec.pilot is False
     overrides = [
         f"sweep_dir={sweep}",
