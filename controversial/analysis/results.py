@@ -50,6 +50,9 @@ class PairwiseResult:
     p_two_tailed: Matrix
     p_corrected: Matrix
     significance: list[list[int]]
+    difference: Matrix  # row's mean r minus column's
+    difference_low: Matrix  # percentile CI of the resampled difference, at the bootstrap's ci_level
+    difference_high: Matrix
 
 
 @dataclass(frozen=True)
@@ -68,12 +71,20 @@ class BootstrapResult:
 
 @dataclass(frozen=True)
 class SubsetResult:
-    """Correlations, noise ceilings and (where resampled) bootstrap inference on one stimulus subset."""
+    """Correlations, noise ceilings and (where resampled) bootstrap inference on one stimulus subset.
+
+    ``left_out``: participants whose correlations the subset leaves undefined (constant ratings on it), as
+    exclusions; ``not_scored``: why the subset has no scores at all (then ``measures`` and ``noise_ceiling`` are
+    empty), so a reader shows the reason instead of a blank.
+    """
 
     n_stimuli: int
+    n_participants: int  # those scored on this subset, after ``left_out``
     measures: dict[str, MeasureResult]
     noise_ceiling: dict[str, CeilingResult]
     bootstrap: BootstrapResult | None = _optional()
+    left_out: list[dict[str, Any]] = field(default_factory=list)  # rows of the exclusions table
+    not_scored: str | None = _optional()
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,18 @@ class BatchResult:
     total_seconds: float
 
 
+@dataclass(frozen=True)
+class Finished:
+    """An element that left the batch before the end: its 8-bit image will not change any more, so a caller
+    can keep it if the batch is interrupted (``on_finished``)."""
+
+    image: torch.Tensor  # (C, H, W), the quantised best image, on the CPU
+    steps: int
+    converged: bool
+    stalled: bool
+    failure: str
+
+
 def _model_logits(models: Sequence[SynthesisModel], images: torch.Tensor) -> list[torch.Tensor]:
     return [model(images) for model in models]
 
@@ -191,6 +203,20 @@ def _still_running(
     return ~(newly_converged | reached | newly_stalled | ~finite)
 
 
+def _report_finished(records: _Records, rows: torch.Tensor, on_finished: Callable[[int, Finished], None]) -> None:
+    """Hand each element leaving the batch to ``on_finished`` with its final 8-bit image (it changes no more)."""
+    for index in rows.tolist():
+        image = quantize(records.best_images[index : index + 1])[0].cpu()
+        finished = Finished(
+            image,
+            int(records.steps[index]),
+            bool(records.converged[index]),
+            bool(records.stalled[index]),
+            records.failures[index],
+        )
+        on_finished(index, finished)
+
+
 def synthesize_batch(
     models: Sequence[SynthesisModel],
     targets: torch.Tensor,
@@ -200,6 +226,7 @@ def synthesize_batch(
     on_step: Callable[[int, int], None] | None = None,
     on_scores: Callable[[int, torch.Tensor], None] | None = None,
     optimizer: OptimizerFactory | None = None,
+    on_finished: Callable[[int, Finished], None] | None = None,
 ) -> BatchResult:
     """Maximise the objective ``options.objective`` of every element at once.
 
@@ -209,6 +236,7 @@ def synthesize_batch(
     ``on_scores(step, hard)`` receives a CPU copy of the hard scores of the elements optimised in
     that step (for tracking; it costs a device sync per step, so pass it only when needed).
     ``optimizer(params)`` builds the optimiser (default: the paper's, ``OptimizerOptions()``).
+    ``on_finished(index, finished)`` is called for each element as it leaves the batch early.
     """
     start_time = time.perf_counter()
     model_seconds = 0.0
@@ -239,6 +267,8 @@ def synthesize_batch(
             active.optimizer.step()
             newly_converged = _converged(records, active, param, options, finite)
             keep = _still_running(records, active.rows, step, options, hard, value, finite, newly_converged)
+            if on_finished is not None and not bool(keep.all()):
+                _report_finished(records, active.rows[~keep], on_finished)
             if not bool(keep.all()):
                 active = active.keep(keep, make_optimizer)
         if on_scores is not None:
