@@ -22,7 +22,6 @@ import sys
 import time
 
 
-
 def measure(participants: int, resamples: int) -> dict:
     """One count, in this process: build the study, run the analysis, report time and peak memory."""
     import numpy as np
