@@ -22,24 +22,42 @@ in turn. It also reports how many (image, class) pairs the first candidates coul
 (summed again over more) and the largest relative difference between the two variants' log-likelihoods.
 
     python benchmarks/synthesis.py --pairs '' --families '' --kde kde:vgg,kde_cifar10:pcn_cifar10
+
+Part 4 (``--precision``): for each pair, the same cells synthesized with the models' steps in float32
+and under bfloat16 autocast (``SynthesisSettings.precision``; a family that declares
+``bfloat16_synthesis = False`` stays float32 in both), and with ``--compile`` each again with every
+model's network wrapped in ``torch.compile`` (compile time included: the first synthesis of the run
+pays it). Variants are interleaved ``--repeats`` times; the table has the median time, and from the
+last repeat the accepted cells and the median hard score (both from the float32 scores of the 8-bit
+images, the acceptance rule) and the mean steps. Pairs with a model that declares
+``synthesis_init: test_image`` (conf/model/) start from random test images (the data root:
+``CONTROVERSIAL_DATA_ROOT``), others from noise. ``--cells`` takes every k-th of the 90 cells.
+
+    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --precision abs:vgg --cells 90
+    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --precision jem:wrn --cells 9 --max-steps 100
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-
+from pathlib import Path
 
 import torch
+import yaml
 
 
+from controversial.data import load_uint8  # noqa: E402
 from controversial.datasets import dataset_info  # noqa: E402
 from controversial.zoo.readout import CalibratedModel  # noqa: E402
 from controversial.synthesis.engine import (  # noqa: E402
     BatchResult,
     SynthesisSettings,
+    bfloat16_native,
     noise_images,
     ordered_class_pairs,
     synthesize_batch,
@@ -274,6 +292,70 @@ def time_kde_steps(pairs: list[str], steps: int) -> str:
     return table(header, rows)
 
 
+def starts(models: Sequence[CalibratedModel], cells: list[tuple[int, int]]) -> torch.Tensor:
+    """Noise, or random test images (one fixed pick per cell) when a model declares synthesis_init: test_image."""
+    shape = dataset_info(models[0].dataset).image_shape
+    declared = [yaml.safe_load(Path(f"conf/model/{m.name}.yaml").read_text()).get("synthesis_init") for m in models]
+    if "test_image" not in declared:
+        return noise_images(cells, [0] * len(cells), shape)
+    images, _ = load_uint8(models[0].dataset, "test", os.environ.get("CONTROVERSIAL_DATA_ROOT", "data"), False)
+    picks = torch.randint(len(images), (len(cells),), generator=torch.Generator().manual_seed(0))
+    return images[picks].float() / 255
+
+
+def compare_precision(
+    pairs: list[str], n_cells: int, repeats: int, compile_too: bool, settings: SynthesisSettings
+) -> str:
+    cells = ordered_class_pairs()[:: max(1, 90 // n_cells)][:n_cells]
+    variants = [("fp32", False), ("bf16", False)] + ([("fp32", True), ("bf16", True)] if compile_too else [])
+    print(
+        f"\nfloat32 vs bfloat16 autocast{' and eager vs torch.compile' if compile_too else ''}: {len(cells)} cells, "
+        f"at most {settings.max_steps} steps; variants interleaved {repeats}x, median time; bf16 native on this "
+        f"CPU: {bfloat16_native(torch.device('cpu'))}",
+        flush=True,
+    )
+    header = ["pair", "variant", "time (s)", "runs (s)", "accepted", "median hard score", "mean steps", "speed-up"]
+    rows = []
+    for pair in pairs:
+        names = pair.split(":")
+        eager = [load_model(name) for name in names]
+        compiled = [load_model(name) for name in names] if compile_too else []
+        for model in compiled:
+            model.net = torch.compile(model.net, dynamic=True)
+        initial = starts(eager, cells)
+        targets = torch.tensor(cells)
+        warm_up(eager, settings)
+        results: dict[str, list[BatchResult]] = {}
+        for _ in range(repeats):
+            for precision, use_compile in variants:
+                label = f"{precision}{' compiled' if use_compile else ''}"
+                run_settings = replace(settings, precision=precision)
+                try:
+                    result = synthesize_batch(compiled if use_compile else eager, targets, initial, run_settings)
+                except Exception as error:  # noqa: BLE001  (torch.compile refuses some models: report, go on)
+                    print(f"  {pair} {label}: failed: {type(error).__name__}: {str(error).splitlines()[0]}")
+                    continue
+                results.setdefault(label, []).append(result)
+                print(f"  {pair} {label}: {result.total_seconds:.1f} s", flush=True)
+        base = statistics.median(r.total_seconds for r in results["fp32"])
+        for label, runs in results.items():
+            last, seconds = runs[-1], statistics.median(r.total_seconds for r in runs)
+            rows.append(
+                [
+                    pair.replace(":", "-"),
+                    label,
+                    f"{seconds:.1f}",
+                    ", ".join(f"{r.total_seconds:.1f}" for r in runs),
+                    f"{int((last.hard >= settings.threshold).sum())}/{len(cells)}",
+                    f"{last.hard.median():.3f}",
+                    f"{last.steps.float().mean():.0f}",
+                    f"{base / seconds:.2f}x",
+                ]
+            )
+            print(table(header, rows[-1:]).splitlines()[-1], flush=True)
+    return table(header, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -292,6 +374,9 @@ def main() -> None:
     parser.add_argument("--fallback-partner", default="vgg_neg", help="the partner of --partner itself in part 2")
     parser.add_argument("--kde", default="kde:vgg", help="comma-separated kde:partner pairs for part 3 ('' to skip)")
     parser.add_argument("--kde-steps", type=int, default=30, help="synthesis steps recorded and replayed in part 3")
+    parser.add_argument("--precision", default="", help="comma-separated model_a:model_b pairs for part 4")
+    parser.add_argument("--cells", type=int, default=90, help="part 4: this many of the 90 cells (every k-th)")
+    parser.add_argument("--compile", action="store_true", help="part 4: also each precision under torch.compile")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
     settings = SynthesisSettings(max_steps=args.max_steps)
@@ -306,6 +391,8 @@ def main() -> None:
         tables.append(time_families(args.families.split(","), args.partner, args.fallback_partner, settings))
     if args.kde:
         tables.append(time_kde_steps(args.kde.split(","), args.kde_steps))
+    if args.precision:
+        tables.append(compare_precision(args.precision.split(","), args.cells, args.repeats, args.compile, settings))
     print("\n" + "\n\n".join(tables))
 
 

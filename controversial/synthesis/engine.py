@@ -16,6 +16,11 @@ score, or the smooth objective) has not risen by ``stall_gain`` above its best f
 a cell stuck in a poor local optimum is better retried from a new start (the task's next attempt)
 than run on to ``max_steps``. The smooth score suits starts far from the data (noise), where the
 hard score sits near zero for tens of steps while the objective is still climbing.
+
+Optionally (``precision``), the models' forward and backward in the optimisation steps run under
+bfloat16 autocast, each model only if its family allows it (``bfloat16_synthesis``); the image
+parameters and the optimiser stay in float32, and the final scores, on which acceptance rests, are
+always computed in float32 on the 8-bit image.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class SynthesisSettings:
     parametrization: str = "pixel"
     fourier_decay: float = 1.0
     jitter: int = 0
+    precision: str = "fp32"  # fp32 | bf16 (bfloat16 autocast in the steps) | auto (bf16 where the device has it)
     optimizer: OptimizerFactory = field(default_factory=default_optimizer)
 
 
@@ -76,15 +82,45 @@ class BatchResult:
     total_seconds: float
 
 
-def _model_logits(models: Sequence[SynthesisModel], images: torch.Tensor) -> list[torch.Tensor]:
-    return [model(images) for model in models]
+PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def bfloat16_native(device: torch.device) -> bool:
+    """Whether ``device`` has bfloat16 arithmetic in hardware (a GPU that supports it, a CPU with
+    AVX-512 BF16 or AMX); elsewhere oneDNN emulates it, slower than float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def bfloat16_models(models: Sequence[SynthesisModel], precision: str, device: torch.device) -> list[bool]:
+    """Per model, whether its synthesis steps run under bfloat16 autocast: ``precision`` asks for it
+    (``auto``: where the device has it natively) and the model's family does not declare
+    ``bfloat16_synthesis = False`` (numerics measured to break)."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    wanted = precision == "bf16" or (precision == "auto" and bfloat16_native(device))
+    return [wanted and getattr(getattr(model, "net", model), "bfloat16_synthesis", True) for model in models]
+
+
+def _model_logits(
+    models: Sequence[SynthesisModel], images: torch.Tensor, bfloat16: Sequence[bool] | None = None
+) -> list[torch.Tensor]:
+    """Every model's logits, in float32; ``bfloat16[i]`` runs model i under bfloat16 autocast (None: none
+    does, whatever autocast the caller has on)."""
+    logits = []
+    for model, low in zip(models, bfloat16 or [False] * len(models)):
+        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=low):
+            logits.append(model(images).float())
+    return logits
 
 
 @scoring()
 def score_images(
     models: Sequence[SynthesisModel], images: torch.Tensor, targets: torch.Tensor, sharpness: float
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Hard score, smooth score and the (N, m, m) target probabilities of fixed images."""
+    """Hard score, smooth score and the (N, m, m) target probabilities of fixed images, in float32
+    (autocast off, whatever the caller has on): the scores acceptance rests on."""
     for model in models:
         model.reset_state()
     logits = _model_logits(models, images)
@@ -135,6 +171,7 @@ def synthesize_batch(
     # elements finish. With a per-element optimiser (Adam, SGD, RMSprop, ...) every element's update
     # is the same as in a full batch, so results do not depend on which others are still running.
     rows = torch.arange(n, device=device)
+    bfloat16 = bfloat16_models(models, settings.precision, device)
     previous = best_images.clone()
     quiet_steps = torch.zeros(n, dtype=torch.long, device=device)
 
@@ -146,7 +183,7 @@ def synthesize_batch(
         optimizer.zero_grad(set_to_none=False)
         images = param.to_images(params)
         model_start = time.perf_counter()
-        logits = _model_logits(models, jitter(images, settings.jitter, generator))
+        logits = _model_logits(models, jitter(images, settings.jitter, generator), bfloat16)
         objective = smooth_score(logits, targets[rows], settings.sharpness)
         current_hard = hard_score([l.detach() for l in logits], targets[rows])
         finite = torch.isfinite(objective)

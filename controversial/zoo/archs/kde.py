@@ -34,6 +34,11 @@ FLOAT32_UNIT_ROUNDOFF = 2.0**-24
 
 
 class GaussianKDE(nn.Module):
+    # Synthesis stays float32 (controversial.synthesis.engine): the candidate certificate bounds the error of
+    # the float32 ranking product, which bfloat16 autocast would round to 8 bits, and bfloat16 gained only
+    # 1.04-1.2x per step at batch 90 (MNIST and CIFAR-10 KDEs; docs/benchmarks.md).
+    bfloat16_synthesis = False
+
     def __init__(
         self,
         train_images: torch.Tensor,
