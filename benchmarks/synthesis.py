@@ -35,6 +35,13 @@ images, the acceptance rule) and the mean steps. Pairs with a model that declare
 
     python benchmarks/synthesis.py --pairs '' --families '' --kde '' --precision abs:vgg --cells 90
     python benchmarks/synthesis.py --pairs '' --families '' --kde '' --precision jem:wrn --cells 9 --max-steps 100
+
+Part 5 (``--compile-models``): each model's forward+backward to the input at batch 90, as in a synthesis
+step, eager and wrapped in ``torch.compile(dynamic=True)`` (the live batch shrinks as cells finish), in
+float32 and bfloat16 autocast: the first compiled call's time (compilation), the steady time per step,
+and the steps a synthesis must run before compiling pays (compile time / time saved per step).
+
+    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --compile-models vgg,wrn,robust_l2
 """
 
 from __future__ import annotations
@@ -356,6 +363,75 @@ def compare_precision(
     return table(header, rows)
 
 
+def compiled_step_ms(model: CalibratedModel, bfloat16: bool, repeats: int = 5) -> tuple[float, float, float]:
+    """Seconds of the first compiled forward+backward at batch 90, then ms per step compiled and eager."""
+    images = torch.rand(90, *dataset_info(model.dataset).image_shape, generator=torch.Generator().manual_seed(0))
+    rows = torch.arange(90)
+    eager_net, compiled_net = model.net, torch.compile(model.net, dynamic=True)
+
+    def step() -> None:
+        x = images.clone().requires_grad_(True)
+        model.set_active_rows(rows)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+            out = model(x)
+        out.float().sum().backward()
+
+    try:
+        model.reset_state()
+        model.net = compiled_net
+        start = time.perf_counter()
+        step()
+        first = time.perf_counter() - start
+        times = {}
+        for _ in range(repeats):  # interleaved: a burst of load hits both alike
+            for label, net in (("compiled", compiled_net), ("eager", eager_net)):
+                model.net = net
+                start = time.perf_counter()
+                step()
+                times.setdefault(label, []).append(time.perf_counter() - start)
+    finally:
+        model.net = eager_net
+        model.reset_state()
+    return first, 1000 * statistics.median(times["compiled"]), 1000 * statistics.median(times["eager"])
+
+
+def compare_compile(names: list[str]) -> str:
+    print("\ntorch.compile(dynamic=True) vs eager, forward+backward to the input at batch 90", flush=True)
+    header = [
+        "model",
+        "precision",
+        "first compiled call (s)",
+        "compiled ms/step",
+        "eager ms/step",
+        "gain",
+        "break-even steps",
+    ]
+    rows = []
+    for name in names:
+        model = load_model(name)
+        for bfloat16 in (False, True):
+            precision = "bf16" if bfloat16 else "fp32"
+            try:
+                first, compiled, eager = compiled_step_ms(model, bfloat16)
+            except Exception as error:  # noqa: BLE001  (torch.compile refuses some models: report, go on)
+                rows.append([name, precision, f"fails: {type(error).__name__}", "", "", "", ""])
+            else:
+                saved = eager - compiled
+                rows.append(
+                    [
+                        name,
+                        precision,
+                        f"{first:.1f}",
+                        f"{compiled:.1f}",
+                        f"{eager:.1f}",
+                        f"{eager / compiled:.2f}x",
+                        f"{1000 * first / saved:.0f}" if saved > 0 else "never",
+                    ]
+                )
+            print(table(header, rows[-1:]).splitlines()[-1], flush=True)
+    return table(header, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -377,6 +453,7 @@ def main() -> None:
     parser.add_argument("--precision", default="", help="comma-separated model_a:model_b pairs for part 4")
     parser.add_argument("--cells", type=int, default=90, help="part 4: this many of the 90 cells (every k-th)")
     parser.add_argument("--compile", action="store_true", help="part 4: also each precision under torch.compile")
+    parser.add_argument("--compile-models", default="", help="comma-separated models for part 5")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
     settings = SynthesisSettings(max_steps=args.max_steps)
@@ -393,6 +470,8 @@ def main() -> None:
         tables.append(time_kde_steps(args.kde.split(","), args.kde_steps))
     if args.precision:
         tables.append(compare_precision(args.precision.split(","), args.cells, args.repeats, args.compile, settings))
+    if args.compile_models:
+        tables.append(compare_compile(args.compile_models.split(",")))
     print("\n" + "\n\n".join(tables))
 
 
