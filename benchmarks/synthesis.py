@@ -36,12 +36,14 @@ images, the acceptance rule) and the mean steps. Pairs with a model that declare
     python benchmarks/synthesis.py --pairs '' --families '' --kde '' --precision abs:vgg --cells 90
     python benchmarks/synthesis.py --pairs '' --families '' --kde '' --precision jem:wrn --cells 9 --max-steps 100
 
-Part 5 (``--compile-models``): each model's forward+backward to the input at batch 90, as in a synthesis
-step, eager and wrapped in ``torch.compile(dynamic=True)`` (the live batch shrinks as cells finish), in
-float32 and bfloat16 autocast: the first compiled call's time (compilation), the steady time per step,
-and the steps a synthesis must run before compiling pays (compile time / time saved per step).
+Part 5 (``--step-models``): each model's forward+backward to the input at batch 90 (a synthesis step on
+noise images), float32 against bfloat16 autocast, interleaved: ms per step, and how far bf16 moves the
+outcome (top class kept, input-gradient cosine, largest change of a calibrated probability), the
+measurement behind a family's ``bfloat16_synthesis = False``. With ``--compile`` also wrapped in
+``torch.compile(dynamic=True)`` (the live batch shrinks as cells finish): the first compiled call's
+seconds (compilation) and the steady ms per step.
 
-    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --compile-models vgg,wrn,robust_l2
+    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --step-models vgg,abs,wrn,jem [--compile]
 """
 
 from __future__ import annotations
@@ -363,72 +365,82 @@ def compare_precision(
     return table(header, rows)
 
 
-def compiled_step_ms(model: CalibratedModel, bfloat16: bool, repeats: int = 5) -> tuple[float, float, float]:
-    """Seconds of the first compiled forward+backward at batch 90, then ms per step compiled and eager."""
+def step_variants(model: CalibratedModel, compile_too: bool, repeats: int = 5) -> dict[str, float]:
+    """One model's forward+backward to the input at batch 90 (a synthesis step): ms per step eager in fp32 and
+    under bf16 autocast (and compiled, with the first compiled call's seconds), interleaved; and how far bf16
+    moves the outcome on these noise images: the share whose top class stays, the mean cosine of the input
+    gradients, the largest change of a calibrated probability."""
     images = torch.rand(90, *dataset_info(model.dataset).image_shape, generator=torch.Generator().manual_seed(0))
     rows = torch.arange(90)
-    eager_net, compiled_net = model.net, torch.compile(model.net, dynamic=True)
+    eager_net = model.net
+    compiled_net = torch.compile(model.net, dynamic=True) if compile_too else None
 
-    def step() -> None:
+    def step(net: torch.nn.Module, bfloat16: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        model.net = net
         x = images.clone().requires_grad_(True)
+        model.reset_state()
         model.set_active_rows(rows)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
-            out = model(x)
-        out.float().sum().backward()
+            out = model(x).float()
+        out.sum().backward()
+        return out.detach(), x.grad
 
+    variants = {"fp32": (eager_net, False), "bf16": (eager_net, True)}
+    if compiled_net is not None:
+        variants |= {"fp32 compiled": (compiled_net, False), "bf16 compiled": (compiled_net, True)}
+    out: dict[str, float] = {}
     try:
-        model.reset_state()
-        model.net = compiled_net
-        start = time.perf_counter()
-        step()
-        first = time.perf_counter() - start
-        times = {}
-        for _ in range(repeats):  # interleaved: a burst of load hits both alike
-            for label, net in (("compiled", compiled_net), ("eager", eager_net)):
-                model.net = net
+        outputs = {}
+        for label, (net, bfloat16) in variants.items():  # first calls: warm-up, and compilation
+            start = time.perf_counter()
+            outputs[label] = step(net, bfloat16)
+            out[f"{label} first"] = time.perf_counter() - start
+        times: dict[str, list[float]] = {}
+        for _ in range(repeats):
+            for label, (net, bfloat16) in variants.items():
                 start = time.perf_counter()
-                step()
+                step(net, bfloat16)
                 times.setdefault(label, []).append(time.perf_counter() - start)
     finally:
         model.net = eager_net
         model.reset_state()
-    return first, 1000 * statistics.median(times["compiled"]), 1000 * statistics.median(times["eager"])
+    out |= {label: 1000 * statistics.median(t) for label, t in times.items()}
+    (full, grad_full), (low, grad_low) = outputs["fp32"], outputs["bf16"]
+    out["top class kept"] = float((full.argmax(1) == low.argmax(1)).float().mean())
+    out["gradient cosine"] = float(
+        torch.nn.functional.cosine_similarity(grad_full.flatten(1), grad_low.flatten(1)).mean()
+    )
+    out["max probability change"] = float((torch.sigmoid(full) - torch.sigmoid(low)).abs().max())
+    return out
 
 
-def compare_compile(names: list[str]) -> str:
-    print("\ntorch.compile(dynamic=True) vs eager, forward+backward to the input at batch 90", flush=True)
-    header = [
-        "model",
-        "precision",
-        "first compiled call (s)",
-        "compiled ms/step",
-        "eager ms/step",
-        "gain",
-        "break-even steps",
-    ]
+def compare_steps(names: list[str], compile_too: bool) -> str:
+    print(
+        "\none model's forward+backward to the input at batch 90: fp32 vs bf16 autocast, eager vs compiled", flush=True
+    )
+    header = ["model", "fp32 ms/step", "bf16 ms/step", "bf16 gain", "top class kept", "gradient cosine", "max dp"]
+    if compile_too:
+        header += ["compile s (fp32/bf16)", "compiled ms (fp32/bf16)", "compile gain (fp32/bf16)"]
     rows = []
     for name in names:
-        model = load_model(name)
-        for bfloat16 in (False, True):
-            precision = "bf16" if bfloat16 else "fp32"
-            try:
-                first, compiled, eager = compiled_step_ms(model, bfloat16)
-            except Exception as error:  # noqa: BLE001  (torch.compile refuses some models: report, go on)
-                rows.append([name, precision, f"fails: {type(error).__name__}", "", "", "", ""])
-            else:
-                saved = eager - compiled
-                rows.append(
-                    [
-                        name,
-                        precision,
-                        f"{first:.1f}",
-                        f"{compiled:.1f}",
-                        f"{eager:.1f}",
-                        f"{eager / compiled:.2f}x",
-                        f"{1000 * first / saved:.0f}" if saved > 0 else "never",
-                    ]
-                )
-            print(table(header, rows[-1:]).splitlines()[-1], flush=True)
+        r = step_variants(load_model(name), compile_too)
+        row = [
+            name,
+            f"{r['fp32']:.1f}",
+            f"{r['bf16']:.1f}",
+            f"{r['fp32'] / r['bf16']:.2f}x",
+            f"{r['top class kept']:.2f}",
+            f"{r['gradient cosine']:.3f}",
+            f"{r['max probability change']:.3f}",
+        ]
+        if compile_too:
+            row += [
+                f"{r['fp32 compiled first']:.0f} / {r['bf16 compiled first']:.0f}",
+                f"{r['fp32 compiled']:.1f} / {r['bf16 compiled']:.1f}",
+                f"{r['fp32'] / r['fp32 compiled']:.2f}x / {r['bf16'] / r['bf16 compiled']:.2f}x",
+            ]
+        rows.append(row)
+        print(table(header, rows[-1:]).splitlines()[-1], flush=True)
     return table(header, rows)
 
 
@@ -452,8 +464,8 @@ def main() -> None:
     parser.add_argument("--kde-steps", type=int, default=30, help="synthesis steps recorded and replayed in part 3")
     parser.add_argument("--precision", default="", help="comma-separated model_a:model_b pairs for part 4")
     parser.add_argument("--cells", type=int, default=90, help="part 4: this many of the 90 cells (every k-th)")
-    parser.add_argument("--compile", action="store_true", help="part 4: also each precision under torch.compile")
-    parser.add_argument("--compile-models", default="", help="comma-separated models for part 5")
+    parser.add_argument("--compile", action="store_true", help="parts 4 and 5: also each precision compiled")
+    parser.add_argument("--step-models", default="", help="comma-separated models for part 5")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
     settings = SynthesisSettings(max_steps=args.max_steps)
@@ -470,8 +482,8 @@ def main() -> None:
         tables.append(time_kde_steps(args.kde.split(","), args.kde_steps))
     if args.precision:
         tables.append(compare_precision(args.precision.split(","), args.cells, args.repeats, args.compile, settings))
-    if args.compile_models:
-        tables.append(compare_compile(args.compile_models.split(",")))
+    if args.step_models:
+        tables.append(compare_steps(args.step_models.split(","), args.compile))
     print("\n" + "\n\n".join(tables))
 
 
