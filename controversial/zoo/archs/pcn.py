@@ -20,10 +20,6 @@ from controversial.zoo.registry import register_arch
 
 
 class PredictiveCodingNet(nn.Module):
-    # Synthesis stays float32 (controversial.synthesis.engine): under bfloat16 autocast its recurrent steps ran
-    # slower, 0.83x per forward+backward at batch 90 (CIFAR-10 model, docs/benchmarks.md).
-    bfloat16_synthesis = False
-
     def __init__(
         self,
         dataset: str = "mnist",
