@@ -4,6 +4,8 @@ import pytest
 import torch
 
 from conftest import make_tiny_model
+from pydantic import ValidationError
+from helpers import settings_for
 from controversial.synthesis import engine
 from controversial.synthesis.engine import (
     SynthesisSettings,
@@ -60,3 +62,10 @@ def test_precision_choice_per_model(monkeypatch):
     assert bfloat16_models(models, "auto", cpu) == [True, False]
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto"):
         bfloat16_models(models, "fp16", cpu)
+
+
+def test_the_command_takes_the_precision_and_refuses_others():
+    assert settings_for("synthesize").synthesis.precision == "fp32"
+    assert settings_for("synthesize", ["synthesis.precision=auto"]).synthesis.precision == "auto"
+    with pytest.raises(ValidationError, match="synthesis.precision"):
+        settings_for("synthesize", ["synthesis.precision=fp16"])
