@@ -4,10 +4,9 @@ With no arguments it analyses a simulated study.
 """
 
 from controversial.cli import command
-from controversial.settings import AnalyzeSettings
 from controversial.tasks import analyze
 
-main = command("analyze", AnalyzeSettings, analyze.run)
+main = command("analyze", analyze.run)
 
 if __name__ == "__main__":
     main()

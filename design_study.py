@@ -1,10 +1,9 @@
 """Design a study: ``python design_study.py sweep_dir=<sweep> name=<study> models=[...]`` (docs/design.md)."""
 
 from controversial.cli import command
-from controversial.settings import DesignStudySettings
 from controversial.tasks import design_study
 
-main = command("design_study", DesignStudySettings, design_study.run)
+main = command("design_study", design_study.run)
 
 if __name__ == "__main__":
     main()

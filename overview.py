@@ -1,10 +1,9 @@
 """Summarise a sweep: ``python overview.py sweep_dir=multirun/exp1_mnist``."""
 
 from controversial.cli import command
-from controversial.settings import OverviewSettings
 from controversial.tasks import overview
 
-main = command("overview", OverviewSettings, overview.run)
+main = command("overview", overview.run)
 
 if __name__ == "__main__":
     main()

@@ -2,10 +2,9 @@
 
 from controversial.cli import command
 from controversial.config import register_model_options
-from controversial.settings import RankNaturalSettings
 from controversial.tasks import rank_natural
 
-main = command("rank_natural", RankNaturalSettings, rank_natural.run, register=register_model_options)
+main = command("rank_natural", rank_natural.run, register=register_model_options)
 
 if __name__ == "__main__":
     main()

@@ -4,10 +4,9 @@
 ``python serve_study.py mode=token admin_token_file=<path>``."""
 
 from controversial.cli import command
-from controversial.settings import ServeStudySettings
 from controversial.tasks import serve_study
 
-main = command("serve_study", ServeStudySettings, serve_study.run)
+main = command("serve_study", serve_study.run, register=serve_study.before_hydra)
 
 if __name__ == "__main__":
     main()

@@ -1,10 +1,9 @@
 """Train a model: ``python train.py model=vgg`` (see conf/model/ for the names)."""
 
 from controversial.cli import command
-from controversial.settings import TrainCommandSettings
 from controversial.tasks import train
 
-main = command("train", TrainCommandSettings, train.run)
+main = command("train", train.run)
 
 if __name__ == "__main__":
     main()

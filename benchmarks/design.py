@@ -1,115 +1,93 @@
 """Participants needed to identify the true model, by design: the paper's, random, optimal, adaptive.
 
-For each of the nine MNIST models in turn as the truth, a simulated population rates the stimuli.
-People deviate from every model in a shared way, as the paper found (all models below the lower
-noise ceiling): the population's percept is the truth's logit plus a deviation drawn once per
-(stimulus, category) with sd ``--shared-sd`` (``simulate.shared_deviation``; each simulated study
-draws its own population, ``--fixed-population`` one per truth for all of them), and each participant
-adds their own gain and noise (``--noise-sd``; ``simulate.simulate_participants``). The defaults (sd 4
-shared, 6-10 own) put every truth below the simulated lower noise ceiling with correlations in the
-paper's range; the run prints these figures. The design criterion's reference panel does not know
-the shared deviation (no real planner can): it plans with the plain noise model.
+For each model of the pool in turn as the truth, a simulated population rates the stimuli. People
+deviate from every model in a shared way, as the paper found (all models below the lower noise
+ceiling): the population's percept is the truth's logit plus a deviation drawn once per (stimulus,
+category) with sd ``--shared-sd`` (``simulate.shared_deviation``; each simulated study draws its own
+population), and each participant adds their own gain and noise (``--noise-sd``;
+``simulate.simulate_participants``). The run prints the population against the paper's finding (truth,
+runner-up, lower noise ceiling). The design criterion's reference panel does not know the shared
+deviation (no real planner can): it plans with the plain noise model.
 
 A design succeeds in a simulated study when the analysis's test (participant x stimulus bootstrap,
-stimuli stratified by condition, Holm-Sidak over all pairs of the nine models and the lower noise
-ceiling, alpha 0.05) puts the truth significantly above every other model, hence above the
-runner-up. "Participants needed" is the smallest count on a grid with success rate (power) >= 0.8,
-found by a galloping search and bisection (``--integer-counts``: then over the whole numbers between the grid's
-last short count and its first passing one; power grows with participants; common random numbers:
-simulation i uses the same simulated people for every design and count). A truth that an optimal design
-needs more participants for than (a) is simulated again, under both, with ``--recheck-sims`` studies per
-count (default 100; one grid step is often within the Monte-Carlo error of 20), and marked * in the table.
+stimuli stratified by condition, Holm-Sidak over all pairs of the models and the lower noise ceiling,
+alpha 0.05) puts the truth significantly above every other model. "Participants needed" is the smallest
+count on a grid with success rate (power) >= 0.8, found by a galloping search and bisection
+(``--integer-counts``: then over the whole numbers between the grid's last short count and its first
+passing one; common random numbers: simulation i uses the same simulated people for every design and
+count). A truth that an optimal design needs more participants for than (a) is simulated again, under
+both, with ``--recheck-sims`` studies per count (one grid step is often within the Monte-Carlo error of
+20), and marked * in the table.
 
-Designs, all 820 rated stimuli from the cached pool (``benchmarks/design_pool.py``):
-(a) paper: 20 per model pair, the most controversial with every class twice per side (the paper's integer
-    programme; ``--paper-rule offsets``: the fixed cells of the runs up to commit 2774cff), + 10 natural per class;
-(b) random: 720 random synthetic controversial + 100 random natural images;
-(c) optimal: ``controversial.study.design`` (maximin expected separation, each truth's at ``--fraction``
-    of the participants the paper's design needs for it, as predicted; 10 natural per class, >= 2 per pair,
-    class balance +-10 % (``--natural-per-class``, ``--class-tolerance``: other values for (c)-(e));
-    ``--criterion maximin``: all at ``--plan`` participants; ``--criterion relative``:
-    each truth's weakest separation as a fraction of the paper design's; ``--criterion total``: the predicted
-    participants averaged over truths, none above the paper design's need, each truth's excess priced by ratio or,
-    ``--cap-rule participants``, per participant);
-(d) adaptive, two batches: half the participants on (c); then noise refit and evidence screen on
-    their ratings and a new design for the rest (``controversial.study.adaptive``; ``--adaptive-panel``
-    reference participants per candidate truth, ``--adaptive-shared-sd``; ``--sim-jobs`` processes per cell);
-    pooled test; at least 4 participants, since each batch needs 2 for its noise ceiling. With ``--interim-alpha a``
-    an interim look after batch 1 stops the study when the test at alpha a puts one model above every other (a
-    success only if it is the truth), and the final test runs at 0.05 - a; the cell then also gives the
-    participants such studies take on average (E, at the count with power >= 0.8) and the fewest within which a
-    share ``--power`` of them had identified the truth (batch 1's when the look stopped that share on the truth,
-    else the planned count): participants recruited against the power they give, as (a)-(c)'s counts are read;
-(e) with ``--dedicated``: for each truth, a design chosen by the same planner to separate that truth alone (a reference
-    panel of that truth only), what no design for all nine can be expected to beat: the headroom of (c).
+Designs, each with the paper's budget (20 stimuli per model pair and 10 natural images per class):
+(a) paper: per model pair the 20 most controversial cells with every class twice per side (the paper's
+    integer programme, ``selection.balanced_cells``), + 10 random natural images per class;
+(b) random: random synthetic controversial stimuli and random natural images, as many as (a);
+(c) optimal: ``controversial.design.optimiser.select_design``, one column per ``--criterion`` (the
+    ``plan.criterion`` of ``design_study.py``; participants, the default, plans each truth at ``--fraction`` of
+    the participants the paper's design needs for it);
+(d) adaptive, two batches: half the participants on the first (c); then noise refit and evidence screen on
+    their ratings and a new design for the rest (``controversial.design.adaptive``); pooled test; at least 4
+    participants, since each batch needs 2 for its noise ceiling. With ``--interim-alpha a`` an interim look
+    after batch 1 stops the study when the test at alpha a puts one model above every other (a success only
+    if it is the truth), and the final test runs at 0.05 - a; the cell then also gives the participants such
+    studies take on average (E) and the fewest within which a share ``--power`` of them had identified the truth;
+(e) with ``--dedicated``: for each truth, a design chosen by the same planner to separate that truth alone,
+    what no design for all the truths can be expected to beat.
 
-(a) and (b) draw on each cell's most controversial synthetic seed and the random natural images only; (c)-(e) may
-also take the cells' other seeds (pools built with ``design_pool.py --seeds-per-cell``) and the pool's ranked natural
-images (each cell's most controversial test image, when the pool has them).
+The candidate pool (``controversial.design.pool``): every cell of every pair of the bundled MNIST models
+synthesised once from noise, plus 50 test images per class, each rated by every model. Built once when
+``--pool`` does not exist (about 14 minutes on a CPU core for the nine models; ``--models``, ``--offsets`` and
+``--max-steps`` make a small one). The optimal designs are kept in ``--cache-dir`` (keyed by the pool file
+and every setting the choice depends on), so a rerun with more simulated studies or another population does
+not choose them again; ``--jobs N`` simulates N (truth, design) cells of the table at once.
 
-The optimal design is kept in ``--cache-dir`` (keyed by the pool file and every setting the choice depends on), so
-a rerun with more simulated studies or another population does not choose it again; ``--jobs N`` simulates N
-(truth, design) cells of the table at once in separate processes.
-
-    python benchmarks/design.py [--pool outputs/design/pool.npz] [--sims 20] [--adaptive-sims 10] [--jobs 1]
+    python benchmarks/design.py --shared-sd 6 --noise-sd 12 16 --criterion participants total maximin \
+        --dedicated --adaptive-sims 10 --adaptive-shared-sd fit --interim-alpha 0.01
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import inspect
 import json
 import logging
 import multiprocessing
 import os
-import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import replace
 from functools import partial
-from typing import Callable, Iterable, NamedTuple
 from pathlib import Path
+from typing import Callable, Iterable, NamedTuple
 
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from controversial.analysis.bootstrap import bootstrap, pooled_bootstrap  # noqa: E402
+from controversial.analysis.ceilings import noise_ceiling  # noqa: E402
+from controversial.analysis.correlation import participant_model_correlations  # noqa: E402
+from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_participants  # noqa: E402
+from controversial.analysis.study import NATURAL  # noqa: E402
+from controversial.atomic import atomic_write  # noqa: E402
+from controversial.data import load_uint8  # noqa: E402
+from controversial.design.adaptive import Batch, confirmed_best, evidence, final_alpha, next_batch  # noqa: E402
+from controversial.design.constraints import DesignConstraints, Pool, check_design  # noqa: E402
+from controversial.design.objectives import CAP_RULES, participants_plan, total_need  # noqa: E402
+from controversial.design.optimiser import design_weights, held_out_panel, select_design  # noqa: E402
+from controversial.design.pool import OFFSETS, CandidatePool, synthesize_pool  # noqa: E402
+from controversial.design.separation import ReferencePanel, Separation  # noqa: E402
+from controversial.study.selection import balanced_cells  # noqa: E402
+from controversial.zoo.bundled import load_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from controversial.analysis.ceilings import noise_ceiling  # noqa: E402
-from controversial.atomic import atomic_write  # noqa: E402
-from controversial.analysis.correlation import participant_model_correlations  # noqa: E402
-from controversial.analysis.bootstrap import bootstrap, pooled_bootstrap  # noqa: E402
-from controversial.analysis.separation import ReferencePanel, Separation  # noqa: E402
-from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_participants  # noqa: E402
-from controversial.study.adaptive import Batch, confirmed_best, evidence, final_alpha, next_batch  # noqa: E402
-from controversial.analysis.study import NATURAL  # noqa: E402
-from controversial.study.selection import balanced_cells  # noqa: E402
-from controversial.study.design import (  # noqa: E402
-    CAP_RULES,
-    DesignConstraints,
-    Pool,
-    check_design,
-    design_weights,
-    held_out_panel,
-    participants_plan,
-    select_design,
-    total_need,
-)
-
+MODELS = ("vgg", "vgg_neg", "capsnet", "pcn", "madry_linf", "madry_l2", "capsnet_recon", "kde", "abs")
 GRID = (2, 3, 4, 5, 6, 8, 10, 12, 15, 20, 25, 30, 40, 50, 60, 80)
 BEYOND_GRID = 2 * max(GRID)  # what a cell needing more than the grid's largest count counts as in means and comparisons
 ALPHA = 0.05  # the study's family-wise level
-# the paper's study: (a)'s constraints, and (c)-(e)'s unless --natural-per-class or --class-tolerance say otherwise
-PAPER_CONSTRAINTS = DesignConstraints(n_stimuli=820, natural_per_class=10, min_per_pair=2, class_tolerance=0.1)
-# (c)'s search settings and their defaults, select_design's own: a design chosen with these keeps its cache key
-SEARCH_DEFAULTS = {
-    name: inspect.signature(select_design).parameters[name].default
-    for name in ("exchange_width", "max_exchanges", "step_fraction")
-}
+PER_PAIR, NATURAL_PER_CLASS = 20, 10  # the paper's budget
 
 
 class Cell(NamedTuple):
@@ -128,62 +106,35 @@ def _count(cell: Cell) -> int:
     return BEYOND_GRID if cell.count is None else cell.count
 
 
-def load_pool(path: Path) -> tuple[tuple[str, ...], np.ndarray, Pool, np.ndarray, np.ndarray]:
-    """Model names, (M, N, K) probabilities, the pool, which candidates the paper's kind of study could have had
-    (each cell's most controversial synthetic seed and the random natural images, not other seeds or the ranked
-    natural images), and each candidate's hard score."""
-    data = np.load(path)
-    names = tuple(str(n) for n in data["models"])
-    pairs = data["pairs"]
-    conditions = tuple(NATURAL if a < 0 else "|".join(sorted((names[a], names[b]))) for a, b in pairs)
-    targets = data["classes"].astype(np.int64)
-    source = data["source"] if "source" in data.files else np.where(pairs[:, 0] < 0, "natural", "synthetic")
-    hard = data["hard"].astype(np.float64)
-    return (
-        names,
-        data["probabilities"].astype(np.float64),
-        Pool(conditions, targets, data["true_class"].astype(np.int64)),
-        (source == "natural") | best_seed_per_cell(pairs, targets, hard, source == "synthetic"),
-        hard,
-    )
+def paper_constraints(n_models: int) -> DesignConstraints:
+    """The paper's budget for ``n_models`` models: 20 stimuli per model pair and 10 natural images per class
+    (820 rated stimuli for nine models), every pair at least twice, classes within +-10 %."""
+    pairs = n_models * (n_models - 1) // 2
+    return DesignConstraints(PER_PAIR * pairs + 10 * NATURAL_PER_CLASS, NATURAL_PER_CLASS, 2, 0.1)
 
 
-def best_seed_per_cell(pairs: np.ndarray, targets: np.ndarray, hard: np.ndarray, synthetic: np.ndarray) -> np.ndarray:
-    """(N,) bool: the synthetic candidates that are their cell's (model pair, ordered class pair) most controversial
-    seed, the first such on ties: the one the paper's kind of selection (and a sweep's export) takes per cell."""
-    rows = np.flatnonzero(synthetic)
-    keys = np.concatenate([pairs[rows], targets[rows]], axis=1)
-    order = rows[np.lexsort((rows, -hard[rows], *keys.T[::-1]))]  # by cell, then hard descending, then row
-    ordered_keys = np.concatenate([pairs[order], targets[order]], axis=1)
-    first = np.ones(len(order), dtype=bool)
-    first[1:] = (ordered_keys[1:] != ordered_keys[:-1]).any(axis=1)
-    best = np.zeros(len(pairs), dtype=bool)
-    best[order[first]] = True
-    return best
-
-
-def paper_design(pool: Pool, plain: np.ndarray, hard: np.ndarray, rule: str, rng: np.random.Generator) -> np.ndarray:
-    """The paper's design from the ``plain`` candidates (synthetic and random natural): per model pair the 20 stimuli
-    with the largest summed hard score such that every class is each model's target twice (``rule`` "ilp", the
-    paper's selection, METHODS.md section 2; ``selection.balanced_cells``), or (``rule`` "offsets", the runs up to
-    commit 2774cff) the 20 cells b = a+1 and a+5, which meet the same balance whatever their scores; then 10 random
-    natural images per class."""
+def paper_design(pool: Pool, plain: np.ndarray, hard: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The paper's design from the ``plain`` candidates (each cell's best seed, random natural images): per model
+    pair the 20 stimuli with the largest summed hard score such that every class is each model's target twice (the
+    paper's selection, METHODS.md section 2; ``selection.balanced_cells``); then 10 random natural images per
+    class."""
     controversial = []
     for condition in sorted({c for c in pool.conditions if c != NATURAL}):
         members = np.flatnonzero(plain & np.array([c == condition for c in pool.conditions]))
-        if rule == "offsets":
-            controversial += [n for n in members if (pool.targets[n, 1] - pool.targets[n, 0]) % 10 in (1, 5)]
-        else:
-            cells = [(int(a), int(b)) for a, b in pool.targets[members]]
-            controversial += members[balanced_cells(cells, hard[members], 2, pool.n_classes)].tolist()
-    natural = [rng.choice(np.flatnonzero(pool.natural & (pool.true_class == c)), 10, replace=False) for c in range(10)]
+        cells = [(int(a), int(b)) for a, b in pool.targets[members]]
+        per_class = PER_PAIR // pool.n_classes
+        controversial += members[balanced_cells(cells, hard[members], per_class, pool.n_classes)].tolist()
+    natural = [
+        rng.choice(np.flatnonzero(pool.natural & (pool.true_class == c)), NATURAL_PER_CLASS, replace=False)
+        for c in range(pool.n_classes)
+    ]
     return np.sort(np.concatenate([np.array(controversial, dtype=np.int64), *natural]))
 
 
-def random_design(pool: Pool, plain: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """720 random synthetic stimuli and 100 random natural images (``plain`` candidates only)."""
-    controversial = rng.choice(np.flatnonzero(~pool.natural & plain), 720, replace=False)
-    natural = rng.choice(np.flatnonzero(pool.natural), 100, replace=False)
+def random_design(pool: Pool, plain: np.ndarray, n_controversial: int, rng: np.random.Generator) -> np.ndarray:
+    """``n_controversial`` random synthetic stimuli and 10 random natural images per class (``plain`` candidates)."""
+    controversial = rng.choice(np.flatnonzero(~pool.natural & plain), n_controversial, replace=False)
+    natural = rng.choice(np.flatnonzero(pool.natural), NATURAL_PER_CLASS * pool.n_classes, replace=False)
     return np.sort(np.concatenate([controversial, natural]))
 
 
@@ -199,13 +150,12 @@ class Study:
 
     def percept(self, sim: int) -> np.ndarray:
         """The population's shared percept in simulation ``sim``: the truth plus one deviation per (stimulus,
-        category). Each simulated study draws its own population (``--fixed-population``: one per truth, shared by
-        every study, as before 2026-11-26), so a design's luck with one draw averages out over the studies."""
-        draw = 0 if self.args.fixed_population else sim + 1
-        if draw not in self.percepts:
-            seed = np.random.SeedSequence([self.args.seed, self.truth] + ([draw] if draw else []))
-            self.percepts[draw] = shared_deviation(self.P[self.truth], self.args.shared_sd, seed)
-        return self.percepts[draw]
+        category). Each simulated study draws its own population, so a design's luck with one draw averages out
+        over the studies."""
+        if sim not in self.percepts:
+            seed = np.random.SeedSequence([self.args.seed, self.truth, sim + 1])
+            self.percepts[sim] = shared_deviation(self.P[self.truth], self.args.shared_sd, seed)
+        return self.percepts[sim]
 
     def people(self, sim: int, n: int) -> np.ndarray:
         """The first n simulated participants of simulation ``sim`` on the whole pool."""
@@ -338,9 +288,13 @@ def _first_passing(short: int, passing: int, passes: Callable[[int], bool]) -> i
     return passing
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pool", default=str(ROOT / "outputs" / "design" / "pool.npz"))
+    parser.add_argument(
+        "--pool",
+        default=str(ROOT / "outputs" / "design" / "pool.npz"),
+        help="the candidate pool; built (and kept here) when the file does not exist",
+    )
     parser.add_argument("--sims", type=int, default=20, help="simulated studies per count")
     parser.add_argument(
         "--recheck-sims",
@@ -349,9 +303,7 @@ def main() -> None:
         help="simulated studies per count for the cells of a truth that some design needs more participants for "
         "than the paper's, and the paper's own cell of that truth (marked *; 0: no recheck)",
     )
-    parser.add_argument(
-        "--adaptive-sims", type=int, default=10, help="simulated adaptive studies per count (0: skip it)"
-    )
+    parser.add_argument("--adaptive-sims", type=int, default=10, help="simulated adaptive studies per count (0: skip)")
     parser.add_argument(
         "--adaptive-panel",
         type=int,
@@ -361,9 +313,9 @@ def main() -> None:
     )
     parser.add_argument(
         "--adaptive-shared-sd",
-        default=None,
+        default="0",
         help="shared deviation sd the second batch plans with: a number, or fit (plan.shared_sd=fit: fitted to "
-        "batch 1's ratings; 0 where they give no fit); default --plan-shared-sd",
+        "batch 1's ratings; 0 where they give no fit)",
     )
     parser.add_argument(
         "--interim-alpha",
@@ -372,28 +324,10 @@ def main() -> None:
         help="the adaptive study's interim look after batch 1 (adaptive.interim_alpha): stop when one model is above "
         "every other at this alpha; the final test gets 0.05 minus it; 0: no interim look",
     )
-    parser.add_argument("--resamples", type=int, default=1000)
+    parser.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of each simulated test")
     parser.add_argument("--plan", type=int, default=20, help="participants the optimal design is planned for")
     parser.add_argument("--temperature", type=float, default=0.5, help="smooth minimum over pairs (plan.temperature)")
     parser.add_argument("--panel", type=int, default=256, help="reference participants per truth (plan.n_panel)")
-    parser.add_argument(
-        "--exchange-width",
-        type=int,
-        default=SEARCH_DEFAULTS["exchange_width"],
-        help="(c)'s search: each exchange step tries this many removals x additions (select_design's exchange_width)",
-    )
-    parser.add_argument(
-        "--max-exchanges",
-        type=int,
-        default=SEARCH_DEFAULTS["max_exchanges"],
-        help="(c)'s search: the most exchanges (plan.max_exchanges)",
-    )
-    parser.add_argument(
-        "--step-fraction",
-        type=float,
-        default=SEARCH_DEFAULTS["step_fraction"],
-        help="(c)'s search: the share of the design greedy growth adds per step (select_design's step_fraction)",
-    )
     parser.add_argument("--power", type=float, default=0.8)
     parser.add_argument("--truths", default="all", help="comma-separated model names, or all")
     parser.add_argument("--seed", type=int, default=0)
@@ -405,74 +339,22 @@ def main() -> None:
         help="sd of the population's shared deviation from the truth (logit units; the planner does not know it)",
     )
     parser.add_argument(
-        "--plan-shared-sd",
-        type=float,
-        default=0.0,
-        help="shared deviation sd the optimal design plans with (0: the plain noise model; ReferencePanel.shared_sd)",
-    )
-    parser.add_argument(
         "--criterion",
         nargs="+",
         choices=("maximin", "relative", "participants", "total"),
         default=["participants"],
-        help="plan.criterion, one column (c) each: participants (the default): maximin with each truth's z "
-        "taken at --fraction of the participants the paper's design needs for it; maximin: the weakest pairwise z; "
-        "relative: each truth's weakest z as a fraction of the paper design's; total: the predicted participants "
-        "averaged over truths, each truth's at most the paper design's (at the participants criterion's counts)",
+        help="plan.criterion, one column (c) each; the first is also the adaptive study's batch 1",
     )
-    parser.add_argument("--fraction", type=float, default=0.5, help="for --criterion participants")
-    parser.add_argument(
-        "--cap-rule",
-        choices=CAP_RULES,
-        default="ratio",
-        help="for --criterion total: what a truth over its cap (the paper design's need) costs, per participant or per "
-        "ratio (plan.cap_rule)",
-    )
-    parser.add_argument(
-        "--floor",
-        type=float,
-        default=2.0,
-        help="for --criterion participants: the fewest participants a truth is planned at (below 2: exact needs)",
-    )
-    parser.add_argument(
-        "--fixed-population",
-        action="store_true",
-        help="one shared deviation per truth for every simulated study (the runs before 2026-11-26), not one per study",
-    )
-    parser.add_argument(
-        "--paper-rule",
-        choices=("ilp", "offsets"),
-        default="ilp",
-        help="how (a) picks 20 per pair: ilp, the paper's (largest summed hard score, every class twice per side); "
-        "offsets, the cells b = a+1 and a+5 (the runs up to commit 2774cff)",
-    )
+    parser.add_argument("--fraction", type=float, default=0.5, help="plan.fraction, for --criterion participants")
+    parser.add_argument("--cap-rule", choices=CAP_RULES, default="ratio", help="plan.cap_rule, for --criterion total")
     parser.add_argument("--jobs", type=int, default=1, help="(truth, design) cells simulated in parallel processes")
-    parser.add_argument(
-        "--sim-jobs",
-        type=int,
-        default=1,
-        help="processes per adaptive cell, each running some of its simulated studies (the adaptive cells of truths "
-        "that need many participants take longest; with many cores, --jobs x --sim-jobs up to their number)",
-    )
+    parser.add_argument("--sim-jobs", type=int, default=1, help="processes per adaptive cell, each some of its studies")
     parser.add_argument(
         "--cache-dir",
         default=str(ROOT / "outputs" / "design" / "cache"),
         help="where chosen optimal designs are kept and found again (keyed by the pool and the choice's settings)",
     )
     parser.add_argument("--no-cache", action="store_true", help="always choose the optimal design anew; keep none")
-    parser.add_argument(
-        "--natural-per-class",
-        type=int,
-        default=PAPER_CONSTRAINTS.natural_per_class,
-        help="natural images per class in (c)-(e) (budget.natural_per_class; (a) and (b) keep the paper's 10): how "
-        "much the paper's share of natural images holds the designs back",
-    )
-    parser.add_argument(
-        "--class-tolerance",
-        type=float,
-        default=PAPER_CONSTRAINTS.class_tolerance,
-        help="each class a target within this share of the mean count in (c)-(e) (budget.class_tolerance)",
-    )
     parser.add_argument(
         "--integer-counts",
         action="store_true",
@@ -483,19 +365,20 @@ def main() -> None:
     parser.add_argument(
         "--dedicated",
         action="store_true",
-        help="add column (e): for each truth, a design chosen to separate that truth alone from its rivals (the "
-        "same constraints and planner); no design for all nine truths can be expected to beat it",
+        help="add column (e): for each truth, a design chosen to separate that truth alone from its rivals",
     )
+    building = parser.add_argument_group("building the pool (only when --pool does not exist)")
+    building.add_argument("--models", default=",".join(MODELS), help="comma-separated bundled MNIST models")
+    building.add_argument("--offsets", type=int, nargs="+", default=OFFSETS, help="class offsets b - a; start with 1 5")
+    building.add_argument("--max-steps", type=int, default=300, help="synthesis steps per image at most")
+    building.add_argument("--threads", type=int, default=1, help="torch threads for synthesis and rating")
+    building.add_argument("--data-root", default=None, help="where MNIST is (default: $CONTROVERSIAL_DATA_ROOT)")
     args = parser.parse_args()
     if not 0 < args.fraction <= 1:
         parser.error(f"--fraction must be in (0, 1] (plan.fraction), got {args.fraction}")
-    if args.panel < 2:
-        parser.error(f"--panel must be >= 2, got {args.panel}")
-    if args.adaptive_panel < 2:
-        parser.error(f"--adaptive-panel must be >= 2, got {args.adaptive_panel}")
-    if args.adaptive_shared_sd is None:
-        args.adaptive_shared_sd = args.plan_shared_sd
-    elif args.adaptive_shared_sd != "fit":
+    if args.panel < 2 or args.adaptive_panel < 2:
+        parser.error(f"--panel and --adaptive-panel must be >= 2, got {args.panel} and {args.adaptive_panel}")
+    if args.adaptive_shared_sd != "fit":
         try:
             number = float(args.adaptive_shared_sd)
         except ValueError:
@@ -505,58 +388,57 @@ def main() -> None:
         args.adaptive_shared_sd = number
     if not 0 <= args.interim_alpha < ALPHA:
         parser.error(f"--interim-alpha must be in [0, {ALPHA}): it is spent out of the study's alpha")
-    if args.exchange_width < 1 or args.max_exchanges < 0 or not 0 < args.step_fraction <= 1:
-        parser.error(
-            f"--exchange-width must be >= 1, --max-exchanges >= 0 and --step-fraction in (0, 1]; got "
-            f"{args.exchange_width}, {args.max_exchanges}, {args.step_fraction}"
-        )
-    most_natural = PAPER_CONSTRAINTS.natural_per_class
-    if not 1 <= args.natural_per_class <= most_natural or not args.class_tolerance >= 0:  # also NaN
-        parser.error(
-            f"--natural-per-class must be in 1..{most_natural} (natural images stay in the study, at most the paper's) "
-            f"and --class-tolerance >= 0; got {args.natural_per_class} and {args.class_tolerance}"
-        )
-    if args.jobs < 1 or args.sim_jobs < 1:
-        parser.error(f"--jobs and --sim-jobs must be >= 1, got {args.jobs} and {args.sim_jobs}")
+    if min(args.sims, args.resamples, args.jobs, args.sim_jobs, args.threads) < 1 or args.adaptive_sims < 0:
+        parser.error("--sims, --resamples, --jobs, --sim-jobs and --threads must be >= 1, --adaptive-sims >= 0")
+    return args
+
+
+def build_pool(args: argparse.Namespace) -> None:
+    """The candidate pool, synthesised and rated once, written to ``--pool``."""
+    names = args.models.split(",")
+    print(f"building the candidate pool {args.pool} from {', '.join(names)} (minutes)", flush=True)
+    torch.set_num_threads(args.threads)
+    models = [load_model(name, "mnist", None, args.data_root) for name in names]
+    for model in models:
+        model.eval()
+    test_images, test_labels = load_uint8("mnist", "test", args.data_root, False)
+    images = test_images.reshape(len(test_images), 1, 28, 28).numpy()
+    pool = synthesize_pool(models, images, test_labels.numpy(), args.offsets, max_steps=args.max_steps, seed=args.seed)
+    pool.save(Path(args.pool))
+
+
+def main() -> None:
+    args = parse_args()
     if not Path(args.pool).is_file():
-        parser.error(f"--pool {args.pool}: no such file; build it once with python benchmarks/design_pool.py")
+        build_pool(args)
     logging.basicConfig(format="  %(message)s")
-    logging.getLogger("controversial.study.design").setLevel(logging.INFO)  # each start's local optimum
+    logging.getLogger("controversial.design.optimiser").setLevel(logging.INFO)  # each start's local optimum
     start = time.perf_counter()
-    names, P, pool, plain, hard = load_pool(Path(args.pool))
-    args.constraints = replace(
-        PAPER_CONSTRAINTS, natural_per_class=args.natural_per_class, class_tolerance=args.class_tolerance
-    )
+    candidates = CandidatePool.load(Path(args.pool))
+    names, P = candidates.models, candidates.probabilities.astype(np.float64)
+    pool, plain = candidates.design_pool(), candidates.plain()
+    args.constraints = paper_constraints(len(names))
+    args.n_comparisons = (len(names) + 1) * len(names) // 2  # every pair of the models and the lower noise ceiling
     rng = np.random.default_rng(args.seed)
     args.noise = ParticipantNoise(sd=tuple(args.noise_sd))
-    paper = paper_design(pool, plain, hard, args.paper_rule, rng)
-    random = random_design(pool, plain, rng)
+    paper = paper_design(pool, plain, candidates.hard, rng)
+    random = random_design(pool, plain, len(paper) - NATURAL_PER_CLASS * pool.n_classes, rng)
     args.baseline = paper if args.criterion[0] == "relative" else None  # the adaptive study's second batch
-    panel = ReferencePanel(
-        P,
-        pool.conditions,
-        args.noise,
-        args.panel,
-        seed=args.seed,
-        shared_sd=args.plan_shared_sd,
-    )
+    panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, seed=args.seed)
     at_paper = panel.separation(design_weights(paper, len(pool.conditions)))
-    plan = participants_plan(at_paper, 0.05, args.power, 45, args.fraction, max(GRID), args.floor)
+    plan = participants_plan(at_paper, ALPHA, args.power, args.n_comparisons, args.fraction, max(GRID))
     print("planned participants per truth: " + ", ".join(f"{n} {v:.2f}" for n, v in zip(names, plan[:, 0])))
     designs = {"paper": paper, "random": random}
     for criterion in args.criterion:
         designs[f"optimal, {criterion}"] = _optimal(pool, panel, paper, at_paper, plan, criterion, args)
     optimal = {label: d for label, d in designs.items() if label.startswith("optimal")}
-    chosen = np.unique(np.concatenate(list(optimal.values())))
     print(
-        f"pool: {len(pool.conditions)} candidates ({int(pool.natural.sum())} natural, {int((~plain).sum())} beyond "
-        f"what the paper's kind of design takes (other seeds, ranked natural), {int((~plain[chosen]).sum())} of them "
-        f"chosen); optimal designs in "
+        f"pool: {len(pool.conditions)} candidates ({int(pool.natural.sum())} natural); optimal designs in "
         f"{time.perf_counter() - start:.0f} s"
     )
     # Every design is scored on a second panel: the optimal one was chosen to fit the first, noise included.
     del panel
-    check = held_out_panel(P, pool.conditions, args.noise, args.panel, seed=args.seed, shared_sd=args.plan_shared_sd)
+    check = held_out_panel(P, pool.conditions, args.noise, args.panel, seed=args.seed)
     for label, design in designs.items():
         z = check.separation(design_weights(design, len(pool.conditions))).z(args.plan)
         print(
@@ -666,7 +548,11 @@ def _optimal(
         print(f"optimal design ({criterion}) from the cache {cache} (--no-cache to choose it again)")
     else:
         planned = _planned(criterion, plan, args)
-        objective = total_need(at_paper, plan, 0.05, args.power, 45, args.cap_rule) if criterion == "total" else None
+        objective = (
+            total_need(at_paper, plan, ALPHA, args.power, args.n_comparisons, args.cap_rule)
+            if criterion == "total"
+            else None
+        )
         design = select_design(
             pool,
             panel,
@@ -676,7 +562,6 @@ def _optimal(
             seed=args.seed,
             baseline=paper if criterion == "relative" else None,
             objective=objective,
-            **{name: getattr(args, name) for name in SEARCH_DEFAULTS},
         )
         chosen = design.chosen
         print(f"  optimal ({criterion}): weakest expected z {design.weakest:.2f} on the panel it was chosen on")
@@ -766,14 +651,11 @@ def _cache_path(args: argparse.Namespace, criterion: str) -> Path | None:
         return None
     digest = hashlib.sha256(Path(args.pool).read_bytes())
     choice = [args.seed, criterion, args.plan, args.temperature, args.panel, args.power, list(args.noise_sd)]
-    choice += [args.plan_shared_sd, args.fraction, args.floor, args.paper_rule]
-    search = {name: getattr(args, name) for name in SEARCH_DEFAULTS}
-    if search != SEARCH_DEFAULTS:  # the defaults leave the keys of designs cached before these options unchanged
-        choice += list(search.values())
-    if criterion == "total" and args.cap_rule != "participants":  # total designs cached before the rule keep theirs
+    # the planner's shared sd (0), the plan's floor (2 participants) and the paper's selection rule keep their places
+    # in the key, and the cap rule joins it only when it is not participants, so that designs cached before are found
+    choice += [0.0, args.fraction, 2.0, "ilp"]
+    if criterion == "total" and args.cap_rule != "participants":
         choice.append(args.cap_rule)
-    if args.constraints != PAPER_CONSTRAINTS:  # as above: designs cached before these options keep their keys
-        choice += [args.natural_per_class, args.class_tolerance]
     digest.update(json.dumps(choice).encode())
     return Path(args.cache_dir) / f"optimal-{digest.hexdigest()[:16]}.npz"
 
@@ -782,9 +664,7 @@ def dedicated_design(P: np.ndarray, pool: Pool, truth: int, n_participants: floa
     """The design that separates ``truth`` alone from its rivals best: the optimal design's planner and constraints
     with a reference panel of that truth only. What a design for every truth could at best reach for this one, and
     what an adaptive study that had identified the truth would aim at."""
-    panel = ReferencePanel(
-        P, pool.conditions, args.noise, args.panel, truths=[truth], seed=args.seed, shared_sd=args.plan_shared_sd
-    )
+    panel = ReferencePanel(P, pool.conditions, args.noise, args.panel, truths=[truth], seed=args.seed)
     design = select_design(pool, panel, args.constraints, n_participants, args.temperature, seed=args.seed)
     assert not check_design(pool, args.constraints, design.chosen.tolist())
     return design.chosen
@@ -811,7 +691,7 @@ def _population(
 
 
 def _predicted(panel: ReferencePanel, designs: dict, names: tuple[str, ...], n: int, args: argparse.Namespace) -> None:
-    """The criterion's own prediction: participants needed for the truth to beat every rival (Sidak over 45)."""
+    """The criterion's own prediction: participants needed for the truth to beat every rival (Sidak over all pairs)."""
     print()
     print(
         "Predicted by the criterion on a fresh panel (no simulation): "
@@ -820,7 +700,9 @@ def _predicted(panel: ReferencePanel, designs: dict, names: tuple[str, ...], n: 
     print("| truth | " + " | ".join(designs) + " |")
     print("|---|" + "---|" * len(designs))
     needed = {
-        label: panel.separation(design_weights(d, n)).participants_needed_per_truth(0.05, args.power, 45)
+        label: panel.separation(design_weights(d, n)).participants_needed_per_truth(
+            ALPHA, args.power, args.n_comparisons
+        )
         for label, d in designs.items()
     }
     for t, name in enumerate(names):
@@ -891,21 +773,12 @@ def _table(rows: list, labels: list[str], args, elapsed: float) -> None:  # type
             f"(a): {', '.join(worse) or 'none'}"
         )
     print()
-    planned_with = f"a shared deviation of sd {args.plan_shared_sd:g}" if args.plan_shared_sd else "plain noise"
     print(
         f"Population: shared deviation sd {args.shared_sd:g}, own noise sd {list(args.noise.sd)} (logit units), "
-        f"{'one draw per truth for every simulated study' if args.fixed_population else 'a draw per simulated study'}; "
-        f"the optimal designs planned for {args.plan} participants with {planned_with}, criteria "
-        f"{', '.join(args.criterion)}"
+        f"a draw per simulated study; the optimal designs planned for {args.plan} participants with plain noise, "
+        f"criteria {', '.join(args.criterion)}"
         + (f" (cap rule {args.cap_rule})" if "total" in args.criterion else "")
-        + (
-            f", {args.natural_per_class} natural image{'s' * (args.natural_per_class > 1)} per class and classes "
-            f"within +-{100 * args.class_tolerance:g} % ((a) and (b): the paper's "
-            f"{PAPER_CONSTRAINTS.natural_per_class} and +-{100 * PAPER_CONSTRAINTS.class_tolerance:g} %)"
-            if args.constraints != PAPER_CONSTRAINTS
-            else ""
-        )
-        + f"; (a) by the rule {args.paper_rule}. "
+        + f"; {args.constraints.n_stimuli} rated stimuli per design. "
         + (
             f"(d): batch 1 on the {args.criterion[0]} design, batch 2 chosen with {args.adaptive_panel} reference "
             f"participants per candidate truth and shared deviation sd {args.adaptive_shared_sd}"

@@ -5,8 +5,8 @@
 
 Both export a synthetic study (random stimuli, ``--pairs`` model pairs x 20 + 100 natural + 42
 repeats + 4 attention checks per participant), start ``serve_study.py`` on 127.0.0.1 with SQLite
-and production settings (Prolific-format ids, admin token from the environment; only the per-client
-session rate limit is lifted, since every simulated participant comes from 127.0.0.1), SIGKILL it
+and production settings (Prolific-format ids, admin token from the environment; only the session rate
+limits are lifted, since every simulated participant comes from 127.0.0.1 and 1,000 arrive in 30 s), SIGKILL it
 during the run and restart it on the same database, and finally check that every acknowledged answer
 is stored exactly once with the ratings that were sent. Clients retry on connection errors and 5xx,
 as the page does.
@@ -51,7 +51,7 @@ from sqlalchemy import create_engine, text
 from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
 from controversial.study.bundle import load_bundle
-from controversial.study.export import ExportSettings, export_study
+from controversial.study.export import ExportOptions, export_study
 from controversial.study.scripted_participants import instructions, prolific_like_id, scripted_ratings, take_study
 from controversial.synthesis.stimuli import save_png
 
@@ -115,6 +115,8 @@ class Server:
             f"database_url={database_url}",
             "rate_limit.sessions_per_minute=1000000",
             "rate_limit.burst=1000000",
+            "rate_limit.new_participants_per_minute=1000000",
+            "rate_limit.new_participants_burst=1000000",
         ]
         self.base, self.logs, self.process, self.starts = f"http://127.0.0.1:{port}", logs, None, 0
         self.cpu_s = 0.0  # CPU seconds used by the server processes that have ended
@@ -194,7 +196,7 @@ def make_study(work: Path, pairs: int) -> Path:
     return export_study(
         sweep,
         work / "studies",
-        ExportSettings(name="bench", display_size=112, pilot=True),
+        ExportOptions(name="bench", display={"size": 112}, pilot=True),
         random_test_split,
         REPO / "human_study" / "src",
     )

@@ -24,7 +24,7 @@ in turn. It also reports how many (image, class) pairs the first candidates coul
     python benchmarks/synthesis.py --pairs '' --families '' --kde kde:vgg,kde_cifar10:pcn_cifar10
 
 Part 4 (``--precision``): for each pair, the same cells synthesized with the models' steps in float32
-and under bfloat16 autocast (``SynthesisSettings.precision``; a family that declares
+and under bfloat16 autocast (``SynthesisOptions.precision``; a family that declares
 ``bfloat16_synthesis = False`` stays float32 in both), and with ``--compile`` each again with every
 model's network wrapped in ``torch.compile`` (compile time included: the first synthesis of the run
 pays it). Variants are interleaved ``--repeats`` times; the table has the median time, and from the
@@ -53,7 +53,6 @@ import os
 import statistics
 import time
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -63,9 +62,9 @@ import yaml
 from controversial.data import load_uint8  # noqa: E402
 from controversial.datasets import dataset_info  # noqa: E402
 from controversial.zoo.readout import CalibratedModel  # noqa: E402
+from controversial.synthesis.options import SynthesisOptions  # noqa: E402
 from controversial.synthesis.engine import (  # noqa: E402
     BatchResult,
-    SynthesisSettings,
     bfloat16_native,
     noise_images,
     ordered_class_pairs,
@@ -78,7 +77,7 @@ MNIST_MODELS = "vgg,vgg_neg,capsnet,pcn,madry_linf,madry_l2,capsnet_recon,kde,ab
 
 
 def run_cells(
-    models: Sequence[CalibratedModel], cells: list[tuple[int, int]], settings: SynthesisSettings
+    models: Sequence[CalibratedModel], cells: list[tuple[int, int]], settings: SynthesisOptions
 ) -> BatchResult:
     targets = torch.tensor(cells)
     initial = noise_images(cells, [0] * len(cells), dataset_info(models[0].dataset).image_shape)
@@ -114,13 +113,13 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|", *map(line, rows)])
 
 
-def warm_up(models: Sequence[CalibratedModel], settings: SynthesisSettings) -> None:
+def warm_up(models: Sequence[CalibratedModel], settings: SynthesisOptions) -> None:
     """A few steps on two cells first, so one-time costs (oneDNN kernel selection, optimiser setup)
     are not charged to whichever variant runs first."""
-    run_cells(models, ordered_class_pairs()[:2], replace(settings, max_steps=3))
+    run_cells(models, ordered_class_pairs()[:2], settings.model_copy(update={"max_steps": 3}))
 
 
-def compare_pairs(pairs: list[str], subset_size: int, repeats: int, settings: SynthesisSettings) -> str:
+def compare_pairs(pairs: list[str], subset_size: int, repeats: int, settings: SynthesisOptions) -> str:
     cells = ordered_class_pairs()
     subset = cells[:: len(cells) // subset_size][:subset_size]
     print(
@@ -178,7 +177,7 @@ def compare_pairs(pairs: list[str], subset_size: int, repeats: int, settings: Sy
     return table(header, rows)
 
 
-def time_families(names: list[str], partner: str, fallback_partner: str, settings: SynthesisSettings) -> str:
+def time_families(names: list[str], partner: str, fallback_partner: str, settings: SynthesisOptions) -> str:
     print(
         f"\nevery model family: the full 90-cell matrix against {partner} ({fallback_partner} for {partner} itself)",
         flush=True,
@@ -224,7 +223,7 @@ def record_kde_inputs(kde: CalibratedModel, partner: CalibratedModel, n_cells: i
     recorded: list[torch.Tensor] = []
     hook = kde.net.register_forward_pre_hook(lambda module, args: recorded.append(args[0].detach().clone()))
     try:
-        run_cells([partner, kde], ordered_class_pairs()[:n_cells], SynthesisSettings(max_steps=steps, stop_score=None))
+        run_cells([partner, kde], ordered_class_pairs()[:n_cells], SynthesisOptions(max_steps=steps, stop_score=None))
     finally:
         hook.remove()
     return recorded[:-1]  # the last call scores the final 8-bit images
@@ -313,7 +312,7 @@ def starts(models: Sequence[CalibratedModel], cells: list[tuple[int, int]]) -> t
 
 
 def compare_precision(
-    pairs: list[str], n_cells: int, repeats: int, compile_too: bool, settings: SynthesisSettings
+    pairs: list[str], n_cells: int, repeats: int, compile_too: bool, settings: SynthesisOptions
 ) -> str:
     cells = ordered_class_pairs()[:: max(1, 90 // n_cells)][:n_cells]
     variants = [("fp32", False), ("bf16", False)] + ([("fp32", True), ("bf16", True)] if compile_too else [])
@@ -338,7 +337,7 @@ def compare_precision(
         for _ in range(repeats):
             for precision, use_compile in variants:
                 label = f"{precision}{' compiled' if use_compile else ''}"
-                run_settings = replace(settings, precision=precision)
+                run_settings = settings.model_copy(update={"precision": precision})
                 try:
                     result = synthesize_batch(compiled if use_compile else eager, targets, initial, run_settings)
                 except Exception as error:  # noqa: BLE001  (torch.compile refuses some models: report, go on)
@@ -468,7 +467,7 @@ def main() -> None:
     parser.add_argument("--step-models", default="", help="comma-separated models for part 5")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
-    settings = SynthesisSettings(max_steps=args.max_steps)
+    settings = SynthesisOptions(max_steps=args.max_steps)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; settings: {settings.max_steps} steps max, "
         f"stop_score {settings.stop_score}, threshold {settings.threshold}; one attempt, no retries"

@@ -14,12 +14,14 @@ os.umask(_UMASK)
 
 
 @contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator[IO]:
-    """Open a temp file next to ``path``; on clean exit fsync it and rename it over ``path``."""
+def atomic_write(path: str | os.PathLike, mode: str = "w", private: bool = False, **open_kwargs) -> Iterator[IO]:
+    """Open a temp file next to ``path``; on clean exit fsync it and rename it over ``path``. ``private``:
+    readable by the owner only (mode 0600), for files that hold personal data or secrets."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.chmod(tmp_name, 0o666 & ~_UMASK)  # mkstemp's 0600 would make shared outputs unreadable
+    if not private:
+        os.chmod(tmp_name, 0o666 & ~_UMASK)  # mkstemp's 0600 would make shared outputs unreadable
     try:
         with os.fdopen(fd, mode, **open_kwargs) as handle:
             yield handle

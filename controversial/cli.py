@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 import hydra
 import yaml
+from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
@@ -34,7 +35,8 @@ from pydantic import BaseModel, ValidationError
 from controversial.config import CONF_DIR
 from controversial.errors import UserError, one_paragraph
 from controversial.help import command_help
-from controversial.settings import Invocation
+from controversial.options import defaults
+from controversial.tasks import Invocation, settings_schema
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +67,7 @@ def validate(schema: type[S], cfg: DictConfig) -> S:
     values = {
         key: OmegaConf.to_container(cfg[key], resolve=True) if OmegaConf.is_config(cfg[key]) else cfg[key]
         for key in cfg
-        if key != "hydra"
+        if key != "hydra" and not OmegaConf.is_missing(cfg, key)  # a missing value: the schema says it is required
     }
     return schema.model_validate(values)
 
@@ -110,8 +112,26 @@ def error_message(error: BaseException) -> str:
     return one_paragraph(text)
 
 
+def cluster_job_ended(error: BaseException) -> bool:
+    """submitit's errors for a cluster job that ended without a result: cancelled, past its time limit more than
+    ``max_num_timeout`` times, on a node that was lost, or failed in the task (its traceback follows)."""
+    return type(error).__module__.startswith("submitit.") and type(error).__name__ in (
+        "UncompletedJobError",
+        "FailedJobError",
+    )
+
+
 def report(error: BaseException, name: str) -> int:
     """One paragraph on stderr; the traceback only with CONTROVERSIAL_DEBUG=1. Returns the exit code."""
+    if cluster_job_ended(error):
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        print(
+            f"error: a cluster job of this sweep ended without finishing its run: {first}. Its log files are named "
+            f"below. Finished cells are kept: run the same command again to resume the sweep (docs/sweeps.md, "
+            f"'Running on a real cluster').\n{error}",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL_ERROR
     if isinstance(error, INPUT_ERRORS):
         print(f"error: {error_message(error)} (`python {name}.py --help` lists every setting.)", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -152,12 +172,21 @@ def command_line(name: str, task_overrides: Any) -> str:
     return " ".join([f"python {name}.py", *OmegaConf.to_container(task_overrides, resolve=False)])
 
 
-def command(
-    name: str, schema: type[S], task: Callable[[S, Invocation], Any], register: Callable[[], None] | None = None
-) -> Callable[[], None]:
-    """The ``main()`` of ``<name>.py``: ``--help`` from the schema, validation, the task, and error reporting."""
+def register_defaults(name: str, schema: type[BaseModel]) -> None:
+    """Store the schema's defaults as ``<name>_defaults``, the base node ``conf/<name>.yaml`` composes first:
+    the schema is the one place a default is written."""
+    ConfigStore.instance().store(name=f"{name}_defaults", node=defaults(schema))
 
+
+def command(
+    name: str, task: Callable[[S, Invocation], Any], register: Callable[[], None] | None = None
+) -> Callable[[], None]:
+    """The ``main()`` of ``<name>.py``: ``--help`` from the task's settings schema, validation, the task, and
+    error reporting; ``register`` adds config groups (the model names of ``model_a=``) before Hydra starts."""
+
+    schema = settings_schema(task)
     failures: list[BaseException] = []
+    launcher_pid = [os.getpid()]  # main() sets it; a job in another process (SLURM, joblib) carries a copy
 
     @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name=name)
     def hydra_main(cfg: DictConfig) -> Any:
@@ -175,17 +204,21 @@ def command(
                 log.error("%s: job skipped: %s", out_dir.name, error_message(error))
                 print(f"error: {out_dir.name} skipped, the sweep goes on: {error_message(error)}", file=sys.stderr)
                 return None
+            if os.getpid() != launcher_pid[0]:
+                raise  # a job in a launcher's worker (a SLURM job): only a raised error reaches the launcher
             log.debug("%s failed", name, exc_info=True)  # the traceback stays in the run's log file, if any
             failures.append(error)
             return None
 
     def main() -> None:
+        register_defaults(name, schema)
         if register is not None:
             register()
         if any(arg in ("--help", "-h") for arg in sys.argv[1:]):
             print(command_help(name, schema, [a for a in sys.argv[1:] if a not in ("--help", "-h")]))
             return
         os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises; this handler decides what is shown
+        launcher_pid[0] = os.getpid()
         try:
             hydra_main()
         except Exception as error:  # Hydra's own errors: unknown option, bad override syntax, missing value
@@ -202,6 +235,7 @@ def load_settings(name: str, schema: type[S], overrides: list[str] | None = None
     """Compose ``conf/<name>.yaml`` with overrides and validate it, as the command would (tests, notebooks)."""
     from hydra import compose, initialize_config_dir
 
+    register_defaults(name, schema)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(name, overrides=list(overrides or []))
     return validate(schema, cfg)

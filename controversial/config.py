@@ -8,14 +8,16 @@ stored in the ConfigStore as an option of the groups ``model_a``, ``model_b`` an
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
+from pydantic import Field, field_validator, model_validator
 
-from controversial.zoo.train_settings import TrainSettings
+from controversial.datasets import DATASETS
+from controversial.options import Options, one_of
+from controversial.zoo.train_options import CALIBRATIONS, TRAINING_METHODS, TrainOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
@@ -27,39 +29,90 @@ OmegaConf.register_new_resolver("if_null", lambda value, default: default if val
 # other relative path, given on the command line or in conf/, is relative to the working directory.
 OmegaConf.register_new_resolver("repo", lambda sub="": str(REPO_ROOT / sub), replace=True)
 MODEL_GROUPS = ("model_a", "model_b")
+MIRROR_SYMMETRIC_DATASETS = tuple(name for name, info in DATASETS.items() if info.mirror_symmetric)
 
 
-@dataclass
-class ModelConfig:
-    name: str
-    dataset: str
-    arch: str
-    arch_kwargs: dict[str, Any] = field(default_factory=dict)
-    calibration: str = "cross_entropy"
-    checkpoint: str = "${repo:models}/${.dataset}/${.name}.pt"
-    test_time_flip: bool = False  # read out the mean logits of the image and its mirror image
+class ModelOptions(Options):
+    """One model: its family, the dataset, the readout, and how it is trained (conf/model/<name>.yaml)."""
+
+    name: str = Field(description="model name (conf/model/<name>.yaml)")
+    dataset: str = Field(description=f"dataset the model was trained on: {', '.join(DATASETS)}")
+    arch: str = Field(description="registered architecture")
+    arch_kwargs: dict[str, Any] = Field(default_factory=dict, description="architecture constructor arguments")
+    calibration: str = Field("cross_entropy", description=f"readout calibration: {', '.join(CALIBRATIONS.names())}")
+    checkpoint: str = Field(
+        description="checkpoint file (relative: to the working directory); default: the bundled "
+        "models/<dataset>/<name>.pt"
+    )
+    test_time_flip: bool = Field(
+        False,
+        description="read out the mean logits of the image and its mirror image (test-time augmentation; "
+        "training sees single views); only for datasets with mirror-symmetric classes: "
+        f"{', '.join(MIRROR_SYMMETRIC_DATASETS)}",
+    )
     paper_name: str = ""
     description: str = ""
     differences: str = ""
-    synthesis_init: str = "noise"  # noise | test_image: where synthesis starts under init=auto
-    train: TrainSettings = field(default_factory=TrainSettings)
+    synthesis_init: Literal["noise", "test_image"] = Field(
+        "noise",
+        description="where synthesis starts under init=auto: noise, or test_image for a model whose input "
+        "gradient leads nowhere from uniform noise (the JEM)",
+    )
+    train: TrainOptions = Field(default_factory=TrainOptions)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bundled_checkpoint(cls, values: Any) -> Any:
+        if isinstance(values, dict) and values.get("checkpoint") is None and "name" in values and "dataset" in values:
+            return {**values, "checkpoint": str(REPO_ROOT / "models" / str(values["dataset"]) / f"{values['name']}.pt")}
+        return values
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, value: str) -> str:
+        return one_of(value, DATASETS)
+
+    @field_validator("calibration")
+    @classmethod
+    def _known_calibration(cls, value: str) -> str:
+        return CALIBRATIONS.check(value)
+
+    @model_validator(mode="after")
+    def _flip_only_where_classes_are_symmetric(self) -> ModelOptions:
+        if self.test_time_flip and self.dataset not in MIRROR_SYMMETRIC_DATASETS:
+            raise ValueError(
+                f"model {self.name}: test_time_flip is for datasets whose classes look the same mirrored "
+                f"({', '.join(MIRROR_SYMMETRIC_DATASETS)}), not {self.dataset}"
+            )
+        return self
+
+
+def check_pair(a: ModelOptions, b: ModelOptions) -> None:
+    """Two different models of one dataset: what a controversial pair needs."""
+    if a.name == b.name:
+        raise ValueError(
+            f"model_a and model_b are both '{a.name}': a model cannot disagree with itself; "
+            f"pick two different models, e.g. model_a={a.name} model_b={'vgg' if a.name != 'vgg' else 'abs'}"
+        )
+    if a.dataset != b.dataset:
+        raise ValueError(
+            f"model_a={a.name} was trained on {a.dataset} but model_b={b.name} on {b.dataset}; "
+            "controversial stimuli need two models of the same dataset"
+        )
 
 
 def model_config_files(conf_dir: Path = CONF_DIR) -> list[Path]:
     return sorted((conf_dir / "model").glob("*.yaml"))
 
 
-def load_model_config(path: Path):
-    """A model YAML merged onto the schema; a wrong key or type (``train.extra`` included) names the file."""
-    # Imported here, not at the top: the registry needs torch, and the study server reads conf/ without it.
-    from controversial.zoo.training import training_method
-
+def load_model_config(path: Path) -> ModelOptions:
+    """A model YAML as validated options; a wrong key or type (``train.extra`` included) names the file."""
     try:
-        node = OmegaConf.merge(OmegaConf.structured(ModelConfig), OmegaConf.load(path))
-        training_method(node.train.method).options(node.train.extra)
+        options = ModelOptions.model_validate(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
+        TRAINING_METHODS.get(options.train.method).options(options.train.extra)
     except Exception as error:
         raise ValueError(f"{path}: invalid model config: {error}") from None
-    return node
+    return options
 
 
 def register_model_options(conf_dir: Path = CONF_DIR) -> dict[str, str]:
@@ -69,6 +122,6 @@ def register_model_options(conf_dir: Path = CONF_DIR) -> dict[str, str]:
     for path in model_config_files(conf_dir):
         node = load_model_config(path)
         for group in MODEL_GROUPS:
-            store.store(group=group, name=path.stem, node=node)
+            store.store(group=group, name=path.stem, node=node.model_dump(by_alias=True))
         datasets[path.stem] = str(node.dataset)
     return datasets

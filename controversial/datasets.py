@@ -6,7 +6,12 @@ need the names, such as the study server, start without importing torch.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
+
+from pydantic import Field
+
+from controversial.options import Options
 
 
 @dataclass(frozen=True)
@@ -34,3 +39,26 @@ def dataset_info(name: str) -> DatasetInfo:
     if name not in DATASETS:
         raise ValueError(f"unknown dataset '{name}'; known: {', '.join(DATASETS)}")
     return DATASETS[name]
+
+
+def default_data_root() -> str:
+    """``$CONTROVERSIAL_DATA_ROOT``, else ``data`` (relative to the working directory)."""
+    return os.environ.get("CONTROVERSIAL_DATA_ROOT", "data")
+
+
+class DataOptions(Options):
+    """Where a command finds the datasets (MNIST/, cifar10/ below one root)."""
+
+    root: str = Field(
+        default_factory=default_data_root,
+        description="data root with MNIST/ and cifar10/ (default: $CONTROVERSIAL_DATA_ROOT, else ./data)",
+    )
+    download: bool = Field(True, description="fall back to torchvision's download when the data root lacks a dataset")
+
+
+class ModelDataOptions(Options):
+    """The data root of commands that only load models (the KDE models read their training images)."""
+
+    root: str = Field(
+        default_factory=default_data_root, description="data root; the KDE models read their training images from here"
+    )

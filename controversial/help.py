@@ -89,14 +89,14 @@ def _model_field(annotation: Any) -> type[BaseModel] | None:
 
 def option_lines(schema: type[BaseModel], defaults: dict, prefix: str = "") -> list[str]:
     """``key=default`` and its meaning for every leaf of the schema."""
-    from controversial.settings import ModelSettings
+    from controversial.config import ModelOptions
 
     lines = []
     for key, field in schema.model_fields.items():
         name = prefix + (field.alias or key)
         value = defaults.get(field.alias or key) if isinstance(defaults, dict) else None
         nested = _model_field(field.annotation)
-        if nested is ModelSettings:
+        if nested is ModelOptions:
             chosen = value.get("name") if isinstance(value, dict) else None
             lines += _entry(f"{name}={chosen}", f"{field.description}. Models: {models_by_dataset()}")
         elif nested is not None and nested.model_config.get("extra") == "allow":

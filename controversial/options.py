@@ -8,9 +8,10 @@ library functions take the group itself, so no value is copied field by field be
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic_core import to_jsonable_python
 
 Probability = Annotated[float, Field(gt=0, le=1)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
@@ -38,3 +39,23 @@ def ordered_range(bounds: tuple[float, float]) -> tuple[float, float]:
     if not 0 <= bounds[0] <= bounds[1]:
         raise ValueError(f"[{bounds[0]}, {bounds[1]}] is not a range [low, high] with 0 <= low <= high")
     return bounds
+
+
+def defaults(schema: type[Options]) -> dict[str, Any]:
+    """The schema's defaults as a plain config tree: Hydra's base node of a command.
+
+    A required value becomes ``???`` (Hydra's "missing"), so the command asks for it; a required option
+    group (a model chosen by name, e.g. ``model_a``) is left out: a config group composes it.
+    """
+    tree: dict[str, Any] = {}
+    for name, field in schema.model_fields.items():
+        key = field.alias or name
+        if not field.is_required():
+            tree[key] = to_jsonable_python(field.get_default(call_default_factory=True), by_alias=True)
+        elif not _is_group(field.annotation):
+            tree[key] = "???"
+    return tree
+
+
+def _is_group(annotation: Any) -> bool:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)

@@ -9,10 +9,14 @@ synthesis has already computed, so logging cannot change a manifest.
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import Field
 
 from controversial.errors import UserError
+from controversial.options import Options
 
 log = logging.getLogger(__name__)
 
@@ -90,3 +94,18 @@ def start_tracking(
         ) from None
     log.info("wandb %s run %s in %s", mode, run_name, run.dir)
     return WandbTracker(run, wandb)
+
+
+def _default_wandb_mode() -> str:
+    return os.environ.get("WANDB_MODE", "offline")
+
+
+class WandbOptions(Options):
+    """Experiment tracking; never required, offline (no network) unless asked."""
+
+    mode: Literal["offline", "online", "disabled"] = Field(
+        default_factory=_default_wandb_mode,
+        description="offline: <run dir>/wandb, no network; online; disabled (default: $WANDB_MODE, else offline)",
+    )
+    project: str = Field("controversial", description="wandb project")
+    group: str | None = Field(None, description="groups a sweep's runs (experiments set it)")

@@ -1,4 +1,4 @@
-"""Opt-in markers (slow, data and browser tests run locally only when asked, always in CI) and tiny models."""
+"""Opt-in markers (slow, data, browser and cluster tests run locally only when asked, always in CI) and tiny models."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from controversial.zoo.readout import Calibration, CalibratedModel
 from controversial.zoo.registry import create_arch
 
-OPT_IN_MARKERS = ("slow", "data", "browser")
+OPT_IN_MARKERS = ("slow", "data", "browser", "cluster")
 REPO = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

@@ -13,9 +13,9 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from controversial.cli import load_settings
 from controversial.config import CONF_DIR, register_model_options
-from controversial.settings import SCHEMAS, Invocation
+from controversial.api import settings
+from controversial.tasks import Invocation
 from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
 from controversial.synthesis.stimuli import save_png
@@ -51,22 +51,20 @@ def compose_synthesize(*overrides: str):
 
 def settings_for(name: str, overrides: Sequence[str] = ()) -> Any:
     """A command's validated settings, composed from conf/ with these overrides as its entry point would."""
-    if name in ("synthesize", "rank_natural"):
-        register_pair_options(register_model_options())
-    return load_settings(name, SCHEMAS[name], list(overrides))
+    return settings(name, overrides)
 
 
 def run_task(name: str, overrides: Sequence[str], out_dir: Path, command: str = "") -> Any:
     """A command in-process: its settings validated, then its task writing into ``out_dir``."""
     task = importlib.import_module(f"controversial.tasks.{name}")
-    return task.run(settings_for(name, overrides), Invocation(Path(out_dir), command or f"python {name}.py"))
+    return task.run(settings(name, overrides), Invocation(Path(out_dir), command or f"python {name}.py"))
 
 
 def train_in(tmp_path: Path, overrides: Sequence[str]) -> Path:
     """``python train.py`` in-process, with model YAMLs also read from ``tmp_path/conf/model`` and every output
     (checkpoint in float32, resume file) under ``tmp_path``; returns the checkpoint's path."""
     from controversial.cli import validate
-    from controversial.settings import TrainCommandSettings
+    from controversial.tasks.train import TrainCommandSettings
     from controversial.tasks import train
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -182,3 +180,9 @@ ANALYZE_SMALL = [
 def run_analyze(out_dir: Path, overrides: Sequence[str]) -> Any:
     """``python analyze.py`` in-process, writing into ``out_dir``."""
     return run_task("analyze", overrides, out_dir)
+
+
+def softmax_score(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
+    """Eq. 1 of the paper, for softmax readouts: ``min_i p_i(t_i)`` (a reference score and a toy objective)."""
+    probabilities = [torch.softmax(l, 1).gather(1, targets[:, i : i + 1]).squeeze(1) for i, l in enumerate(logits)]
+    return torch.stack(probabilities, 1).min(1).values

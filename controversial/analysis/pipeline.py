@@ -9,17 +9,16 @@ downstream notebooks read one typed structure.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from controversial.analysis.bootstrap import LOWER, pairwise_tests, percentile_ci, pooled_bootstrap
 from controversial.analysis.ceilings import noise_ceiling
-from controversial.analysis.correlation import MEASURES, participant_model_correlations
-from controversial.analysis.decisions import TieRule, decide
+from controversial.analysis.options import AnalysisOptions
+from controversial.analysis.correlation import participant_model_correlations
+from controversial.analysis.decisions import decide
 from controversial.analysis.error_consistency import (
-    CExpOne,
     DecisionData,
     bootstrap_kappa,
     categorical_kappa,
@@ -49,24 +48,6 @@ from controversial.analysis.study import NATURAL, Study
 log = logging.getLogger(__name__)
 
 MAIN_SUBSETS = ("all", "natural", "controversial")
-
-
-@dataclass(frozen=True)
-class AnalysisOptions:
-    n_resamples: int = 100_000
-    subset_resamples: int = 10_000  # for the natural and controversial subsets; 0 skips
-    other_subset_resamples: int = 0  # for each targeted pair and targeted model subset; 0 skips
-    seed: int = 0
-    chunk_size: int = 10_000
-    include_copies: bool = False  # lower ceiling: may a resampled participant's own copies count as "others"?
-    ci_level: float = 0.95
-    alpha: float = 0.05
-    measures: tuple[str, ...] = MEASURES  # rank measures are computed on the main subsets only
-    tie_rule: TieRule = "random"
-    c_exp_one: CExpOne = "nan"
-    ec_resamples: int = 1000
-    null_band_grid: int = 200
-    null_band_repeats: int = 5
 
 
 def _matrix(x: np.ndarray) -> list:
@@ -114,18 +95,18 @@ def evaluate_subset(
             models,
             n_resamples,
             options.seed,
-            options.chunk_size,
-            options.include_copies,
+            options.bootstrap.chunk_size,
+            options.bootstrap.include_copies,
         )
-        ci = percentile_ci(dist.samples, options.ci_level)
+        ci = percentile_ci(dist.samples, options.bootstrap.ci_level)
         ranked = sorted(models, key=lambda m: -dist.estimates[dist.names.index(m)])
-        tests = pairwise_tests(dist, include=ranked + [LOWER], alpha=options.alpha)
+        tests = pairwise_tests(dist, include=ranked + [LOWER], alpha=options.bootstrap.alpha)
         boot = BootstrapResult(
             measure="pearson",
             n_resamples=n_resamples,
             seed=options.seed,
-            ci_level=options.ci_level,
-            lower_ceiling_includes_own_copies=options.include_copies,
+            ci_level=options.bootstrap.ci_level,
+            lower_ceiling_includes_own_copies=options.bootstrap.include_copies,
             strata=int(sum(len(set(s.conditions.tolist())) for s in subs)),
             replications=len(subs),
             estimate=dict(zip(dist.names, dist.estimates.tolist())),
@@ -159,11 +140,11 @@ def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> P
         main = name in MAIN_SUBSETS
         measures = options.measures if main else ("pearson",)
         resamples = (
-            options.n_resamples
+            options.bootstrap.n_resamples
             if name == "all"
-            else options.subset_resamples
+            else options.bootstrap.subset_resamples
             if main
-            else options.other_subset_resamples
+            else options.bootstrap.other_subset_resamples
         )
         parts = [(s, subs[name]) for s, subs in zip(studies, subsets) if name in subs]
         if len(parts) < len(studies):
@@ -210,7 +191,7 @@ def _consistency_block(
         ci = None
         if aggregation == "whole" and options.ec_resamples:
             bounds = bootstrap_kappa(
-                data, options.ec_resamples, options.seed, "whole", options.c_exp_one, options.ci_level
+                data, options.ec_resamples, options.seed, "whole", options.c_exp_one, options.bootstrap.ci_level
             )
             ci = KappaCI(low=_matrix(bounds[..., 0]), high=_matrix(bounds[..., 1]), n_resamples=options.ec_resamples)
         aggregates[aggregation] = ConsistencyAggregate(
@@ -220,15 +201,15 @@ def _consistency_block(
             kappa=_matrix(result.kappa),
             kappa_unbiased=_matrix(result.kappa_unbiased),
             n=_matrix(result.n),
-            group_means=_group_means(result.kappa, is_human, data.names, options.ci_level),
+            group_means=_group_means(result.kappa, is_human, data.names, options.bootstrap.ci_level),
             kappa_bootstrap_ci=ci,
         )
     n_trials = int(data.correct.shape[1])
     band = null_band(
         n_trials,
-        options.null_band_grid,
-        options.null_band_repeats,
-        level=options.ci_level,
+        options.error_consistency.null_band_grid,
+        options.error_consistency.null_band_repeats,
+        level=options.bootstrap.ci_level,
         seed=options.seed,
         c_exp_one=options.c_exp_one,
     )
@@ -242,8 +223,8 @@ def _consistency_block(
             bin_edges=band.bin_edges.tolist(),
             c_obs=_matrix(band.c_obs),
             kappa=_matrix(band.kappa),
-            grid_size=options.null_band_grid,
-            repeats=options.null_band_repeats,
+            grid_size=options.error_consistency.null_band_grid,
+            repeats=options.error_consistency.null_band_repeats,
         ),
         c_exp_one=c_exp_one,
     )
@@ -285,8 +266,10 @@ def analyze_ratings_consistency(study: Study, options: AnalysisOptions) -> Ratin
             names=list(names),
             n_trials=int(controversial.sum()),
             measure="Cohen's kappa over 10-way decisions",
-            whole=KappaAggregate(_matrix(pooled), _group_means(pooled, is_human, names, options.ci_level)),
-            per_condition=KappaAggregate(_matrix(per_mean), _group_means(per_mean, is_human, names, options.ci_level)),
+            whole=KappaAggregate(_matrix(pooled), _group_means(pooled, is_human, names, options.bootstrap.ci_level)),
+            per_condition=KappaAggregate(
+                _matrix(per_mean), _group_means(per_mean, is_human, names, options.bootstrap.ci_level)
+            ),
         )
     return RatingsConsistency(
         tie_rule=options.tie_rule,

@@ -8,6 +8,9 @@ per-participant gain and noise level, then quantised to the five-point scale.
 
 from __future__ import annotations
 
+from pydantic import Field, field_validator
+from controversial.options import Count, Options, ordered_range
+
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
@@ -290,3 +293,46 @@ def write_study(
     write_human_ratings(human_path, human_rows)
     write_model_responses(model_path, model_rows)
     return human_path, model_path
+
+
+class NoiseOptions(Options):
+    """How simulated participants rate: a generating model (or mixture) plus per-participant noise and gain."""
+
+    true_model: str = Field("sim3", description="the generating model, or a mixture sim3:0.7+sim5:0.3")
+    noise_sd: tuple[float, float] = Field((0.8, 1.6), description="per-participant logit noise range")
+    gain: tuple[float, float] = Field((0.7, 1.3), description="per-participant gain range")
+
+    @field_validator("true_model")
+    @classmethod
+    def _mixture(cls, value: str) -> str:
+        parse_mixture(value)
+        return value
+
+    _range = field_validator("noise_sd", "gain")(lambda bounds: ordered_range(bounds))
+
+
+class SimulatedModelsOptions(Options):
+    n_models: int = Field(9, ge=2, description="simulated models")
+    dataset: str = Field("MNIST", description="class names of the simulated stimuli: MNIST | CIFAR10")
+    stimuli_per_pair: Count = Field(20, description="controversial stimuli per model pair")
+    natural_per_class: int = Field(10, ge=0, description="natural images per class")
+
+
+class SimulatedStudyOptions(SimulatedModelsOptions, NoiseOptions):
+    n_participants: int = Field(30, ge=2, description="simulated participants")
+
+
+def parse_mixture(spec: str) -> dict[str, float]:
+    """``"sim3"`` or ``"sim3:0.7+sim5:0.3"`` (``,`` also separates, but needs quoting for Hydra) -> weights."""
+    weights = {}
+    for part in spec.replace(",", "+").split("+"):
+        name, _, weight = part.strip().partition(":")
+        try:
+            weights[name] = float(weight) if weight else 1.0
+        except ValueError:
+            raise ValueError(f"weight {weight!r} of {name!r} is not a number; use e.g. sim3:0.7+sim5:0.3") from None
+        if not name or not weights[name] >= 0:
+            raise ValueError(f"{part!r} needs a model name and a weight >= 0; use e.g. sim3:0.7+sim5:0.3")
+    if sum(weights.values()) <= 0:
+        raise ValueError("the weights sum to 0; give at least one positive weight")
+    return weights

@@ -2,6 +2,14 @@
 
 Errors name the file, the row (the physical line, header = 1) and the column, and say what is allowed,
 so a user can fix the file without reading code.
+
+Formula injection: a text cell that a spreadsheet would run as a formula (first character ``=``, ``+``,
+``-``, ``@``, tab or carriage return, e.g. a pilot PROLIFIC_PID ``-1-1``) is written with a leading ``'``,
+which spreadsheets read as "this is text" and do not show; a text cell that already starts with ``'``
+followed by one of those characters or another ``'`` gets one more, so the escape is reversible. Numbers
+are never escaped: floats and ints, and text that reads as a plain number (``-0.5``, ``-1e-3``, ``-inf``),
+are written as they are, since a spreadsheet reads them as numbers and runs nothing. Every reader here
+(``open_rows``) removes the one added ``'``, so the project reads back exactly what it wrote.
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -20,6 +29,7 @@ __all__ = [
     "csv_text",
     "decoding_problem",
     "delimiter_note",
+    "escape_cell",
     "field_count_problem",
     "integer",
     "number",
@@ -27,11 +37,30 @@ __all__ = [
     "optional_number",
     "read_records",
     "text",
+    "unescape_cell",
     "write_csv",
 ]
 
 OTHER_DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
 MISSING_VALUES = ("", "nan", "NaN", "NA", "na")
+FORMULA_STARTS = frozenset("=+-@\t\r")  # what a spreadsheet may run as a formula (OWASP's list)
+ESCAPED_STARTS = FORMULA_STARTS | {"'"}  # what follows an added quote
+PLAIN_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.IGNORECASE)
+
+
+def escape_cell(value: str) -> str:
+    """``value`` as a CSV cell no spreadsheet runs as a formula: a leading ``'`` when it would be one."""
+    first = value[:1]
+    if (first in FORMULA_STARTS and not PLAIN_NUMBER.fullmatch(value)) or (
+        first == "'" and value[1:2] in ESCAPED_STARTS
+    ):
+        return "'" + value
+    return value
+
+
+def unescape_cell(value: str) -> str:
+    """The cell as it was before ``escape_cell``."""
+    return value[1:] if value[:1] == "'" and value[1:2] in ESCAPED_STARTS else value
 
 
 def delimiter_note(header: Sequence[str]) -> str:
@@ -78,7 +107,14 @@ def open_rows(
         raise error(f"{path}: file not found")
     aliases = dict(aliases or {})
     handle = path.open(newline="", encoding="utf-8-sig")
-    reader = csv.DictReader(handle)
+    quoted = [False]  # whether a line read since the last record holds a ' (csv reads one line at a time)
+
+    def lines() -> Iterator[str]:
+        for line in handle:
+            quoted[0] = quoted[0] or "'" in line
+            yield line
+
+    reader = csv.DictReader(lines())
     header = []
     try:
         fieldnames = reader.fieldnames or []
@@ -105,6 +141,9 @@ def open_rows(
                     problem = field_count_problem(path, reader.line_num, record)
                     if problem:
                         raise error(problem)
+                    if quoted[0]:  # only rows with a ' anywhere can hold an escaped cell: the rest pass untouched
+                        quoted[0] = False
+                        record = {k: unescape_cell(v) for k, v in record.items()}
                     yield reader.line_num, record  # physical line: blank lines skipped by csv still count
             except UnicodeDecodeError as decode_error:
                 raise error(decoding_problem(path, reader.line_num + 1, decode_error)) from None
@@ -173,17 +212,29 @@ def optional_number(
 
 def csv_chunks(header: Sequence[str], rows: Iterable[Sequence[object]], size: int = 1 << 16) -> Iterator[str]:
     """CSV text (header first) in pieces of about ``size`` characters, for streaming a large table;
-    floats written exactly (``repr``), ``\\n`` line ends."""
+    floats written exactly (``repr``), text a spreadsheet would run as a formula escaped (``escape_cell``),
+    ``\\n`` line ends."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(header)
+    # csv quotes a cell with \n but not one with a lone \r, which a reader then takes for a line end
+    quoting_all = csv.writer(buffer, lineterminator="\n", quoting=csv.QUOTE_ALL)
+    writer.writerow([escape_cell(str(name)) for name in header])
     for row in rows:
-        writer.writerow([repr(v) if isinstance(v, float) else v for v in row])
+        cells = [_cell(v) for v in row]
+        (quoting_all if any(isinstance(c, str) and "\r" in c for c in cells) else writer).writerow(cells)
         if buffer.tell() >= size:
             yield buffer.getvalue()
             buffer.seek(0)
             buffer.truncate()
     yield buffer.getvalue()
+
+
+def _cell(value: object) -> object:
+    if isinstance(value, float):
+        return repr(value)
+    if value is None or isinstance(value, int):
+        return value
+    return escape_cell(str(value))
 
 
 def csv_text(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

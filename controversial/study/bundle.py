@@ -12,8 +12,9 @@ Layout (``docs/human_study.md`` has the details)::
 
 A version is assembled in a hidden temporary folder and renamed into place, so readers never see
 half a bundle, and an existing non-empty version is never replaced (rename refuses with ENOTEMPTY).
-Display images are written in a random order, padded to one length and given one modification
-time, so nothing about a file (size, time, inode order) says which condition it belongs to.
+Display images are written in a random order, re-encoded to one byte layout (chunks and their lengths) and
+given one modification time, so nothing about a file (size, structure, time, inode order) says which condition
+it belongs to.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import Mapping, Sequence
 
 from controversial.atomic import atomic_write_bytes, atomic_write_text
 from controversial.records.study import KeyEntry, TrialSpec, key_text, read_key, read_trial_list, trial_list_text
-from controversial.study.display import pad_png
+from controversial.study.display import uniform_pngs
 
 log = logging.getLogger(__name__)
 
@@ -170,12 +171,13 @@ def write_bundle(
 
 
 def _write_display_images(folder: Path, images: Mapping[str, bytes]) -> None:
-    """Random write order, one padded length, one modification time: no file metadata follows the key."""
-    length = max((len(data) for data in images.values()), default=0) + 12
-    ids = list(images)
+    """Random write order, one byte layout (chunks and lengths), one modification time: no file metadata and no
+    PNG structure follows the key."""
+    uniform = uniform_pngs(images)
+    ids = list(uniform)
     random.SystemRandom().shuffle(ids)
     for stimulus_id in ids:
-        atomic_write_bytes(folder / f"{stimulus_id}.png", pad_png(images[stimulus_id], length))
+        atomic_write_bytes(folder / f"{stimulus_id}.png", uniform[stimulus_id])
     stamp = int(time.time())
     for stimulus_id in ids:
         os.utime(folder / f"{stimulus_id}.png", (stamp, stamp))

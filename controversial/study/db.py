@@ -1,8 +1,10 @@
 """The collection database: participants (with their stored trial order) and one row per answered trial.
 
 SQLite by default (one file, zero setup) and PostgreSQL through a database URL. Uniqueness is
-enforced by the database itself, (study, prolific_pid) and (participant, position), so duplicate
-submissions and concurrent first visits cannot create duplicates whatever the server does. SQLite
+enforced by the database itself, (study, prolific_pid, prolific_session_id) and (participant, position),
+so duplicate submissions and concurrent first visits cannot create duplicates whatever the server does.
+A PROLIFIC_PID alone binds nothing (anyone can type one); the submission's SESSION_ID does, so a PID
+that someone else claimed first is still open to its owner (``docs/human_study.md``, threat model). SQLite
 runs in WAL mode with ``synchronous=FULL`` and ``BEGIN IMMEDIATE`` transactions: an acknowledged
 response survives a SIGKILL (and power loss), and concurrent writers queue instead of failing.
 Exports read through a second engine (``make_read_engine``): in WAL mode a reader sees one snapshot
@@ -15,6 +17,7 @@ as a participant.
 from __future__ import annotations
 
 import hashlib
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -51,7 +54,9 @@ class Participant(Base):
     """One Prolific participant in one study version, with the order they see trials in."""
 
     __tablename__ = "participants"
-    __table_args__ = (UniqueConstraint("study", "prolific_pid", name="uq_participant_study_pid"),)
+    __table_args__ = (
+        UniqueConstraint("study", "prolific_pid", "prolific_session_id", name="uq_participant_study_pid_session"),
+    )
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     study: Mapped[str] = mapped_column(String(128), index=True)
@@ -122,7 +127,10 @@ def make_engine(url: str) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if not is_in_memory(url):
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            path = Path(parsed.database)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # Owner-only (Prolific ids, session digests); SQLite gives its -wal and -shm files the same mode.
+            os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
         # Every transaction takes SQLite's write lock, so one pooled connection loses no concurrency, and
         # threads queue on the pool (woken at once) instead of in SQLite's sleeping busy handler.
         engine = create_engine(
@@ -137,16 +145,20 @@ def make_engine(url: str) -> Engine:
 
 
 def _check_schema(engine: Engine) -> None:
-    """Refuse a database written by an older version (``create_all`` adds tables, never columns)."""
+    """Refuse a database written by an older version (``create_all`` adds tables, never columns or keys)."""
     inspector = inspect(engine)
     for table in Base.metadata.sorted_tables:
         if not inspector.has_table(table.name):
             continue
         present = {column["name"] for column in inspector.get_columns(table.name)}
         missing = [column.name for column in table.columns if column.name not in present]
+        keys = {key["name"] for key in inspector.get_unique_constraints(table.name)}
+        missing += [
+            f"key {c.name}" for c in table.constraints if isinstance(c, UniqueConstraint) and c.name not in keys
+        ]
         if missing:
             raise RuntimeError(
-                f"database table {table.name!r} lacks column(s) {', '.join(missing)}: it was written "
+                f"database table {table.name!r} lacks {', '.join(missing)}: it was written "
                 "by an older version; export its data (mode=export) and use a new database"
             )
 

@@ -1,5 +1,5 @@
 """What participants see: the stimulus upsampled for the screen, MNIST optionally inverted, attention
-checks drawn as images, and every display PNG padded to one length.
+checks drawn as images, and every display PNG of a bundle re-encoded to one byte layout.
 
 The paper showed MNIST as a dark digit on a light background and upsampled both datasets; the
 8-bit stimulus itself is never altered, only its display copy.
@@ -7,15 +7,23 @@ The paper showed MNIST as a dark digit on a light background and upsampled both 
 
 from __future__ import annotations
 
+from typing import Literal
+from pydantic import Field
+from controversial.options import Options
+
 import io
 import struct
 import zlib
+from collections.abc import Mapping
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-PADDING_CHUNK = b"paDd"  # ancillary, private, safe-to-copy: decoders ignore it
+# Empty deflate blocks that end on a byte boundary, by their size in bytes: m empty fixed-Huffman blocks
+# (10 bits each) then one empty stored block (3 header bits, zeros to the byte boundary, LEN 0, NLEN 0xFFFF).
+EMPTY_BLOCK_UNITS = {5: 0, 6: 1, 7: 2, 9: 3, 10: 4, 11: 5, 12: 6}
+MIN_TAIL = 9  # every tail length >= 9 is a sum of units; 8 is not (nor 1-4)
 
 RESAMPLING = {
     "nearest": Image.Resampling.NEAREST,
@@ -88,17 +96,102 @@ def _wrap(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: 
     return lines
 
 
-def pad_png(data: bytes, length: int) -> bytes:
-    """``data`` grown to exactly ``length`` bytes by an ignored private chunk before IEND.
+def uniform_pngs(images: Mapping[str, bytes]) -> dict[str, bytes]:
+    """Every PNG re-encoded to one byte layout: the same IHDR, then one IDAT of one length, then IEND.
 
-    Padding every display image to one size removes the Content-Length signal (natural photos,
-    synthetic stimuli and attention checks compress differently); decoders skip the chunk.
+    Natural photos, synthetic stimuli and attention checks compress differently, so their IDAT lengths
+    (not only the file length) told a script which trial is a check without decoding a pixel. Here each
+    image's filtered scanlines are kept (pixels unchanged), recompressed, and the deflate stream is padded
+    with empty blocks to the longest one, so the chunk types, their lengths and the file length are the
+    same for every image; only decoding tells them apart.
     """
-    if not data.startswith(PNG_SIGNATURE) or data[-12:-8] != b"\x00\x00\x00\x00" or data[-8:-4] != b"IEND":
-        raise ValueError("pad_png: not a PNG ending in IEND")
-    extra = length - len(data) - 12  # a chunk is 4 (length) + 4 (type) + data + 4 (CRC) bytes
-    if extra < 0:
-        raise ValueError(f"pad_png: a {len(data)}-byte PNG cannot be padded to {length} bytes (needs {len(data) + 12})")
-    body = PADDING_CHUNK + bytes(extra)
-    chunk = struct.pack(">I", extra) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
-    return data[:-12] + chunk + data[-12:]
+    header: bytes | None = None
+    streams: dict[str, tuple[bytes, bytes]] = {}  # id -> (compressed scanlines up to a sync flush, adler32)
+    for name, data in images.items():
+        ihdr, scanlines = _ihdr_and_scanlines(name, data)
+        if header is None:
+            header = ihdr
+        elif ihdr != header:
+            raise ValueError(
+                f"display image {name!r} differs from the others in size, bit depth or colour type; every image "
+                "of a bundle must share one PNG header so that none stands out"
+            )
+        compressor = zlib.compressobj(9)
+        body = compressor.compress(scanlines) + compressor.flush(zlib.Z_SYNC_FLUSH)
+        streams[name] = (body, struct.pack(">I", zlib.adler32(scanlines)))
+    if header is None:
+        return {}
+    length = max(len(body) for body, _ in streams.values()) + MIN_TAIL + 4
+    return {
+        name: PNG_SIGNATURE
+        + _chunk(b"IHDR", header)
+        + _chunk(b"IDAT", body + _empty_blocks(length - len(body) - 4) + adler)
+        + _chunk(b"IEND", b"")
+        for name, (body, adler) in streams.items()
+    }
+
+
+def png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """(type, data) of every chunk of a PNG, in order; a truncated file or bad checksum is an error."""
+    if not data.startswith(PNG_SIGNATURE):
+        raise ValueError("not a PNG (no PNG signature)")
+    chunks, at = [], len(PNG_SIGNATURE)
+    while at < len(data):
+        if at + 8 > len(data):
+            raise ValueError(f"truncated PNG: a chunk header at byte {at}")
+        (size,) = struct.unpack(">I", data[at : at + 4])
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + size]
+        crc = data[at + 8 + size : at + 12 + size]
+        if len(body) != size or len(crc) != 4 or struct.unpack(">I", crc)[0] != zlib.crc32(kind + body):
+            raise ValueError(f"corrupt PNG: chunk {kind!r} at byte {at} is truncated or fails its CRC")
+        chunks.append((kind, body))
+        at += 12 + size
+    return chunks
+
+
+def _ihdr_and_scanlines(name: str, data: bytes) -> tuple[bytes, bytes]:
+    chunks = png_chunks(data)
+    kinds = [kind for kind, _ in chunks]
+    extra = sorted({k.decode("latin-1") for k in kinds} - {"IHDR", "IDAT", "IEND"})
+    if not kinds or kinds[0] != b"IHDR" or kinds[-1] != b"IEND" or extra:
+        raise ValueError(
+            f"display image {name!r}: expected IHDR, IDAT chunks and IEND only (as PIL writes grey and RGB "
+            f"images), found {', '.join(extra) or 'another order'}"
+        )
+    return chunks[0][1], zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))
+
+
+def _chunk(kind: bytes, body: bytes) -> bytes:
+    return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+
+def _empty_blocks(length: int) -> bytes:
+    """Exactly ``length`` bytes of empty deflate blocks from a byte boundary, the last one final.
+
+    Empty blocks decode to nothing, so they lengthen the compressed stream without touching a pixel.
+    """
+    if length < MIN_TAIL and length not in EMPTY_BLOCK_UNITS:
+        raise ValueError(f"cannot pad a deflate stream by {length} bytes (allowed: 5-7 or at least {MIN_TAIL})")
+    units = []
+    while length not in EMPTY_BLOCK_UNITS:
+        step = 6 if length == 13 else 5  # 13 = 6 + 7: never leave 8, which no unit makes
+        units.append(step)
+        length -= step
+    units.append(length)
+    return b"".join(_empty_unit(EMPTY_BLOCK_UNITS[size], final=k == len(units) - 1) for k, size in enumerate(units))
+
+
+def _empty_unit(fixed_blocks: int, final: bool) -> bytes:
+    bits = [0, 1, 0] + [0] * 7  # BFINAL 0, BTYPE 01 (fixed Huffman), end-of-block (code 256: seven 0 bits)
+    stream = bits * fixed_blocks + [int(final), 0, 0]  # stored block header: BFINAL, BTYPE 00
+    stream += [0] * (-len(stream) % 8)
+    packed = bytes(sum(bit << i for i, bit in enumerate(stream[at : at + 8])) for at in range(0, len(stream), 8))
+    return packed + b"\x00\x00\xff\xff"  # LEN 0, NLEN
+
+
+class DisplayOptions(Options):
+    """How stimuli are shown to participants."""
+
+    size: int = Field(224, ge=8, le=4096, description="displayed image size in pixels")
+    resample: Literal["nearest", "bilinear", "bicubic", "lanczos"] = Field("bicubic", description="upsampling filter")
+    invert_mnist: bool = Field(True, description="dark digit on light background, as in the paper")

@@ -15,19 +15,20 @@ import io
 import logging
 import re
 import secrets
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import numpy as np
 from PIL import Image
+from pydantic import Field, model_validator
 
 from controversial.datasets import dataset_info
+from controversial.options import Options, Seed
 from controversial.records.names import natural_filename
 from controversial.records.study import KeyEntry, TrialSpec
 from controversial.study.bundle import BundleError, StudySpec, write_bundle
-from controversial.study.display import attention_png, display_png, png_to_uint8
+from controversial.study.display import DisplayOptions, attention_png, display_png, png_to_uint8
 from controversial.study.selection import (
     SelectionError,
     SweepStimulus,
@@ -48,34 +49,44 @@ PLACEHOLDER = re.compile(r"Edit this file|\[[A-Za-z][A-Za-z ,/_-]{0,40}\]")
 NaturalLoader = Callable[[str], tuple[np.ndarray, np.ndarray]]
 
 
-@dataclass(frozen=True)
-class ExportSettings:
-    """Everything that decides a study's content; defaults follow the paper (METHODS.md section 2)."""
+class BundleOptions(Options):
+    """What every study bundle is made with, whichever command chooses its stimuli, and where it goes."""
 
-    name: str
-    per_pair: int = 20
-    natural_per_class: int = 10
-    n_repeats: int = 42
-    n_attention: int = 4
-    n_demo: int = 2
-    display_size: int = 224
-    resample: str = "bicubic"
-    invert_mnist: bool = True
-    seed: int = 0
-    sources: tuple[str, ...] = ("synthetic",)
-    title: str = "Rate what you see in images"
-    attention_prompt: str = StudySpec.attention_prompt
-    pilot: bool = False  # allow placeholder consent/instruction text (marked in study.json; not for participants)
-    provenance: dict = field(default_factory=dict)
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="study name: letters, digits, '_', '.', '-'")
+    studies_dir: str = Field("studies", description="bundles go to <studies_dir>/<name>/v<k>/")
+    sources: list[Literal["synthetic", "natural"]] = Field(
+        default_factory=lambda: ["synthetic"], min_length=1, description="manifest sources to select from"
+    )
+    n_demo: int = Field(2, ge=0, description="practice trials (natural test images, not recorded)")
+    seed: Seed = 0
+    display: DisplayOptions = Field(default_factory=DisplayOptions)
+    title: str = Field("Rate what you see in images", description="the study's title")
+    attention_prompt: str = Field(
+        StudySpec.attention_prompt, description="attention-check text; {category} is replaced"
+    )
+    web_source: str | None = Field(None, description="the experiment's HTML/JS/CSS; null: human_study/src")
+    pilot: bool = Field(False, description="allow the placeholder consent/instruction texts; never for Prolific")
 
-    def __post_init__(self) -> None:
-        for name in ("natural_per_class", "n_repeats", "n_attention", "n_demo"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name}={getattr(self, name)}: must be 0 or more")
-        if self.display_size <= 0:
-            raise ValueError(f"display.size={self.display_size}: must be a positive number of pixels")
+
+class TrialCounts(Options):
+    """How many trials of each kind a participant sees (defaults: the paper's, METHODS.md section 2)."""
+
+    per_pair: int = Field(
+        20, ge=10, multiple_of=10, description="controversial stimuli per model pair (multiple of 10)"
+    )
+    natural_per_class: int = Field(10, ge=0, description="natural test images per class")
+    n_repeats: int = Field(42, ge=0, description="stimuli shown a second time (test-retest reliability)")
+    n_attention: int = Field(4, ge=0, description="instructional attention checks")
+
+
+class ExportOptions(BundleOptions, TrialCounts):
+    """Everything that decides a study bundle's content."""
+
+    @model_validator(mode="after")
+    def _prompt_names_the_category(self) -> ExportOptions:
         if self.n_attention and "{category}" not in self.attention_prompt:
             raise ValueError("attention_prompt must contain {category}, the category participants are told to pick")
+        return self
 
 
 def placeholder_texts(web_source: str | Path) -> list[str]:
@@ -133,9 +144,10 @@ def check_web_texts(web_source: str | Path, pilot: bool) -> list[str]:
 def export_study(
     sweep_dir: str | Path,
     studies_dir: str | Path,
-    settings: ExportSettings,
+    settings: ExportOptions,
     natural_loader: NaturalLoader,
     web_source: str | Path,
+    provenance: dict[str, Any] | None = None,
 ) -> Path:
     """Build and write a new study bundle version from a synthesis sweep; returns its folder."""
     check_web_texts(web_source, settings.pilot)
@@ -148,19 +160,22 @@ def export_study(
     chosen = select_controversial(stimuli, settings.per_pair, len(categories), settings.sources)
     test_set = natural_loader(dataset)
     natural = select_natural(test_set[1], settings.natural_per_class, len(categories), rng)
-    return write_selection(sweep_dir, studies_dir, settings, dataset, chosen, natural, test_set, web_source, rng)
+    return write_selection(
+        sweep_dir, studies_dir, settings, dataset, chosen, natural, test_set, web_source, rng, provenance
+    )
 
 
 def write_selection(
     sweep_dir: str | Path,
     studies_dir: str | Path,
-    settings: ExportSettings,
+    settings: ExportOptions,
     dataset: str,
     chosen: Sequence[SweepStimulus],
     natural: Sequence[int],
     test_set: tuple[np.ndarray, np.ndarray],
     web_source: str | Path,
     rng: np.random.Generator,
+    provenance: dict[str, Any] | None = None,
 ) -> Path:
     """Render and write a bundle for an already chosen set (the paper's selection or a design): controversial
     stimuli, natural test-set indices; ``rng`` draws the practice images, repeats and attention checks."""
@@ -170,11 +185,11 @@ def write_selection(
     info = dataset_info(dataset)
     categories = info.class_names
     _check_class_names(chosen, categories)
-    invert = settings.invert_mnist and dataset == "mnist"
+    invert = settings.display.invert_mnist and dataset == "mnist"
     test_images, test_labels = test_set
 
     def render(image: np.ndarray) -> bytes:
-        return display_png(image, settings.display_size, settings.resample, invert)
+        return display_png(image, settings.display.size, settings.display.resample, invert)
 
     taken: set[str] = set()
     key: list[KeyEntry] = []
@@ -229,7 +244,7 @@ def write_selection(
         key.append(KeyEntry(stimulus_id=stimulus_id, kind="attention", instructed_class=categories[int(cls)]))
         images[stimulus_id] = attention_png(
             settings.attention_prompt.format(category=categories[int(cls)]),
-            settings.display_size,
+            settings.display.size,
             colour=info.image_shape[0] == 3,
         )
 
@@ -242,13 +257,13 @@ def write_selection(
         dataset=dataset,
         categories=tuple(categories),
         title=settings.title,
-        display_size=settings.display_size,
+        display_size=settings.display.size,
         attention_prompt=settings.attention_prompt,
         pilot=settings.pilot,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         provenance={
             "sweep_dir": str(Path(sweep_dir).resolve()),
-            **settings.provenance,
+            **(provenance or {}),
             "counts": {
                 "controversial": len(chosen),
                 "natural": len(natural),

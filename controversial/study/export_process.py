@@ -50,7 +50,7 @@ class ExportRequest:
     quality: QualitySettings = field(default_factory=QualitySettings)
 
     def to_json(self) -> bytes:
-        return json.dumps(asdict(self)).encode()
+        return json.dumps({**asdict(self), "quality": self.quality.model_dump()}).encode()
 
     @classmethod
     def from_json(cls, data: bytes) -> ExportRequest:

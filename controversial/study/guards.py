@@ -1,15 +1,21 @@
-"""HTTP-level protection of the study server: a request-body limit, security headers, and a per-client
-rate limit, as plain ASGI middleware and a small token bucket (no extra dependency).
+"""HTTP-level protection of the study server: a request-body limit, security headers, a generic reply to
+unexpected errors, per-client rate limits and the masking of session tokens in logs, as plain ASGI
+middleware and a small token bucket (no extra dependency).
 
 The body limit lives in the app, not only in the reverse proxy, so a misconfigured or absent proxy
 cannot let a few large bodies exhaust memory: a declared ``Content-Length`` over the limit is refused
 before anything is read, and a chunked body is counted while it arrives and refused the moment it
-passes the limit. The headers are set on every response, errors included.
+passes the limit. The headers are set on every response, errors included: unexpected errors are
+answered by ``ServerErrors``, which sits inside ``SecurityHeaders`` (Starlette's own error handler sits
+outside every middleware, so a 500 it wrote went out bare).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import logging
+import re
 import threading
 import time
 from typing import Awaitable, Callable, MutableMapping
@@ -19,6 +25,10 @@ Message = MutableMapping[str, object]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+log = logging.getLogger(__name__)
+SERVER_ERROR = "internal server error; your earlier answers are saved, please retry"
+_SESSION_PATH = re.compile(r"(/api/sessions/)[^/?\s\"]+")
 
 # The page loads only its own scripts, styles and images and talks only to its own origin. jsPsych's
 # instructions and preload plugins write a few cosmetic style="" attributes, which this policy blocks;
@@ -102,8 +112,68 @@ class BodyLimit:
         await self.app(scope, replay, send)
 
 
+def mask_session_tokens(text: str) -> str:
+    """``text`` with every session token in an API path replaced: a log line never holds a live secret."""
+    return _SESSION_PATH.sub(r"\1<token>", text)
+
+
+class MaskTokens(logging.Filter):
+    """Mask session tokens in a log record's message and arguments (uvicorn's access log writes paths)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = mask_session_tokens(record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(mask_session_tokens(a) if isinstance(a, str) else a for a in record.args)
+        return True
+
+
+class ServerErrors:
+    """Answer an unexpected error with a generic 500 (the stack trace and the masked path go to the log only).
+
+    An error after the response has begun is re-raised, so the server breaks the transfer: the client sees
+    a broken download, never a table that silently ends early."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def watch(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        except Exception:
+            log.exception("unhandled error on %s %s", scope.get("method"), mask_session_tokens(str(scope.get("path"))))
+            if started:
+                raise
+            await _reply(send, 500, SERVER_ERROR)
+
+
+def client_key(host: str, ipv6_prefix: int = 64) -> str:
+    """What the per-client rate limit counts: an IPv4 address, or the IPv6 network of ``ipv6_prefix`` bits
+    around an address (one subscriber gets a whole /64, so counting full addresses counts nothing)."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host  # "unknown", or a name from a test client
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, ipv6_prefix), strict=False))
+    return str(address)
+
+
 class SecurityHeaders:
-    """Add ``SECURITY_HEADERS`` to every HTTP response."""
+    """Add ``SECURITY_HEADERS`` to every HTTP response, and ``Cache-Control: no-store`` to every error that
+    does not say otherwise (an error may name a session or a participant's progress)."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -117,6 +187,8 @@ class SecurityHeaders:
             if message["type"] == "http.response.start":
                 names = {name for name, _ in SECURITY_HEADERS}
                 kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]  # type: ignore
+                if message["status"] >= 400 and not any(k.lower() == b"cache-control" for k, _ in kept):  # type: ignore
+                    kept.append((b"cache-control", b"no-store"))
                 message["headers"] = kept + list(SECURITY_HEADERS)
             await send(message)
 

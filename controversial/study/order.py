@@ -1,9 +1,11 @@
 """Per-participant presentation order, generated once on the server and stored with the participant.
 
 First presentations are shuffled; each repeat goes at a random place after its first showing, at
-least ``min_repeat_gap`` trials later when the sequence allows; attention checks are spread evenly
-(with jitter) so that they sample attention across the whole session. Demo trials are not part of
-the order: the browser shows them before the study.
+least ``min_repeat_gap`` trials later when the sequence allows. The session is cut into as many equal
+bands as there are attention checks and each check goes anywhere in its own band, uniformly: they sample
+attention across the whole session, yet a script that counts trials cannot predict where one is (evenly
+spaced checks with a little jitter could be skipped by position). Demo trials are not part of the order:
+the browser shows them before the study.
 """
 
 from __future__ import annotations
@@ -41,9 +43,8 @@ def participant_order(trials: Sequence[TrialSpec], rng: random.Random, min_repea
         )
         earliest = min(first_at + 1 + min_repeat_gap, len(order))
         order.insert(rng.randint(earliest, len(order)), repeat)
-    spacing = len(order) / (len(checks) + 1)
-    jitter = int(spacing // 4)
-    for k, check in enumerate(checks, start=1):
-        at = int(round(k * spacing)) + (k - 1) + rng.randint(-jitter, jitter)
-        order.insert(max(1, min(at, len(order))), check)
+    total = len(order) + len(checks)
+    for k, check in enumerate(checks):  # band k of the session: [k * total / n, (k + 1) * total / n)
+        start, end = (k * total) // len(checks), ((k + 1) * total) // len(checks)
+        order.insert(rng.randint(max(start, 1), max(end - 1, 1)), check)
     return order

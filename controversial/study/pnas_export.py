@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from itertools import groupby
 from typing import Callable, Iterator, Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from controversial.records.study import ATTENTION_COLUMNS, PARTICIPANT_COLUMNS, RESPONSE_COLUMNS
@@ -156,9 +156,23 @@ def _utc(value) -> str:  # type: ignore[no-untyped-def]
 
 def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySettings) -> Iterator[list]:
     """``participants.csv``: ids for payment, status, and the quality-control figures and flags."""
+    shared = set(
+        session.scalars(
+            select(Participant.prolific_pid)
+            .where(Participant.study == bundle.label)
+            .group_by(Participant.prolific_pid)
+            .having(func.count() > 1)
+        )
+    )
     for participant, answered in _answers(session, bundle):
         complete = participant.completed_at is not None
-        q = assess(_records(bundle, answered), quality, participant.n_refused, participant.n_browser_changes)
+        q = assess(
+            _records(bundle, answered),
+            quality,
+            participant.n_refused,
+            participant.n_browser_changes,
+            participant.prolific_pid in shared,
+        )
         yield [
             subject_code(participant, bundle.batch),
             participant.prolific_pid,

@@ -14,27 +14,26 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-FLAGS = ("attention_failed", "too_fast", "straight_lining", "answers_refused", "browser_changed")
+from pydantic import Field
+
+from controversial.options import Fraction, Options
+
+FLAGS = ("attention_failed", "too_fast", "straight_lining", "answers_refused", "browser_changed", "pid_conflict")
 
 
-@dataclass(frozen=True)
-class QualitySettings:
-    """Thresholds of the flags; defaults suit a ten-category rating trial (ten clicks and Continue)."""
+class QualitySettings(Options):
+    """Thresholds of the flags (``quality.*`` of ``serve_study.py``); defaults suit a ten-category rating trial
+    (ten clicks and Continue). The bounds are the rules' own: a value the option accepts gives a flag that a
+    careful participant can avoid (``max_identical_run`` 1 would flag everyone)."""
 
-    min_trial_rt_ms: float = 1500.0  # a trial faster than this (browser rt or server interval) is "fast"
-    max_fast_fraction: float = 0.10  # too_fast: more than this fraction of trials are fast
-    max_identical_run: int = 10  # straight_lining: this many consecutive trials with identical ratings
-    min_attention_passed: float = 1.0  # attention_failed: passed fraction of attention checks below this
-
-    def __post_init__(self) -> None:
-        if self.min_trial_rt_ms < 0:
-            raise ValueError(f"quality.min_trial_rt_ms={self.min_trial_rt_ms}: must be 0 or more (milliseconds)")
-        if not 0 <= self.max_fast_fraction <= 1:
-            raise ValueError(f"quality.max_fast_fraction={self.max_fast_fraction}: must be between 0 and 1")
-        if self.max_identical_run < 2:
-            raise ValueError(f"quality.max_identical_run={self.max_identical_run}: must be 2 or more")
-        if not 0 <= self.min_attention_passed <= 1:
-            raise ValueError(f"quality.min_attention_passed={self.min_attention_passed}: must be between 0 and 1")
+    min_trial_rt_ms: float = Field(
+        1500.0, ge=0, description='a trial is "fast" below this many milliseconds, by the browser or the server'
+    )
+    max_fast_fraction: Fraction = Field(0.1, description="too_fast: more than this fraction of trials are fast")
+    max_identical_run: int = Field(
+        10, ge=2, description="straight_lining: this many consecutive trials rated identically"
+    )
+    min_attention_passed: Fraction = Field(1.0, description="attention_failed: passed fraction below this")
 
 
 @dataclass(frozen=True)
@@ -77,9 +76,14 @@ def longest_identical_run(ratings: Sequence[Sequence[int]]) -> int:
 
 
 def assess(
-    trials: Sequence[TrialRecord], settings: QualitySettings, n_refused: int = 0, n_browser_changes: int = 0
+    trials: Sequence[TrialRecord],
+    settings: QualitySettings,
+    n_refused: int = 0,
+    n_browser_changes: int = 0,
+    pid_conflict: bool = False,
 ) -> Quality:
-    """Figures and flags for one participant's trials in presentation order."""
+    """Figures and flags for one participant's trials in presentation order; ``pid_conflict``: another
+    participant row of this study holds the same PROLIFIC_PID under another SESSION_ID."""
     rated = [t for t in trials if t.attention_passed is None]
     checks = [t for t in trials if t.attention_passed is not None]
     n_fast = sum(is_fast(t, settings) for t in trials)
@@ -91,6 +95,7 @@ def assess(
         "straight_lining": run >= settings.max_identical_run,
         "answers_refused": n_refused > 0,
         "browser_changed": n_browser_changes > 0,
+        "pid_conflict": pid_conflict,
     }
     return Quality(
         median_rt_ms=statistics.median(t.rt_ms for t in trials) if trials else None,

@@ -3,21 +3,25 @@
 Every model is ``strict``: a JSON string is never read as a number or a boolean (``"yes"`` is not
 consent, ``"3"`` is not a position). Checks that need the study or the deployment (categories,
 allowed rating values, the participant's stored order, Prolific's id format outside test mode)
-live in ``server.py``; everything here is study-independent.
+live in the server (``server/participant.py``, ``server/state.py``); everything here is study-independent.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 
 # Prolific's PROLIFIC_PID, STUDY_ID and SESSION_ID are 24 lower-case hex digits (MongoDB object ids).
 PROLIFIC_ID = re.compile(r"^[0-9a-f]{24}$")
 # What test mode (``allow_test_ids``) accepts instead, e.g. "pilot-anna".
 TEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_RT_MS = 24 * 3600 * 1000.0
+# Free-form fields are flat and bounded by their type, so a nested or huge value is a 422 at validation and
+# is never walked, printed or stored (a list nested 955 deep once crashed ``repr`` with a RecursionError).
+Key = Annotated[str, Field(min_length=1, max_length=64)]
+BrowserValue = Annotated[StrictStr, Field(max_length=256)] | StrictInt | StrictFloat | StrictBool | None
 
 
 class _Strict(BaseModel):
@@ -37,14 +41,9 @@ class ConsentRequest(_Strict):
     """Consent given (JSON ``true`` only), with the browser and screen check's measurements."""
 
     consent: StrictBool
-    browser: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("browser")
-    @classmethod
-    def _small(cls, value: dict[str, Any]) -> dict[str, Any]:
-        if len(repr(value)) > 4000:
-            raise ValueError("browser check data is limited to 4000 characters")
-        return value
+    browser: dict[Key, BrowserValue] = Field(
+        default_factory=dict, max_length=32, description="flat: at most 32 names with a text, number or boolean each"
+    )
 
 
 class ResponseRequest(_Strict):
@@ -52,6 +51,6 @@ class ResponseRequest(_Strict):
 
     position: StrictInt = Field(ge=1, description="1-based place of the trial in this participant's order")
     stimulus_id: str = Field(min_length=1, max_length=64)
-    ratings: dict[str, StrictInt]
+    ratings: dict[Key, StrictInt] = Field(max_length=256)
     rt_ms: StrictFloat | StrictInt = Field(ge=0, le=MAX_RT_MS)
     first_reaction_rt_ms: StrictFloat | StrictInt = Field(ge=0, le=MAX_RT_MS)

@@ -3,7 +3,7 @@
 Every cell (one target class per model, times seeds) of a model set is one element of a single
 batch. Each element keeps its own convergence counter: once no pixel has moved by more than
 ``tolerance_levels`` 8-bit levels for more than ``patience`` consecutive steps, it is frozen and
-dropped from the forward pass while the rest continue. The best image so far (by smooth score) is
+dropped from the forward pass while the rest continue. The best image so far (by the objective) is
 kept per element; the final score is computed on exactly the 8-bit image people will see.
 
 Optionally (``stop_score``), an element also stops once the hard score of its current image
@@ -25,45 +25,19 @@ always computed in float32 on the 8-bit image.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 
 import torch
 
-from controversial.synthesis.objectives import hard_score, smooth_score
-from controversial.synthesis.parametrization import ImageParametrization, jitter, level_change, quantize
+from controversial.synthesis.objectives import hard_score
+from controversial.synthesis.options import OBJECTIVES, Objective, OptimizerFactory, OptimizerOptions, SynthesisOptions
+from controversial.synthesis.parametrization import Parametrization, jitter, level_change, parametrization, quantize
 from controversial.zoo.protocol import SynthesisModel, scoring
 
 log = logging.getLogger(__name__)
-
-OptimizerFactory = Callable[[list[torch.Tensor]], torch.optim.Optimizer]
-
-
-def default_optimizer() -> OptimizerFactory:
-    """The paper's optimiser: Adam, lr 0.05, betas (0.9, 0.999)."""
-    return partial(torch.optim.Adam, lr=0.05, betas=(0.9, 0.999))
-
-
-@dataclass
-class SynthesisSettings:
-    sharpness: float = 1.0  # LogSumExp sharpness of the smooth score (the paper's alpha)
-    max_steps: int = 1000
-    patience: int = 10  # converged after MORE than this many consecutive quiet steps
-    tolerance_levels: float = 0.5  # a quiet step moves no pixel by more than this many 8-bit levels
-    threshold: float = 0.75  # acceptance: hard score of the 8-bit image
-    stop_score: float | None = 0.9  # freeze an element once its current hard score reaches this (None: never)
-    stall_steps: int | None = None  # freeze an element whose watched score gains < stall_gain in this many steps
-    stall_gain: float = 0.01
-    stall_on: str = "hard"  # the watched score: hard (a probability) | smooth (the objective, in logit units)
-    parametrization: str = "pixel"
-    fourier_decay: float = 1.0
-    jitter: int = 0
-    precision: str = "fp32"  # fp32 | bf16 (bfloat16 autocast in the steps) | auto (bf16 where the device has it)
-    optimizer: OptimizerFactory = field(default_factory=default_optimizer)
 
 
 @dataclass
@@ -72,7 +46,7 @@ class BatchResult:
 
     images: torch.Tensor
     hard: torch.Tensor
-    smooth: torch.Tensor
+    smooth: torch.Tensor  # the objective on the 8-bit image (the paper's smooth score under the default, lse)
     probabilities: torch.Tensor
     steps: torch.Tensor
     converged: torch.Tensor
@@ -117,130 +91,226 @@ def _model_logits(
 
 @scoring()
 def score_images(
-    models: Sequence[SynthesisModel], images: torch.Tensor, targets: torch.Tensor, sharpness: float
+    models: Sequence[SynthesisModel], images: torch.Tensor, targets: torch.Tensor, options: SynthesisOptions
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Hard score, smooth score and the (N, m, m) target probabilities of fixed images, in float32
-    (autocast off, whatever the caller has on): the scores acceptance rests on."""
+    """Hard score, objective and the (N, m, m) target probabilities of fixed images, in float32 (autocast
+    off, whatever the caller has on): the scores acceptance rests on."""
     for model in models:
         model.reset_state()
     logits = _model_logits(models, images)
     probabilities = torch.stack([torch.sigmoid(l.gather(1, targets)) for l in logits], 1)
-    return hard_score(logits, targets), smooth_score(logits, targets, sharpness), probabilities
+    objective = OBJECTIVES.get(options.objective)
+    return hard_score(logits, targets), objective(logits, targets, options), probabilities
+
+
+@dataclass
+class _Records:
+    """What the batch keeps per element (indexed by batch row) from the first step to the result."""
+
+    best_images: torch.Tensor
+    best_value: torch.Tensor  # the best objective so far (-inf: none finite yet)
+    steps: torch.Tensor
+    converged: torch.Tensor
+    stalled: torch.Tensor
+    best_watched: torch.Tensor  # the stall rule's best watched score ...
+    last_gain: torch.Tensor  # ... and the step at which it last rose by stall_gain
+    failures: list[str]
+
+    @classmethod
+    def start(cls, images: torch.Tensor) -> _Records:
+        n, device = len(images), images.device
+        return cls(
+            images,
+            torch.full((n,), -torch.inf, device=device),
+            torch.zeros(n, dtype=torch.long, device=device),
+            torch.zeros(n, dtype=torch.bool, device=device),
+            torch.zeros(n, dtype=torch.bool, device=device),
+            torch.full((n,), -torch.inf, device=device),
+            torch.zeros(n, dtype=torch.long, device=device),
+            [""] * n,
+        )
+
+
+@dataclass
+class _Active:
+    """The optimisation state of the elements still running; ``rows`` maps them to the batch.
+
+    It holds the active elements only, so a step costs what its live batch costs: ``params`` and the
+    optimiser state are compacted as elements finish. With a per-element optimiser (Adam, SGD,
+    RMSprop, ...) every element's update is the same as in a full batch, so results do not depend on
+    which others are still running.
+    """
+
+    rows: torch.Tensor
+    params: torch.Tensor
+    optimizer: torch.optim.Optimizer
+    previous: torch.Tensor  # the images after the last step, for the convergence rule
+    quiet_steps: torch.Tensor
+
+    def keep(self, keep: torch.Tensor, make_optimizer: OptimizerFactory) -> _Active:
+        """The elements ``keep`` only."""
+        params, optimizer = _compact(self.params, self.optimizer, make_optimizer, keep)
+        return _Active(self.rows[keep], params, optimizer, self.previous[keep], self.quiet_steps[keep])
+
+
+def _forward_backward(
+    models: Sequence[SynthesisModel],
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    options: SynthesisOptions,
+    objective: Objective,
+    generator: torch.Generator,
+    bfloat16: Sequence[bool],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The models' forward and backward pass of one step: the objective (detached), the hard score, and
+    which elements have a finite objective; the gradient of the summed finite objective is left in the
+    parameters behind ``images``."""
+    logits = _model_logits(models, jitter(images, options.jitter, generator), bfloat16)
+    value = objective(logits, targets, options)
+    hard = hard_score([l.detach() for l in logits], targets)
+    finite = torch.isfinite(value)
+    value[finite].sum().neg().backward()
+    return value.detach(), hard, finite
+
+
+def _record_best(
+    records: _Records, active: _Active, step: int, images: torch.Tensor, value: torch.Tensor, finite: torch.Tensor
+) -> torch.Tensor:
+    """Keep each element's best image so far; an element whose objective or gradient is not finite is
+    marked failed and its gradient zeroed. Returns which elements were finite."""
+    rows = active.rows
+    finite &= torch.isfinite(active.params.grad.flatten(1)).all(1)
+    for index in rows[~finite].tolist():
+        records.failures[index] = f"non-finite score or gradient at step {step}"
+    improved = finite & (value > records.best_value[rows])
+    records.best_value[rows[improved]] = value[improved]
+    records.best_images[rows[improved]] = images.detach()[improved]
+    active.params.grad[~finite] = 0
+    return finite
+
+
+def _converged(
+    records: _Records, active: _Active, param: Parametrization, options: SynthesisOptions, finite: torch.Tensor
+) -> torch.Tensor:
+    """After the optimiser's step: count it, and which elements have now been quiet (no pixel moving more
+    than ``tolerance_levels``) for more than ``patience`` steps."""
+    records.steps[active.rows[finite]] += 1
+    current = param.to_images(active.params)
+    quiet = level_change(active.previous, current) <= options.tolerance_levels
+    active.quiet_steps = torch.where(quiet, active.quiet_steps + 1, 0)
+    active.previous = current
+    newly_converged = active.quiet_steps > options.patience
+    records.converged[active.rows[newly_converged]] = True
+    return newly_converged
+
+
+def _still_running(
+    records: _Records,
+    rows: torch.Tensor,
+    step: int,
+    options: SynthesisOptions,
+    hard: torch.Tensor,
+    value: torch.Tensor,
+    finite: torch.Tensor,
+    newly_converged: torch.Tensor,
+) -> torch.Tensor:
+    """Which elements go on: not converged, not at ``stop_score``, not stalled, not failed."""
+    reached = hard >= options.stop_score if options.stop_score is not None else torch.zeros_like(finite)
+    watched = hard if options.stall_on == "hard" else value
+    gained = finite & (watched >= records.best_watched[rows] + options.stall_gain)
+    records.best_watched[rows[gained]] = watched[gained]
+    records.last_gain[rows[gained]] = step
+    newly_stalled = torch.zeros_like(finite)
+    if options.stall_steps is not None:
+        newly_stalled = ~newly_converged & ~reached & (step - records.last_gain[rows] >= options.stall_steps)
+        records.stalled[rows[newly_stalled]] = True
+    return ~(newly_converged | reached | newly_stalled | ~finite)
 
 
 def synthesize_batch(
     models: Sequence[SynthesisModel],
     targets: torch.Tensor,
     initial_images: torch.Tensor,
-    settings: SynthesisSettings,
+    options: SynthesisOptions,
     seed: int = 0,
     on_step: Callable[[int, int], None] | None = None,
     on_scores: Callable[[int, torch.Tensor], None] | None = None,
+    optimizer: OptimizerFactory | None = None,
 ) -> BatchResult:
-    """Maximise the smooth controversiality of every element at once.
+    """Maximise the objective ``options.objective`` of every element at once.
 
     models: m calibrated models (their state hooks are called as ``zoo/protocol.py`` declares);
     targets: (N, m) target class of each model per element;
     initial_images: (N, C, H, W) in [0, 1]. ``on_step(step, n_active)`` reports progress;
     ``on_scores(step, hard)`` receives a CPU copy of the hard scores of the elements optimised in
     that step (for tracking; it costs a device sync per step, so pass it only when needed).
+    ``optimizer(params)`` builds the optimiser (default: the paper's, ``OptimizerOptions()``).
     """
-    n = len(targets)
     start_time = time.perf_counter()
     model_seconds = 0.0
-    param = ImageParametrization(settings.parametrization, tuple(initial_images.shape[1:]), settings.fourier_decay)
+    make_optimizer = optimizer or OptimizerOptions().factory()
+    objective = OBJECTIVES.get(options.objective)
+    param = parametrization(options, tuple(initial_images.shape[1:]))
     params = param.from_images(initial_images).requires_grad_(True)
-    optimizer = settings.optimizer([params])
     generator = torch.Generator().manual_seed(seed)
     for model in models:
         model.reset_state()
+    records = _Records.start(param.to_images(params.detach()))
+    rows = torch.arange(len(targets), device=initial_images.device)
+    quiet_steps = torch.zeros(len(targets), dtype=torch.long, device=initial_images.device)
+    active = _Active(rows, params, make_optimizer([params]), records.best_images.clone(), quiet_steps)
+    bfloat16 = bfloat16_models(models, options.precision, initial_images.device)
 
-    device = initial_images.device
-    best_images = param.to_images(params.detach())
-    best_smooth = torch.full((n,), -torch.inf, device=device)
-    steps = torch.zeros(n, dtype=torch.long, device=device)
-    converged = torch.zeros(n, dtype=torch.bool, device=device)
-    stalled = torch.zeros(n, dtype=torch.bool, device=device)
-    if settings.stall_on not in ("hard", "smooth"):
-        raise ValueError(f"stall_on must be 'hard' or 'smooth', got {settings.stall_on!r}")
-    best_watched = torch.full((n,), -torch.inf, device=device)
-    last_gain = torch.zeros(n, dtype=torch.long, device=device)  # step at which best_watched last rose by stall_gain
-    failures = [""] * n
-    # The optimisation state holds the active elements only, so a step costs what its live batch
-    # costs: ``rows`` maps them to the batch, ``params`` and the optimiser state are compacted as
-    # elements finish. With a per-element optimiser (Adam, SGD, RMSprop, ...) every element's update
-    # is the same as in a full batch, so results do not depend on which others are still running.
-    rows = torch.arange(n, device=device)
-    bfloat16 = bfloat16_models(models, settings.precision, device)
-    previous = best_images.clone()
-    quiet_steps = torch.zeros(n, dtype=torch.long, device=device)
-
-    for step in range(settings.max_steps):
-        if len(rows) == 0:
+    for step in range(options.max_steps):
+        if len(active.rows) == 0:
             break
         for model in models:
-            model.set_active_rows(rows)
-        optimizer.zero_grad(set_to_none=False)
-        images = param.to_images(params)
+            model.set_active_rows(active.rows)
+        active.optimizer.zero_grad(set_to_none=False)
+        images = param.to_images(active.params)
         model_start = time.perf_counter()
-        logits = _model_logits(models, jitter(images, settings.jitter, generator), bfloat16)
-        objective = smooth_score(logits, targets[rows], settings.sharpness)
-        current_hard = hard_score([l.detach() for l in logits], targets[rows])
-        finite = torch.isfinite(objective)
-        objective[finite].sum().neg().backward()
+        value, hard, finite = _forward_backward(
+            models, images, targets[active.rows], options, objective, generator, bfloat16
+        )
         model_seconds += time.perf_counter() - model_start
-
         with torch.no_grad():
-            finite &= torch.isfinite(params.grad.flatten(1)).all(1)
-            for index in rows[~finite].tolist():
-                failures[index] = f"non-finite score or gradient at step {step}"
-            improved = finite & (objective.detach() > best_smooth[rows])
-            best_smooth[rows[improved]] = objective.detach()[improved]
-            best_images[rows[improved]] = images.detach()[improved]
-            params.grad[~finite] = 0
-            optimizer.step()
-
-            steps[rows[finite]] += 1
-            current = param.to_images(params)
-            quiet_steps = torch.where(level_change(previous, current) <= settings.tolerance_levels, quiet_steps + 1, 0)
-            previous = current
-            newly_converged = quiet_steps > settings.patience
-            converged[rows[newly_converged]] = True
-            reached = (
-                current_hard >= settings.stop_score if settings.stop_score is not None else torch.zeros_like(finite)
-            )
-            watched = current_hard if settings.stall_on == "hard" else objective.detach()
-            gained = finite & (watched >= best_watched[rows] + settings.stall_gain)
-            best_watched[rows[gained]] = watched[gained]
-            last_gain[rows[gained]] = step
-            newly_stalled = torch.zeros_like(finite)
-            if settings.stall_steps is not None:
-                newly_stalled = ~newly_converged & ~reached & (step - last_gain[rows] >= settings.stall_steps)
-                stalled[rows[newly_stalled]] = True
-            keep = ~(newly_converged | reached | newly_stalled | ~finite)
+            finite = _record_best(records, active, step, images, value, finite)
+            active.optimizer.step()
+            newly_converged = _converged(records, active, param, options, finite)
+            keep = _still_running(records, active.rows, step, options, hard, value, finite, newly_converged)
             if not bool(keep.all()):
-                rows, previous, quiet_steps = rows[keep], previous[keep], quiet_steps[keep]
-                params, optimizer = _compact(params, optimizer, settings.optimizer, keep)
+                active = active.keep(keep, make_optimizer)
         if on_scores is not None:
-            on_scores(step + 1, current_hard.detach().cpu())
+            on_scores(step + 1, hard.detach().cpu())
         if on_step is not None:
-            on_step(step + 1, len(rows))
+            on_step(step + 1, len(active.rows))
+    return _result(models, targets, options, records, model_seconds, start_time)
 
-    final = quantize(best_images)
-    hard, smooth, probabilities = score_images(models, final, targets, settings.sharpness)
-    for index in torch.nonzero(~torch.isfinite(hard) | ~torch.isfinite(smooth)).squeeze(1).tolist():
+
+def _result(
+    models: Sequence[SynthesisModel],
+    targets: torch.Tensor,
+    options: SynthesisOptions,
+    records: _Records,
+    model_seconds: float,
+    start_time: float,
+) -> BatchResult:
+    """Score exactly the 8-bit images people will see, and name the elements that failed."""
+    final = quantize(records.best_images)
+    hard, value, probabilities = score_images(models, final, targets, options)
+    failures = records.failures
+    for index in torch.nonzero(~torch.isfinite(hard) | ~torch.isfinite(value)).squeeze(1).tolist():
         failures[index] = failures[index] or "non-finite score of the 8-bit image"
-    never_finite = torch.isinf(best_smooth)
-    for index in torch.nonzero(never_finite).squeeze(1).tolist():
+    for index in torch.nonzero(torch.isinf(records.best_value)).squeeze(1).tolist():
         failures[index] = failures[index] or "no finite score during optimisation"
     return BatchResult(
         final,
         hard,
-        smooth,
+        value,
         probabilities,
-        steps,
-        converged,
-        stalled,
+        records.steps,
+        records.converged,
+        records.stalled,
         failures,
         model_seconds,
         time.perf_counter() - start_time,
@@ -267,11 +337,6 @@ def _compact(
 def ordered_class_pairs(n_classes: int = 10) -> list[tuple[int, int]]:
     """All (a, b) with a != b: the 90 cells of a model pair's matrix."""
     return [(a, b) for a in range(n_classes) for b in range(n_classes) if a != b]
-
-
-def distinct_target_tuples(n_models: int, n_classes: int = 10) -> list[tuple[int, ...]]:
-    """For more than two models: every assignment of distinct target classes."""
-    return list(itertools.permutations(range(n_classes), n_models))
 
 
 def noise_images(cells: Sequence[tuple[int, ...]], seeds: Sequence[int], shape: tuple[int, int, int]) -> torch.Tensor:

@@ -3,11 +3,14 @@
 For models ``M_1..M_m`` with target classes ``t_1..t_m``, model ``M_i`` should detect its own target
 and none of the others'. The *terms* are the calibrated logits ``l_i(t_i)`` and ``-l_i(t_j)`` for
 j != i; with two models they are ``[lA(a), -lA(b), lB(b), -lB(a)]`` (Eq. 2 of Golan et al. 2020).
+The objective synthesis maximises is chosen by name from ``OBJECTIVES``; the paper's is ``lse``.
 """
 
 from __future__ import annotations
 
 import torch
+
+from controversial.synthesis.options import OBJECTIVES, SynthesisOptions
 
 
 def controversy_terms(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
@@ -41,7 +44,7 @@ def smooth_score(logits: list[torch.Tensor], targets: torch.Tensor, sharpness: f
     return -torch.logsumexp(-sharpness * terms, dim=1) / sharpness
 
 
-def softmax_score(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Tensor:
-    """Eq. 1, for softmax readouts: ``min_i p_i(t_i)``."""
-    probabilities = [torch.softmax(l, 1).gather(1, targets[:, i : i + 1]).squeeze(1) for i, l in enumerate(logits)]
-    return torch.stack(probabilities, 1).min(1).values
+@OBJECTIVES.register("lse")
+def lse_objective(logits: list[torch.Tensor], targets: torch.Tensor, options: SynthesisOptions) -> torch.Tensor:
+    """The default objective: the paper's smooth score (Eq. 4) with sharpness ``options.sharpness``."""
+    return smooth_score(logits, targets, options.sharpness)

@@ -1,5 +1,7 @@
 """Image parametrisations: the optimiser moves unconstrained parameters, images stay in [0,1].
 
+Chosen by name from ``PARAMETRIZATIONS`` (``synthesis/options.py``), where a new one plugs in.
+
 ``pixel``: ``x = sigmoid(z)``, the paper's choice. ``fourier``: ``x = sigmoid(irfft(scale * w))``,
 a decorrelated spectrum where every frequency is scaled by ``1/f^decay`` so that the optimiser
 takes similar-sized steps on coarse and fine structure (the feature-visualisation trick). Optional
@@ -8,11 +10,9 @@ random jitter shifts the image by a few pixels at every step, a cheap robustness
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
-PARAMETRIZATIONS = ("pixel", "fourier")
+from controversial.synthesis.options import PARAMETRIZATIONS, Parametrization, SynthesisOptions
 
 
 def _logit(x: torch.Tensor, eps: float = 1e-3) -> torch.Tensor:
@@ -27,34 +27,42 @@ def _spectrum_scale(height: int, width: int, decay: float) -> torch.Tensor:
     return frequency.pow(-decay) / frequency.pow(-decay).max()
 
 
-@dataclass
-class ImageParametrization:
-    """Maps parameters to images and back; created once per synthesis batch."""
+@PARAMETRIZATIONS.register("pixel")
+class PixelParametrization:
+    """``x = sigmoid(z)``, one parameter per pixel: the paper's choice."""
 
-    kind: str
-    shape: tuple[int, int, int]
-    fourier_decay: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.kind not in PARAMETRIZATIONS:
-            raise ValueError(f"unknown parametrization '{self.kind}'; allowed: {', '.join(PARAMETRIZATIONS)}")
-        _, height, width = self.shape
-        self._scale = _spectrum_scale(height, width, self.fourier_decay) if self.kind == "fourier" else None
+    def __init__(self, shape: tuple[int, int, int], options: SynthesisOptions) -> None:
+        self.shape = shape
 
     def from_images(self, images: torch.Tensor) -> torch.Tensor:
-        """Parameters that reproduce ``images`` (up to the clamp away from exactly 0 and 1)."""
-        z = _logit(images)
-        if self.kind == "pixel":
-            return z.clone()
-        spectrum = torch.fft.rfft2(z, norm="ortho") / self._scale.to(z.device)
+        return _logit(images).clone()
+
+    def to_images(self, params: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(params)
+
+
+@PARAMETRIZATIONS.register("fourier")
+class FourierParametrization:
+    """``x = sigmoid(irfft(scale * w))``: a spectrum scaled by ``1/f^fourier_decay``, stored as real pairs."""
+
+    def __init__(self, shape: tuple[int, int, int], options: SynthesisOptions) -> None:
+        self.shape = shape
+        _, height, width = shape
+        self._scale = _spectrum_scale(height, width, options.fourier_decay)
+
+    def from_images(self, images: torch.Tensor) -> torch.Tensor:
+        spectrum = torch.fft.rfft2(_logit(images), norm="ortho") / self._scale.to(images.device)
         return torch.view_as_real(spectrum).clone()
 
     def to_images(self, params: torch.Tensor) -> torch.Tensor:
-        if self.kind == "pixel":
-            return torch.sigmoid(params)
         _, height, width = self.shape
         spectrum = torch.view_as_complex(params) * self._scale.to(params.device)
         return torch.sigmoid(torch.fft.irfft2(spectrum, s=(height, width), norm="ortho"))
+
+
+def parametrization(options: SynthesisOptions, shape: tuple[int, int, int]) -> Parametrization:
+    """The parametrisation ``options.parametrization`` of images of ``shape`` (C, H, W)."""
+    return PARAMETRIZATIONS.get(options.parametrization)(shape, options)
 
 
 def jitter(images: torch.Tensor, max_shift: int, generator: torch.Generator) -> torch.Tensor:

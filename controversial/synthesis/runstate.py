@@ -60,7 +60,12 @@ def remove_stale_temp_files(run_dir: Path) -> list[Path]:
 
 
 # Synthesis settings added after runs were recorded, with the value those runs had in effect.
-ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {"stall_steps": None, "stall_gain": 0.01, "stall_on": "hard"}
+ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {
+    "stall_steps": None,
+    "stall_gain": 0.01,
+    "stall_on": "hard",
+    "objective": "lse",
+}
 
 
 def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:

@@ -19,6 +19,13 @@ from controversial.atomic import atomic_write_bytes
 log = logging.getLogger(__name__)
 
 Inversion = Literal["auto", "true", "false"]
+
+
+def parse_inversion(value: object) -> object:
+    """``invert=true|false`` arrives from Hydra as a boolean; the option is the text auto | true | false."""
+    return str(value).lower() if isinstance(value, bool) else value
+
+
 INVERSIONS: tuple[str, ...] = ("auto", "true", "false")
 _BORDER = 2  # pixels of the frame whose brightness tells the background
 _DARK, _LIGHT = 0.25, 0.75  # a frame below _DARK is a dark background, above _LIGHT a light one

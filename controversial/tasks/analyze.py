@@ -7,9 +7,17 @@ consistency, and writes ``report.md``, ``results.json`` and figures into the Hyd
 
 from __future__ import annotations
 
+from pydantic import Field, field_validator, model_validator
+from typing import Any
+from controversial.options import Fraction
+import re
+from controversial.analysis.options import AnalysisOptions
+from controversial.analysis.simulate import SimulatedStudyOptions
+from controversial.tasks import Invocation
+
+
 import glob
 import logging
-import re
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -26,10 +34,11 @@ from controversial.records.responses import (
     split_replications,
 )
 from controversial.records.study import read_attention, read_quality_flags
-from controversial.analysis.pipeline import AnalysisOptions, analyze_choices, analyze_ratings_consistency, analyze_study
+from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
 from controversial.analysis.report import write_report, write_results
 from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
 from controversial.analysis.simulate import (
+    parse_mixture,
     ParticipantNoise,
     simulate_models,
     simulate_participants,
@@ -37,31 +46,73 @@ from controversial.analysis.simulate import (
     write_study,
 )
 from controversial.analysis.study import Study, build_study
-from controversial.settings import AnalyzeSettings, Invocation, parse_mixture
 from controversial.study.quality import FLAGS
 
 log = logging.getLogger(__name__)
 
 
-def options_from(cfg: AnalyzeSettings) -> AnalysisOptions:
-    """The typed analysis options from the config."""
-    ec = cfg.error_consistency
-    return AnalysisOptions(
-        n_resamples=int(cfg.bootstrap.n_resamples),
-        subset_resamples=int(cfg.bootstrap.subset_resamples),
-        other_subset_resamples=int(cfg.bootstrap.other_subset_resamples),
-        seed=int(cfg.seed),
-        chunk_size=int(cfg.bootstrap.chunk_size),
-        include_copies=bool(cfg.bootstrap.include_copies),
-        ci_level=float(cfg.bootstrap.ci_level),
-        alpha=float(cfg.bootstrap.alpha),
-        measures=tuple(cfg.measures),
-        tie_rule=cfg.tie_rule,
-        c_exp_one=str(cfg.c_exp_one),
-        ec_resamples=int(ec.n_resamples) if ec.enabled else 0,
-        null_band_grid=int(ec.null_band_grid),
-        null_band_repeats=int(ec.null_band_repeats),
+class AnalyzeSettings(AnalysisOptions):
+    """analyze.py: the inputs and exclusions; what is computed is :class:`AnalysisOptions`."""
+
+    human_ratings: str | list[str] | None = Field(
+        None,
+        description="PNAS long-format ratings CSV, or a list (replications split by subject code and pooled); "
+        "null: a SIMULATED study (or, with choices, error consistency only)",
     )
+    model_responses: str | list[str] | dict[str, str | list[str]] | None = Field(
+        None, description="PNAS model-format CSV, a list (merged), or a mapping replication -> file(s)"
+    )
+    choices: str | None = Field(
+        None,
+        description="folder (one dataset), folder of dataset folders, or glob of "
+        "model-vs-human trial CSVs for error consistency",
+    )
+    choices_humans: str = Field("^subject", description="regex on `subj` marking the human decision makers")
+    rating_scale: list[float] = Field(
+        default_factory=lambda: [0.0, 0.25, 0.5, 0.75, 1.0], description="the rating levels, ascending, in [0, 1]"
+    )
+    exclude_repetitions: bool = Field(True, description="score first presentations only; false: repeats are errors")
+    exclude_participants: list[str] = Field(default_factory=list, description="participant ids to drop")
+    min_natural_accuracy: Fraction | None = Field(None, description="drop participants below this natural accuracy")
+    attention_checks: str | None = Field(None, description="the study server's attention.csv")
+    min_attention_passed: Fraction | None = Field(None, description="drop participants below this attention pass rate")
+    quality_flags: str | None = Field(None, description="the study server's participants.csv (subject, ..., flags)")
+    exclude_flags: list[str] = Field(
+        default_factory=list, description="drop participants with any of these flags, e.g. [too_fast, straight_lining]"
+    )
+    figures: bool = Field(True, description="draw the figures")
+    simulate: SimulatedStudyOptions = Field(
+        default_factory=SimulatedStudyOptions, description="used only when human_ratings is null"
+    )
+
+    @field_validator("choices_humans")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as error:
+            raise ValueError(f"not a regular expression: {error}") from None
+        return value
+
+    @field_validator("rating_scale")
+    @classmethod
+    def _scale(cls, value: list[float]) -> list[float]:
+        if len(value) < 2 or sorted(set(value)) != list(value) or not 0 <= value[0] <= value[-1] <= 1:
+            raise ValueError("needs at least two distinct ascending levels in [0, 1], e.g. [0, 0.25, 0.5, 0.75, 1]")
+        return value
+
+    @field_validator("human_ratings", "model_responses")
+    @classmethod
+    def _not_empty(cls, value: Any) -> Any:
+        if isinstance(value, (list, dict)) and not value:
+            raise ValueError("an empty list or mapping; give at least one file (or null)")
+        return value
+
+    @model_validator(mode="after")
+    def _inputs(self) -> AnalyzeSettings:
+        if self.human_ratings is not None and self.model_responses is None:
+            raise ValueError("human_ratings is set but model_responses is not; pass model_responses=PATH")
+        return self
 
 
 def simulate_inputs(cfg: AnalyzeSettings, out: Path) -> tuple[Path, Path, list[str]]:
@@ -114,7 +165,7 @@ def choice_datasets(spec: str) -> dict[str, list[Path]]:
     return datasets
 
 
-def analyze_choice_files(cfg: AnalyzeSettings, options: AnalysisOptions) -> dict[str, ConsistencyBlock]:
+def analyze_choice_files(cfg: AnalyzeSettings) -> dict[str, ConsistencyBlock]:
     """Error consistency of every dataset of trial-level choices; the humans are the observers whose ``subj``
     matches ``choices_humans`` (the benchmark's rule: ``subject-``)."""
     out = {}
@@ -124,7 +175,7 @@ def analyze_choice_files(cfg: AnalyzeSettings, options: AnalysisOptions) -> dict
         log.info(
             "choices %s: %d observers (%d human) x %d stimuli", dataset, len(data.names), len(humans), len(data.images)
         )
-        out[dataset] = replace(analyze_choices(data, humans, options), files=[str(f) for f in files])
+        out[dataset] = replace(analyze_choices(data, humans, cfg), files=[str(f) for f in files])
     return out
 
 
@@ -192,11 +243,10 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
     """The analysis into ``invocation.out_dir``: report.md, results.json and figures."""
     out = invocation.out_dir
     start = time.perf_counter()
-    options = options_from(cfg)
     header: list[str] = []
     command = invocation.command
     if cfg.human_ratings is None and cfg.choices is not None:
-        return _run_choices_only(cfg, options, out, start, command)
+        return _run_choices_only(cfg, out, start, command)
     if cfg.human_ratings is None:
         human_path, model_path, header = simulate_inputs(cfg, out)
         log.warning("no human_ratings given: analysing a SIMULATED study written to %s", human_path.parent)
@@ -215,7 +265,7 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
             len(study.categories),
             len(study.models),
         )
-    prediction = analyze_study(list(studies.values()), options)
+    prediction = analyze_study(list(studies.values()), cfg)
     if len(studies) > 1:
         header.append(
             f"- replications pooled: {', '.join(name or 'unprefixed codes' for name in studies)} (each "
@@ -224,10 +274,10 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
         )
     ratings_consistency = None
     if cfg.error_consistency.enabled and len(studies) == 1:
-        ratings_consistency = analyze_ratings_consistency(next(iter(studies.values())), options)
+        ratings_consistency = analyze_ratings_consistency(next(iter(studies.values())), cfg)
     elif cfg.error_consistency.enabled:
         log.warning("error consistency from ratings is computed for one replication at a time; run each on its own")
-    choices = analyze_choice_files(cfg, options) if cfg.choices is not None else None
+    choices = analyze_choice_files(cfg) if cfg.choices is not None else None
     results = AnalysisResults(
         study=prediction.study,
         ranking=prediction.ranking,
@@ -249,13 +299,11 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
     return results
 
 
-def _run_choices_only(
-    cfg: AnalyzeSettings, options: AnalysisOptions, out: Path, start: float, command: str
-) -> AnalysisResults:
+def _run_choices_only(cfg: AnalyzeSettings, out: Path, start: float, command: str) -> AnalysisResults:
     """Error consistency alone, from trial-level choices: no ratings, no simulated study."""
     results = AnalysisResults(
         inputs=Inputs(choices=str(cfg.choices), simulated=False, config=cfg.model_dump()),
-        choices=analyze_choice_files(cfg, options),
+        choices=analyze_choice_files(cfg),
     )
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)

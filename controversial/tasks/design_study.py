@@ -8,36 +8,68 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from controversial.analysis.model_responses import probabilities as model_probabilities
-from controversial.analysis.noise_fit import fit_noise, fit_shared_sd
-from controversial.analysis.separation import ReferencePanel, Separation
 from controversial.analysis.simulate import ParticipantNoise
 from controversial.analysis.study import build_study
 from controversial.atomic import atomic_write_text
 from controversial.data import load_uint8
 from controversial.records.responses import read_human_ratings, read_model_responses
-from controversial.settings import DesignPlan, DesignStudySettings, Invocation, PreviousBatch
-from controversial.study.adaptive import Batch, Evidence, evidence, final_alpha
+from controversial.design.adaptive import Batch, Evidence, evidence, final_alpha
+from controversial.design.candidates import Balanced, Candidates, balanced_design, build_candidates
+from controversial.design.constraints import DesignConstraints, DesignError
+from controversial.design.noise_fit import fit_noise, fit_shared_sd
+from controversial.design.objectives import participants_plan, ratio_to_baseline, total_need
+from controversial.design.optimiser import Design, design_weights, held_out_panel, select_design
+from controversial.design.options import AdaptiveSettings, DesignBudget, DesignPlan, PreviousBatch
+from controversial.design.separation import ReferencePanel, Separation
+from controversial.datasets import DataOptions
+from controversial.options import Count
+from controversial.tasks import Invocation
 from controversial.study.bundle import load_bundle
-from controversial.study.candidates import Balanced, Candidates, balanced_design, build_candidates
-from controversial.study.design import (
-    Design,
-    DesignConstraints,
-    DesignError,
-    design_weights,
-    held_out_panel,
-    participants_plan,
-    total_need,
-    ratio_to_baseline,
-    select_design,
+from controversial.study.export import (
+    DEFAULT_WEB_SOURCE,
+    BundleOptions,
+    ExportOptions,
+    check_web_texts,
+    write_selection,
 )
-from controversial.study.export import DEFAULT_WEB_SOURCE, check_web_texts, write_selection
 from controversial.study.selection import SelectionError, SweepStimulus, collect_sweep
-from controversial.tasks.export_study import export_settings
+from controversial.tasks.export_study import bundle_provenance
 from controversial.zoo.bundled import load_model
 
 log = logging.getLogger(__name__)
+
+
+class DesignStudySettings(BundleOptions):
+    """design_study.py: the stimuli that best separate the models, within the paper's budget, as a bundle."""
+
+    sweep_dir: str = Field(description="a synthesize run dir or sweep: its accepted cells are the candidates")
+    models: list[str] = Field(min_length=2, description="the models to compare (trained names or .pt paths)")
+    models_dir: str | None = Field(None, description="default: the repository's models/")
+    budget: DesignBudget = Field(default_factory=DesignBudget)
+    plan: DesignPlan = Field(default_factory=DesignPlan)
+    adaptive: AdaptiveSettings = Field(default_factory=AdaptiveSettings)
+    batch_size: Count = Field(256, description="images per forward pass when the models rate the candidates")
+    progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
+    data: DataOptions = Field(default_factory=lambda: DataOptions(download=False))
+
+    @model_validator(mode="after")
+    def _truths(self) -> DesignStudySettings:
+        names = [Path(m).stem for m in self.models]
+        if len(set(names)) < len(names):
+            raise ValueError(f"models lists a model twice: {self.models}")
+        unknown = [t for t in self.plan.truths if t not in names]
+        if unknown:
+            raise ValueError(f"plan.truths: {', '.join(unknown)} not among models ({', '.join(names)})")
+        looks = len(self.adaptive.previous)
+        if self.adaptive.interim_alpha * max(looks, 1) >= self.plan.alpha:
+            raise ValueError(
+                f"adaptive.interim_alpha={self.adaptive.interim_alpha:g} over {max(looks, 1)} interim look(s) leaves "
+                f"nothing of plan.alpha={self.plan.alpha:g} for the final test: each look's alpha is spent out of it"
+            )
+        return self
 
 
 def pair_report(
@@ -144,12 +176,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     categories = models[0].class_names
     probabilities = model_probabilities(models, candidates.images, cfg.batch_size)
     log.info("pool: %d candidates, %d models evaluated", len(candidates.names), len(models))
-    constraints = DesignConstraints(
-        budget.trials - budget.n_repeats - budget.n_attention,
-        budget.natural_per_class,
-        budget.min_per_pair,
-        budget.class_tolerance,
-    )
+    constraints = DesignConstraints.from_budget(budget)
     noise, shared_sd, noise_source = planning_noise(plan, first_batch=not cfg.adaptive.previous)
     truths = [names.index(t) for t in plan.truths] if plan.truths else None
     batch = 1 + len(cfg.adaptive.previous)
@@ -241,10 +268,8 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     _write_report(out, summary, rows, design, candidates)
     chosen = [int(i) for i in design.chosen]
     n_con = len(candidates.controversial)
-    settings = export_settings(
-        cfg,
-        invocation,
-        provenance={"design": summary},
+    settings = ExportOptions(
+        **cfg.model_dump(include=set(BundleOptions.model_fields)),
         natural_per_class=budget.natural_per_class,
         n_repeats=budget.n_repeats,
         n_attention=budget.n_attention,
@@ -259,6 +284,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         test_set,
         web_source,
         np.random.default_rng(cfg.seed + batch),
+        bundle_provenance(cfg, invocation, {"design": summary}),
     )
     print(
         f"batch {batch}: {len(chosen)} stimuli, weakest pairwise z {summary['weakest_z']:.2f} at {n} participants; "

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+from controversial.datasets import DataOptions
+from controversial.options import Options
+from controversial.tasks import Invocation
+
 import logging
 import subprocess
 from pathlib import Path
@@ -10,11 +15,17 @@ from typing import Any
 import numpy as np
 from controversial import __version__
 from controversial.data import load_uint8
-from controversial.settings import DesignStudySettings, ExportStudySettings, Invocation
 from controversial.study.bundle import load_bundle
-from controversial.study.export import DEFAULT_WEB_SOURCE, ExportSettings, export_study
+from controversial.study.export import DEFAULT_WEB_SOURCE, ExportOptions, export_study
 
 log = logging.getLogger(__name__)
+
+
+class ExportStudySettings(ExportOptions):
+    """export_study.py: the paper's selection (20 per model pair) from a sweep, as a study bundle."""
+
+    sweep_dir: str = Field(description="a synthesize run dir or sweep (every */manifest.csv below it is read)")
+    data: DataOptions = Field(default_factory=lambda: DataOptions(download=False))
 
 
 def _git_commit() -> str:
@@ -27,53 +38,28 @@ def _git_commit() -> str:
         return "unknown"
 
 
-def export_settings(
-    cfg: ExportStudySettings | DesignStudySettings,
-    invocation: Invocation,
-    provenance: dict[str, Any] | None = None,
-    **counts: int,
-) -> ExportSettings:
-    """The bundle settings both study commands take from their config (name, display, text, seed, sources)
-    and their provenance; ``counts`` are the trial counts each command decides its own way."""
-    return ExportSettings(
-        name=cfg.name,
-        n_demo=cfg.n_demo,
-        display_size=cfg.display.size,
-        resample=cfg.display.resample,
-        invert_mnist=cfg.display.invert_mnist,
-        seed=cfg.seed,
-        sources=tuple(cfg.sources),
-        title=cfg.title,
-        attention_prompt=cfg.attention_prompt,
-        pilot=cfg.pilot,
-        provenance={
-            "command": invocation.command,
-            "code_version": __version__,
-            "git_commit": _git_commit(),
-            **(provenance or {}),
-            "config": cfg.model_dump(),
-        },
-        **counts,
-    )
+def bundle_provenance(settings: Options, invocation: Invocation, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """How a bundle was made, for its study.json: the command, the code and the whole settings."""
+    return {
+        "command": invocation.command,
+        "code_version": __version__,
+        "git_commit": _git_commit(),
+        **(extra or {}),
+        "config": settings.model_dump(),
+    }
 
 
 def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
     """Select, render and write the bundle under ``cfg.studies_dir``; log where it went and how to serve it."""
-    settings = export_settings(
-        cfg,
-        invocation,
-        per_pair=cfg.per_pair,
-        natural_per_class=cfg.natural_per_class,
-        n_repeats=cfg.n_repeats,
-        n_attention=cfg.n_attention,
-    )
 
     def natural_loader(dataset: str) -> tuple[np.ndarray, np.ndarray]:
         images, labels = load_uint8(dataset, "test", cfg.data.root, cfg.data.download)
         return images.numpy(), labels.numpy()
 
     web_source = Path(cfg.web_source) if cfg.web_source else DEFAULT_WEB_SOURCE
-    path = export_study(cfg.sweep_dir, cfg.studies_dir, settings, natural_loader, web_source)
+    path = export_study(
+        cfg.sweep_dir, cfg.studies_dir, cfg, natural_loader, web_source, bundle_provenance(cfg, invocation)
+    )
     bundle = load_bundle(path)
     counts = bundle.spec.provenance["counts"]
     log.info(

@@ -7,6 +7,14 @@ Models not trained yet are listed and left out, with the stimuli that need them.
 
 from __future__ import annotations
 
+from pydantic import Field, field_validator, model_validator
+from controversial.options import Count, Options
+from controversial.datasets import ModelDataOptions
+from controversial.records.names import Scheme
+from controversial.synthesis.stimuli import Inversion, parse_inversion
+from controversial.tasks import Invocation
+
+
 import logging
 import time
 from pathlib import Path
@@ -17,11 +25,37 @@ from controversial.atomic import atomic_write_text
 from controversial.errors import UserError
 from controversial.records.fidelity import write_fidelity
 from controversial.records.names import PNAS_MODELS
-from controversial.settings import FidelitySettings, Invocation
 from controversial.tasks.evaluate import _inversion
 from controversial.zoo.bundled import list_checkpoints, load_model
 
 log = logging.getLogger(__name__)
+
+
+class FidelitySettings(Options):
+    images: str | None = Field(None, description="folder of the PNAS 2020 release's PNG stimuli, one experiment")
+    naming: Scheme = Field("pnas2020", description="file-name scheme: project | pnas2020")
+    models: list[str] | None = Field(
+        None, description="our models to score; null: every model standing in for one of the paper's"
+    )
+    invert: Inversion = Field("auto", description="greyscale stored dark-on-light? auto | true | false")
+    models_dir: str | None = Field(None, description="default: the repository's models/")
+    batch_size: Count = Field(256, description="images per forward pass")
+    data: ModelDataOptions = Field(default_factory=ModelDataOptions)
+
+    _invert = field_validator("invert", mode="before")(lambda value: parse_inversion(value))
+
+    @field_validator("models")
+    @classmethod
+    def _some(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and not value:
+            raise ValueError("an empty list; name at least one model, or null for all")
+        return value
+
+    @model_validator(mode="after")
+    def _stimuli(self) -> FidelitySettings:
+        if self.images is None:
+            raise ValueError("no stimuli: pass images=FOLDER (e.g. the release's experiment_1 or experiment_2 images)")
+        return self
 
 
 def run(cfg: FidelitySettings, invocation: Invocation) -> Path:

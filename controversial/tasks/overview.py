@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+from typing import Annotated
+from controversial.options import Options
+from controversial.tasks import Invocation
+
+
 import logging
 from pathlib import Path
 
@@ -11,10 +17,19 @@ from controversial.atomic import atomic_write_text
 from controversial.errors import UserError
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, write_manifest
-from controversial.settings import Invocation, OverviewSettings
 from controversial.synthesis import sweep_overview as overview
 
 log = logging.getLogger(__name__)
+
+
+class OverviewSettings(Options):
+    sweep_dir: str = Field(description="a synthesis sweep folder (with <a>_vs_<b>/manifest.csv)")
+    out_dir: str = Field(description="where the overview goes (default: <sweep_dir>/overview)")
+    models: list[str] | None = Field(None, description="row/column order; default: the sweep's experiment list")
+    fig2_class_pairs: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]] = Field(
+        default_factory=lambda: [(7, 3)], description="class a (row model) and class b (column model) of each Fig. 2"
+    )
+    progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
 
 
 def _swept_models(sweep_dir: Path) -> list[str] | None:

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from pydantic import Field
+from typing import Annotated, Literal
+from controversial.options import Count, Seed
+from controversial.analysis.simulate import NoiseOptions, SimulatedModelsOptions
+from controversial.tasks import Invocation
+
+
 import json
 import logging
 from dataclasses import asdict
@@ -10,12 +17,29 @@ from pathlib import Path
 from controversial.analysis import figures
 from controversial.records.responses import read_model_responses
 from controversial.analysis.power import power_curve
-from controversial.analysis.simulate import ParticipantNoise, simulate_models, true_probabilities
+from controversial.analysis.simulate import ParticipantNoise, parse_mixture, simulate_models, true_probabilities
 from controversial.analysis.study import stimulus_set
 from controversial.atomic import atomic_write_text
-from controversial.settings import Invocation, PowerSettings, parse_mixture
 
 log = logging.getLogger(__name__)
+
+
+class PowerSettings(NoiseOptions):
+    model_responses: str | None = Field(None, description="PNAS model-format CSV; null: a SIMULATED stimulus set")
+    true_model: str = Field(
+        "sim3:0.52+sim5:0.48", description="the assumed generating model, or a mixture sim3:0.7+sim5:0.3"
+    )
+    participant_counts: list[Annotated[int, Field(ge=2)]] = Field(
+        default_factory=lambda: [5, 10, 15, 20, 30, 40, 60], min_length=1, description="participant counts to try"
+    )
+    n_simulations: Count = Field(40, description="simulated studies per participant count")
+    n_resamples: Count = Field(1000, description="bootstrap resamples per simulated study")
+    alpha: float = Field(0.05, gt=0, lt=1, description="significance level")
+    target_power: float = Field(0.8, gt=0, lt=1, description="the power to reach")
+    correction: Literal["holm-sidak", "none"] = Field("holm-sidak", description="multiple-comparison correction")
+    reference_participants: int = Field(200, ge=2, description="simulated panel that picks the top two models")
+    seed: Seed = 0
+    simulate: SimulatedModelsOptions = Field(default_factory=SimulatedModelsOptions)
 
 
 def run(cfg: PowerSettings, invocation: Invocation) -> dict:

@@ -7,13 +7,20 @@ synthetic stimuli.
 
 from __future__ import annotations
 
+from pydantic import Field, model_validator
+from typing import Literal
+from controversial.options import DEVICE_PATTERN, Count, Options, Probability
+from controversial.config import ModelOptions, check_pair
+from controversial.datasets import DataOptions
+from controversial.tasks import Invocation
+
+
 import logging
 import time
 
 from controversial.data import load_uint8
 from controversial.datasets import dataset_info
 from controversial.progress import Progress
-from controversial.settings import Invocation, RankNaturalSettings
 from controversial.synthesis.engine import ordered_class_pairs
 from controversial.synthesis.natural import calibrated_logits, top_natural
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
@@ -22,6 +29,28 @@ from controversial.synthesis.stimuli import save_png
 from controversial.zoo.loading import load_models, resolve_device
 
 log = logging.getLogger(__name__)
+
+
+class RankNaturalSettings(Options):
+    model_a: ModelOptions = Field(description="model A (a name from conf/model/)")
+    model_b: ModelOptions = Field(description="model B, of the same dataset")
+    top_k: Count = Field(1, description="images exported per cell (ordered class pair)")
+    split: Literal["test", "train"] = Field("test", description="dataset split to rank")
+    limit: Count | None = Field(None, description="score only the first N images; null: all")
+    threshold: Probability = Field(0.75, description="'accepted' column: the image's hard score reaches this")
+    sharpness: float = Field(
+        1.0, gt=0, description="LogSumExp sharpness of the smooth_score column (the paper's alpha in Eq. 4)"
+    )
+    batch_size: Count = Field(500, description="images per forward pass")
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
+    output_dir: str | None = Field(None, description="default: a new timestamped folder")
+    progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
+    data: DataOptions = Field(default_factory=DataOptions)
+
+    @model_validator(mode="after")
+    def _a_pair(self) -> RankNaturalSettings:
+        check_pair(self.model_a, self.model_b)
+        return self
 
 
 def run(cfg: RankNaturalSettings, invocation: Invocation) -> list[ManifestRow]:

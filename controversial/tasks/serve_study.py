@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import uvicorn
 
 from controversial.atomic import atomic_write
+from controversial.cli import report
 from controversial.errors import UserError
-from controversial.settings import Invocation, ServeStudySettings
-from controversial.study.admin_token import AdminTokenError, read_admin_token, write_admin_token
+from controversial.study.admin_token import ENV_VAR, AdminTokenError, read_admin_token, write_admin_token
+from controversial.tasks import Invocation
 from controversial.study.bundle import load_bundle
 from controversial.records.csvfile import csv_chunks
 from controversial.study.db import default_database_url
+from controversial.study.guards import MaskTokens
 from controversial.study.pnas_export import TABLES, snapshot
 from controversial.study.quality import QualitySettings
-from controversial.study.server import DEFAULT_VENDOR_DIR, ServerSettings, create_app
+from controversial.study.server import ServeStudySettings, create_app
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +35,8 @@ def export_csvs(
     include_incomplete: bool = False,
     quality: QualitySettings = QualitySettings(),
 ) -> dict[str, Path]:
-    """Write responses.csv (PNAS format), attention.csv and participants.csv from one database snapshot.
+    """Write responses.csv (PNAS format), attention.csv and participants.csv from one database snapshot,
+    readable by the owner only (Prolific ids are personal data).
 
     Reads through the read-only engine, so exporting next to a running server does not block it.
     """
@@ -39,7 +45,7 @@ def export_csvs(
     written = {}
     with snapshot(database_url or default_database_url(bundle.root)) as session:
         for name, (columns, rows) in TABLES.items():
-            with atomic_write(out_dir / name, "w", encoding="utf-8", newline="") as handle:
+            with atomic_write(out_dir / name, "w", private=True, encoding="utf-8", newline="") as handle:
                 for chunk in csv_chunks(columns, rows(session, bundle, include_incomplete, quality)):
                     handle.write(chunk)
             written[name] = out_dir / name
@@ -47,15 +53,19 @@ def export_csvs(
     return written
 
 
-def quality_settings(cfg: ServeStudySettings) -> QualitySettings:
-    """The quality-control thresholds from the settings."""
-    q = cfg.quality
-    return QualitySettings(
-        min_trial_rt_ms=q.min_trial_rt_ms,
-        max_fast_fraction=q.max_fast_fraction,
-        max_identical_run=q.max_identical_run,
-        min_attention_passed=q.min_attention_passed,
-    )
+def before_hydra(argv: Sequence[str] | None = None) -> None:
+    """Refuse the admin token on the command line, before Hydra echoes it or writes it to the run's records
+    (and ``ps`` shows it to every user); then make everything this process creates (the run dir, its log,
+    the database) readable by the owner only."""
+    for arg in sys.argv[1:] if argv is None else argv:
+        if arg.lstrip("+~").split("=", 1)[0] == "admin_token":
+            error = UserError(
+                "admin_token cannot be given on the command line, where `ps`, the shell history and the run's "
+                "records would keep it: put it in a file and pass admin_token_file=<path> (`python serve_study.py "
+                f"mode=token admin_token_file=<path>` writes a new one), or set ${ENV_VAR}"
+            )
+            raise SystemExit(report(error, "serve_study"))
+    os.umask(0o077)
 
 
 def run(cfg: ServeStudySettings, invocation: Invocation) -> None:
@@ -75,7 +85,7 @@ def run(cfg: ServeStudySettings, invocation: Invocation) -> None:
             cfg.database_url,
             cfg.export.out_dir or invocation.out_dir,
             cfg.export.include_incomplete,
-            quality_settings(cfg),
+            cfg.quality,
         )
         return
     if not cfg.completion_code:
@@ -83,24 +93,11 @@ def run(cfg: ServeStudySettings, invocation: Invocation) -> None:
             "completion_code is not set: pass completion_code=<CODE> (from the study's page on "
             "Prolific) or set PROLIFIC_COMPLETION_CODE"
         )
-    vendor_dir = Path(cfg.vendor_dir).resolve() if cfg.vendor_dir else DEFAULT_VENDOR_DIR
-    if not (vendor_dir / "jspsych" / "dist").is_dir():
-        raise UserError(f"jsPsych not found under {vendor_dir}: run `npm ci` in human_study/ first")
+    if not (cfg.vendor_path / "jspsych" / "dist").is_dir():
+        raise UserError(f"jsPsych not found under {cfg.vendor_path}: run `npm ci` in human_study/ first")
     admin_token = read_admin_token(cfg.admin_token_file)
-    settings = ServerSettings(
-        bundle_dir=Path(cfg.study_dir),
-        completion_code=str(cfg.completion_code),
-        database_url=cfg.database_url,
-        admin_token=admin_token,
-        completion_url_template=cfg.completion_url_template,
-        vendor_dir=vendor_dir,
-        allow_test_ids=bool(cfg.allow_test_ids),
-        max_body_bytes=int(cfg.max_body_bytes),
-        sessions_per_minute=float(cfg.rate_limit.sessions_per_minute),
-        session_burst=int(cfg.rate_limit.burst),
-        quality=quality_settings(cfg),
-    )
-    app = create_app(settings)
+    app = create_app(cfg, admin_token)
+    logging.getLogger("uvicorn.access").addFilter(MaskTokens())  # access_log=true writes request paths
     # Everything allocated so far (imports, the app, the bundle: about half a million objects, torch among
     # them) lives as long as the process: move it out of the cyclic collector's reach, so its full
     # collections scan only request garbage instead of pausing every request for hundreds of ms.

@@ -11,6 +11,16 @@ folder (a sweep, or ``output_dir=``) resumes: see :mod:`controversial.synthesis.
 
 from __future__ import annotations
 
+from pydantic import Field, model_validator
+from typing import Literal
+from controversial.options import DEVICE_PATTERN, Count, Options, Seed
+from controversial.config import ModelOptions, check_pair
+from controversial.datasets import DataOptions
+from controversial.synthesis.options import OptimizerOptions, SynthesisOptions
+from controversial.tracking import WandbOptions
+from controversial.tasks import Invocation
+
+
 import hashlib
 import logging
 import statistics
@@ -26,9 +36,8 @@ from controversial.datasets import dataset_info
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
-from controversial.settings import DataSettings, Invocation, SynthesizeSettings
 from controversial.synthesis import runstate
-from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.engine import BatchResult, noise_images, ordered_class_pairs, synthesize_batch
 from controversial.synthesis.grids import plot_stimulus_grid
 from controversial.synthesis.stimuli import load_png, save_png
 from controversial.tracking import Tracker, start_tracking
@@ -36,6 +45,45 @@ from controversial.zoo.loading import load_models, resolve_device
 from controversial.zoo.readout import CalibratedModel
 
 log = logging.getLogger(__name__)
+
+
+class SynthesizeSettings(Options):
+    model_a: ModelOptions = Field(description="model A (a name from conf/model/)")
+    model_b: ModelOptions = Field(description="model B, of the same dataset")
+    seed: Seed = 0
+    seeds_per_cell: Count = Field(1, description="independent starts per cell in the first attempt")
+    max_attempts: Count = Field(5, description="failed cells are retried with new seeds until this many attempts")
+    retry_lookahead: bool = Field(
+        True, description="a retry also runs later attempts' seeds while the batch stays small"
+    )
+    init: Literal["auto", "noise", "test_image"] = Field(
+        "auto",
+        description="auto (noise, unless a model declares synthesis_init: test_image) | noise (uniform) | "
+        "test_image (random test images)",
+    )
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
+    synthesis: SynthesisOptions = Field(default_factory=SynthesisOptions)
+    optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
+    data: DataOptions = Field(default_factory=DataOptions)
+    progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
+    output_dir: str | None = Field(None, description="re-enter a run dir to resume it; default: a new timestamped one")
+    sweep_dir: str | None = Field(None, description="the multirun folder; set it so a re-run resumes the sweep")
+    wandb: WandbOptions = Field(default_factory=WandbOptions)
+    experiment_name: str | None = Field(None, description="set by experiment=<name>")
+    models: list[str] | None = Field(None, description="set by experiment=<name>: the models whose pairs are swept")
+
+    @model_validator(mode="after")
+    def _a_pair(self) -> SynthesizeSettings:
+        check_pair(self.model_a, self.model_b)
+        return self
+
+    @property
+    def start(self) -> Literal["noise", "test_image"]:
+        """The initialisation this run uses: ``init`` itself, or under ``auto`` what the models declare."""
+        if self.init != "auto":
+            return self.init
+        declared = {self.model_a.synthesis_init, self.model_b.synthesis_init}
+        return "test_image" if "test_image" in declared else "noise"
 
 
 def _sha256(path: Path) -> str:
@@ -83,7 +131,7 @@ def _initial_images(
     shape: tuple[int, int, int],
     init: str,
     dataset: str,
-    data_cfg: DataSettings,
+    data_cfg: DataOptions,
     pair_names: tuple[str, str],
 ) -> tuple[torch.Tensor, list[str]]:
     if init == "noise":
@@ -152,9 +200,8 @@ def _synthesize_pair(
     rows: list[ManifestRow],
     tracker: Tracker,
 ) -> list[ManifestRow]:
+    """Every attempt the run still needs, then the grid and the summary line."""
     info = dataset_info(cfg.model_a.dataset)
-    settings = SynthesisSettings(**cfg.synthesis.model_dump(), optimizer=cfg.optimizer.factory())
-    name_a, name_b = cfg.model_a.name, cfg.model_b.name
     pairs = ordered_class_pairs(len(info.class_names))
     start = time.perf_counter()
     if rows:
@@ -165,12 +212,17 @@ def _synthesize_pair(
             len({r.cell for r in rows if r.accepted}),
             len(pairs),
         )
-    log.info("synthesizing %s vs %s: %d cells x %d seeds on %s", name_a, name_b, len(pairs), cfg.seeds_per_cell, device)
-
+    log.info(
+        "synthesizing %s vs %s: %d cells x %d seeds on %s",
+        cfg.model_a.name,
+        cfg.model_b.name,
+        len(pairs),
+        cfg.seeds_per_cell,
+        device,
+    )
     global_step = n_new_rows = 0
     capacity = len(pairs) * cfg.seeds_per_cell if cfg.retry_lookahead else 0  # retries never outgrow the first batch
     for attempt in range(cfg.max_attempts):
-        base = cfg.seed + attempt * cfg.seeds_per_cell
         work, last_attempt = runstate.attempts_batch(
             rows, pairs, cfg.seed, attempt, cfg.seeds_per_cell, cfg.max_attempts, capacity
         )
@@ -178,80 +230,148 @@ def _synthesize_pair(
             continue
         attempts = f"{attempt + 1}" if last_attempt == attempt else f"{attempt + 1}-{last_attempt + 1}"
         elements = [Element(a, b, seed) for (a, b), seed in work]
-        initial, inits = _initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data, (name_a, name_b))
-        targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
-        bar = Progress(
-            settings.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress
-        )
-
-        on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
-        result = synthesize_batch(
-            models, targets, initial.to(device), settings, seed=base, on_step=on_step, on_scores=on_scores
-        )
-        bar.close()
-        global_step += settings.max_steps
-        per_image_time = result.total_seconds / len(elements)
-        new_rows = []
-        for i, (element, init) in enumerate(zip(elements, inits)):
-            failure = result.failures[i]
-            hard = float(result.hard[i])
-            accepted = not failure and hard >= settings.threshold
-            filename = ""
-            if not failure:
-                filename = stimulus_filename(
-                    name_a, info.class_names[element.class_a], name_b, info.class_names[element.class_b], element.seed
-                )
-                save_png(out_dir / filename, result.images[i].cpu().numpy())
-            probabilities = result.probabilities[i].cpu()
-            new_rows.append(
-                ManifestRow(
-                    dataset=info.name,
-                    model_a=name_a,
-                    model_b=name_b,
-                    class_a=element.class_a,
-                    class_b=element.class_b,
-                    class_a_name=info.class_names[element.class_a],
-                    class_b_name=info.class_names[element.class_b],
-                    seed=element.seed,
-                    source="synthetic",
-                    init=init,
-                    steps=int(result.steps[i]),
-                    converged=bool(result.converged[i]),
-                    hard_score=hard,
-                    smooth_score=float(result.smooth[i]),
-                    p_model_a_class_a=float(probabilities[0, 0]),
-                    p_model_a_class_b=float(probabilities[0, 1]),
-                    p_model_b_class_a=float(probabilities[1, 0]),
-                    p_model_b_class_b=float(probabilities[1, 1]),
-                    accepted=accepted,
-                    status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
-                    image_file=filename,
-                    wall_time_s=round(per_image_time, 4),
-                )
-            )
+        new_rows, result = _attempt(cfg, models, device, out_dir, elements, attempts, tracker, attempt, global_step)
+        global_step += cfg.synthesis.max_steps
         rows = rows + new_rows
         n_new_rows += len(new_rows)
         write_manifest(out_dir / MANIFEST_NAME, rows)
-        n_accepted = len({r.cell for r in rows if r.accepted})
-        tracker.log(
-            {
-                "attempt": attempt + 1,
-                "cells_accepted": n_accepted,
-                "images_accepted_this_attempt": sum(r.accepted for r in new_rows),
-                "images_this_attempt": len(new_rows),
-            },
-            step=global_step,
-        )
-        log.info(
-            "attempt %s: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward%s)",
-            attempts,
-            n_accepted,
-            len(pairs),
-            result.total_seconds,
-            100 * result.model_seconds / max(result.total_seconds, 1e-9),
-            f"; {int(result.stalled.sum())} image(s) stopped as stalled" if bool(result.stalled.any()) else "",
-        )
+        _report_attempt(tracker, attempt, attempts, rows, new_rows, result, len(pairs), global_step)
+    _finish(cfg, out_dir, rows, pairs, n_new_rows, tracker, start)
+    return rows
 
+
+def _attempt(
+    cfg: SynthesizeSettings,
+    models: list[CalibratedModel],
+    device: torch.device,
+    out_dir: Path,
+    elements: list[Element],
+    attempts: str,
+    tracker: Tracker,
+    attempt: int,
+    global_step: int,
+) -> tuple[list[ManifestRow], BatchResult]:
+    """One batch: its starts, the synthesis, and the PNGs and manifest rows of its elements."""
+    info = dataset_info(cfg.model_a.dataset)
+    names = (cfg.model_a.name, cfg.model_b.name)
+    initial, inits = _initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data, names)
+    targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
+    bar = Progress(
+        cfg.synthesis.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress
+    )
+    on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
+    base = cfg.seed + attempt * cfg.seeds_per_cell
+    result = synthesize_batch(
+        models,
+        targets,
+        initial.to(device),
+        cfg.synthesis,
+        seed=base,
+        on_step=on_step,
+        on_scores=on_scores,
+        optimizer=cfg.optimizer.factory(),
+    )
+    bar.close()
+    per_image_time = result.total_seconds / len(elements)
+    new_rows = [
+        _manifest_row(cfg, out_dir, element, init, result, i, per_image_time)
+        for i, (element, init) in enumerate(zip(elements, inits))
+    ]
+    return new_rows, result
+
+
+def _manifest_row(
+    cfg: SynthesizeSettings,
+    out_dir: Path,
+    element: Element,
+    init: str,
+    result: BatchResult,
+    i: int,
+    per_image_time: float,
+) -> ManifestRow:
+    """Element ``i``'s row, after writing its PNG (unless it failed)."""
+    info = dataset_info(cfg.model_a.dataset)
+    name_a, name_b = cfg.model_a.name, cfg.model_b.name
+    failure = result.failures[i]
+    hard = float(result.hard[i])
+    accepted = not failure and hard >= cfg.synthesis.threshold
+    filename = ""
+    if not failure:
+        filename = stimulus_filename(
+            name_a, info.class_names[element.class_a], name_b, info.class_names[element.class_b], element.seed
+        )
+        save_png(out_dir / filename, result.images[i].cpu().numpy())
+    probabilities = result.probabilities[i].cpu()
+    return ManifestRow(
+        dataset=info.name,
+        model_a=name_a,
+        model_b=name_b,
+        class_a=element.class_a,
+        class_b=element.class_b,
+        class_a_name=info.class_names[element.class_a],
+        class_b_name=info.class_names[element.class_b],
+        seed=element.seed,
+        source="synthetic",
+        init=init,
+        steps=int(result.steps[i]),
+        converged=bool(result.converged[i]),
+        hard_score=hard,
+        smooth_score=float(result.smooth[i]),
+        p_model_a_class_a=float(probabilities[0, 0]),
+        p_model_a_class_b=float(probabilities[0, 1]),
+        p_model_b_class_a=float(probabilities[1, 0]),
+        p_model_b_class_b=float(probabilities[1, 1]),
+        accepted=accepted,
+        status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
+        image_file=filename,
+        wall_time_s=round(per_image_time, 4),
+    )
+
+
+def _report_attempt(
+    tracker: Tracker,
+    attempt: int,
+    attempts: str,
+    rows: list[ManifestRow],
+    new_rows: list[ManifestRow],
+    result: BatchResult,
+    n_cells: int,
+    global_step: int,
+) -> None:
+    """The attempt's figures for tracking and the log."""
+    n_accepted = len({r.cell for r in rows if r.accepted})
+    tracker.log(
+        {
+            "attempt": attempt + 1,
+            "cells_accepted": n_accepted,
+            "images_accepted_this_attempt": sum(r.accepted for r in new_rows),
+            "images_this_attempt": len(new_rows),
+        },
+        step=global_step,
+    )
+    log.info(
+        "attempt %s: %d/%d cells accepted so far (%.1f s, %.0f%% in model forward/backward%s)",
+        attempts,
+        n_accepted,
+        n_cells,
+        result.total_seconds,
+        100 * result.model_seconds / max(result.total_seconds, 1e-9),
+        f"; {int(result.stalled.sum())} image(s) stopped as stalled" if bool(result.stalled.any()) else "",
+    )
+
+
+def _finish(
+    cfg: SynthesizeSettings,
+    out_dir: Path,
+    rows: list[ManifestRow],
+    pairs: list[tuple[int, int]],
+    n_new_rows: int,
+    tracker: Tracker,
+    start: float,
+) -> None:
+    """The grid of the best image per cell (kept when nothing changed), the run's summary and its line."""
+    info = dataset_info(cfg.model_a.dataset)
+    name_a, name_b = cfg.model_a.name, cfg.model_b.name
     grid_path = out_dir / "grid.png"
     if n_new_rows or not grid_path.is_file():  # a re-run with nothing left to do keeps its grid
         best = runstate.best_rows(rows)
@@ -269,9 +389,9 @@ def _synthesize_pair(
     tracker.log_image("grid", grid_path)
     wall = time.perf_counter() - start
     summary = (
-        f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold {settings.threshold}, "
-        f"median best hard score {statistics.median(best_scores):.3f}, wall time {wall:.0f} s -> {out_dir}"
+        f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold "
+        f"{cfg.synthesis.threshold}, median best hard score {statistics.median(best_scores):.3f}, "
+        f"wall time {wall:.0f} s -> {out_dir}"
     )
     log.info(summary)
     print(summary)
-    return rows

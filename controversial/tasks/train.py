@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+from pydantic import Field, field_validator
+from controversial.options import Options, one_of
+from controversial.config import REPO_ROOT, ModelOptions
+from controversial.datasets import DataOptions
+from controversial.tasks import Invocation
+
+
 import logging
 import sys
 import time
@@ -9,7 +16,6 @@ from pathlib import Path
 
 import torch
 
-from controversial.settings import Invocation, TrainCommandSettings
 from controversial.zoo.attacks import module_device
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.data import load_uint8
@@ -17,28 +23,46 @@ from controversial.zoo.model_card import write_model_card
 from controversial.zoo.readout import MirrorAveraged
 from controversial.zoo.registry import arch_spec
 from controversial.zoo.resume import ResumeFile, recorded_progress
+from controversial.zoo.train_options import TRAINING_METHODS, TrainOptions
 from controversial.zoo.training import (
     TrainOutcome,
-    TrainSettings,
     collect_logits,
     evaluate_and_calibrate,
     evenly_spaced,
     energy_metrics,
     robustness_metrics,
-    training_method,
 )
 
 log = logging.getLogger(__name__)
 
 
+class TrainCommandSettings(Options):
+    model: ModelOptions = Field(description="the model to train (a name from conf/model/)")
+    data: DataOptions = Field(default_factory=DataOptions)
+    models_dir: str = Field(
+        default_factory=lambda: str(REPO_ROOT / "models"),
+        description="checkpoints go to <models_dir>/<dataset>/<name>.pt",
+    )
+    float16: bool = Field(True, description="store weights in float16 (half the size)")
+    device: str = Field("cpu", description="cpu | cuda (a GPU; the fast CIFAR-10 recipe only, same draws)")
+    update_model_card: bool = Field(True, description="regenerate <models_dir>/README.md")
+    resume: bool = Field(True, description="continue from resume_file; false: delete it and start over")
+    resume_file: str = Field(description="per-epoch training state of long runs")
+
+    @field_validator("device")
+    @classmethod
+    def _known_device(cls, value: str) -> str:
+        return one_of(value, ("cpu", "cuda"))
+
+
 def _resume_file(
-    cfg: TrainCommandSettings, settings: TrainSettings, arch_kwargs: dict, n_train_images: int
+    cfg: TrainCommandSettings, settings: TrainOptions, arch_kwargs: dict, n_train_images: int
 ) -> ResumeFile | None:
     """The per-epoch state file of a resumable method; with resume=false an old one is removed first.
 
     Its identity includes the training-set size: another data root would change the schedule's length.
     """
-    if not training_method(settings.method).resumable:
+    if not TRAINING_METHODS.get(settings.method).resumable:
         return None
     model_cfg = cfg.model
     resume = ResumeFile(
@@ -96,8 +120,8 @@ def _device(name: str, method_name: str, any_device: bool) -> torch.device:
 def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
     """Train ``cfg.model`` and write its checkpoint under ``cfg.models_dir`` (the run dir keeps only logs)."""
     model_cfg = cfg.model
-    settings = model_cfg.train.typed()
-    method = training_method(settings.method)
+    settings = model_cfg.train
+    method = TRAINING_METHODS.get(settings.method)
     method.options(settings.extra)  # a typo in train.extra fails here, before the data is loaded
     device = _device(str(cfg.device), settings.method, method.any_device)
     torch.manual_seed(settings.seed)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from controversial.zoo.checkpoints import load_checkpoint
 from controversial.zoo.readout import CalibratedModel
-from controversial.zoo.registry import UnknownNameError
+from controversial.registry import UnknownNameError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = PROJECT_ROOT / "models"

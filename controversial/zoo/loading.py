@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from controversial.errors import UserError
-from controversial.settings import ModelSettings
+from controversial.config import ModelOptions
 from controversial.zoo.checkpoints import load_checkpoint
 from controversial.zoo.readout import CalibratedModel
 
@@ -21,7 +21,7 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def load_models(specs: Sequence[ModelSettings], data_root: str | None, roles: Sequence[str]) -> list[CalibratedModel]:
+def load_models(specs: Sequence[ModelOptions], data_root: str | None, roles: Sequence[str]) -> list[CalibratedModel]:
     """Each model's checkpoint, refused when missing or when the file holds a model of another dataset."""
     models = []
     for spec, role in zip(specs, roles):

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from controversial.zoo.protocol import StatefulNet
-from controversial.zoo.train_settings import CALIBRATION_METHODS
+from controversial.zoo.train_options import CALIBRATIONS
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ def _one_hot(labels: torch.Tensor, n_classes: int) -> torch.Tensor:
     return F.one_hot(labels.long(), n_classes).to(torch.float64)
 
 
+@CALIBRATIONS.register("cross_entropy")
 def fit_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, max_iter: int = 200) -> Calibration:
     """Minimise binary cross-entropy of the sigmoid outputs against one-hot labels (Experiment 1).
 
@@ -59,6 +60,7 @@ def fit_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, max_iter: int 
     return Calibration(log_slope.detach().exp().item(), intercept.detach().item(), "cross_entropy")
 
 
+@CALIBRATIONS.register("median")
 def fit_median_rule(logits: torch.Tensor, labels: torch.Tensor) -> Calibration:
     """Median negative entry -> p = 0.1 and median positive entry -> p = 0.9 (Experiment 2)."""
     z = logits.detach().to(torch.float64)
@@ -75,11 +77,8 @@ def fit_median_rule(logits: torch.Tensor, labels: torch.Tensor) -> Calibration:
 
 
 def fit_calibration(method: str, logits: torch.Tensor, labels: torch.Tensor) -> Calibration:
-    if method == "cross_entropy":
-        return fit_cross_entropy(logits, labels)
-    if method == "median":
-        return fit_median_rule(logits, labels)
-    raise ValueError(f"unknown calibration method '{method}'; allowed: {', '.join(CALIBRATION_METHODS)}")
+    """The calibration registered as ``method`` (see ``zoo.train_options.CALIBRATIONS``), fit to these logits."""
+    return CALIBRATIONS.get(method)(logits, labels)
 
 
 def sigmoid_nll(logits: torch.Tensor, labels: torch.Tensor) -> float:

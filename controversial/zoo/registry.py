@@ -1,15 +1,16 @@
-"""Architecture registry: a dict plus a decorator, so checkpoints can name the code that builds them."""
+"""Architecture registry, so checkpoints can name the code that builds them (see :mod:`controversial.registry`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
-from controversial.errors import UserError
+from controversial.registry import Registry
 
-from torch import nn
+if TYPE_CHECKING:
+    from torch import nn
 
-Builder = Callable[..., nn.Module]
+Builder = Callable[..., "nn.Module"]
 B = TypeVar("B", bound=Builder)
 
 
@@ -23,14 +24,22 @@ class ArchSpec:
     training_data: bool = False
 
 
-_ARCHITECTURES: dict[str, ArchSpec] = {}
-
-
-class UnknownNameError(UserError, KeyError):
-    """An unknown registry or config name; the message lists the valid ones."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0])
+_ARCHS = "controversial.zoo.archs."
+ARCHITECTURES: Registry[ArchSpec] = Registry(
+    "architecture",
+    builtins={
+        "abs": _ARCHS + "abs_vae",
+        "capsnet": _ARCHS + "capsnet",
+        "jem": _ARCHS + "jem",
+        "gaussian_kde": _ARCHS + "kde",
+        "madry_mnist": _ARCHS + "madry",
+        "pcn": _ARCHS + "pcn",
+        "tiny_mlp": _ARCHS + "tiny",
+        "small_vgg": _ARCHS + "vgg",
+        "vgg16_bn": _ARCHS + "vgg",
+        "wrn": _ARCHS + "wrn",
+    },
+)
 
 
 def register_arch(name: str, *, training_data: bool = False) -> Callable[[B], B]:
@@ -40,29 +49,19 @@ def register_arch(name: str, *, training_data: bool = False) -> Callable[[B], B]
     """
 
     def decorator(builder: B) -> B:
-        if name in _ARCHITECTURES:
-            raise ValueError(f"architecture '{name}' is already registered")
-        _ARCHITECTURES[name] = ArchSpec(builder, training_data)
+        ARCHITECTURES.add(name, ArchSpec(builder, training_data))
         return builder
 
     return decorator
 
 
-def _ensure_builtin_archs_imported() -> None:
-    import controversial.zoo.archs  # noqa: F401  (registers the built-in architectures)
-
-
 def list_archs() -> list[str]:
-    _ensure_builtin_archs_imported()
-    return sorted(_ARCHITECTURES)
+    return ARCHITECTURES.names()
 
 
 def arch_spec(name: str) -> ArchSpec:
     """The registration of an architecture; unknown names get the list of valid ones."""
-    _ensure_builtin_archs_imported()
-    if name not in _ARCHITECTURES:
-        raise UnknownNameError(f"unknown architecture '{name}'; known: {', '.join(sorted(_ARCHITECTURES))}")
-    return _ARCHITECTURES[name]
+    return ARCHITECTURES.get(name)
 
 
 def create_arch(name: str, **kwargs) -> nn.Module:

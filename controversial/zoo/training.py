@@ -1,8 +1,10 @@
-"""Training routines, one per model family, plus the shared evaluate-calibrate-save epilogue.
+"""Training: how a method is declared, the loop the discriminative methods share, and the shared
+evaluate-calibrate epilogue.
 
-Each method is declared once, in ``TRAINING_METHODS`` (or, for a family that lives elsewhere, with
-``register_training_method``), together with what is special about it: whether it can resume, and
-the typed schema of its ``train.extra`` settings, so that a typo in a model YAML is an error.
+Each method is registered once in ``TRAINING_METHODS`` (``zoo/train_options.py``) together with what is
+special about it: whether it can resume, and the typed schema of its ``train.extra`` settings, so that a
+typo in a model YAML is an error. The plain supervised method lives here; the family-specific ones in
+``zoo/training_methods.py``, the fast CIFAR-10 recipe in ``zoo/fast_training.py``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from omegaconf import OmegaConf
@@ -21,10 +22,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from controversial.zoo.fast_training import FastRecipe, batch_augment, train_fast
 from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import IDENTITY, Calibration, fit_calibration, sigmoid_nll
-from controversial.zoo.train_settings import TrainSettings
+from controversial.zoo.train_options import AUGMENTATIONS, TRAINING_METHODS, TrainOptions
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
 
 log = logging.getLogger(__name__)
@@ -77,12 +77,14 @@ class TrainingMethod:
             raise ValueError(f"train.extra: {str(error).splitlines()[0]} (allowed keys: {allowed})") from None
 
 
-def options(settings: TrainSettings) -> Any:
+def options(settings: TrainOptions) -> Any:
     """The typed ``train.extra`` settings of ``settings.method``."""
-    return training_method(settings.method).options(settings.extra)
+    return TRAINING_METHODS.get(settings.method).options(settings.extra)
 
 
-def _random_shift(images: torch.Tensor, max_shift: int, generator: torch.Generator) -> torch.Tensor:
+@AUGMENTATIONS.register("shift")
+def random_shift(images: torch.Tensor, max_shift: int, generator: torch.Generator) -> torch.Tensor:
+    """One random translation of up to ``max_shift`` pixels (zero-padded) for the whole batch (MNIST)."""
     if max_shift <= 0:
         return images
     padded = F.pad(images, (max_shift,) * 4)
@@ -90,25 +92,18 @@ def _random_shift(images: torch.Tensor, max_shift: int, generator: torch.Generat
     return padded[..., dy : dy + images.shape[-2], dx : dx + images.shape[-1]]
 
 
-AUGMENTATIONS: dict[str, Callable[[torch.Tensor, int, torch.Generator], torch.Tensor]] = {
-    "shift": _random_shift,  # one shift of up to max_shift pixels for the whole batch (MNIST)
-    "crop_flip": batch_augment,  # per image: crop after padding by max_shift, random horizontal flip (CIFAR-10)
-}
-
-
-def augment(images: torch.Tensor, settings: TrainSettings, generator: torch.Generator) -> torch.Tensor:
-    if settings.augment not in AUGMENTATIONS:
-        raise ValueError(f"model.train.augment '{settings.augment}' unknown; allowed: {', '.join(AUGMENTATIONS)}")
-    return AUGMENTATIONS[settings.augment](images, settings.max_shift, generator)
+def augment(images: torch.Tensor, settings: TrainOptions, generator: torch.Generator) -> torch.Tensor:
+    """The batch after the augmentation ``settings.augment`` (see ``AUGMENTATIONS``)."""
+    return AUGMENTATIONS.get(settings.augment)(images, settings.max_shift, generator)
 
 
 BatchLoss = Callable[[torch.Tensor, torch.Generator, int, int], tuple[torch.Tensor, dict[str, float]]]
 
 
-def _minibatch_training(
+def minibatch_training(
     net: nn.Module,
     n_images: int,
-    settings: TrainSettings,
+    settings: TrainOptions,
     progress: Progress,
     batch_loss: BatchLoss,
     describe: Callable[[dict[str, float]], str],
@@ -156,7 +151,8 @@ def _minibatch_training(
     net.eval()
 
 
-def _describe_loss(means: dict[str, float]) -> str:
+def describe_loss(means: dict[str, float]) -> str:
+    """The progress line of a method whose only figure is the loss."""
     return f"train loss {means['loss']:.4f}"
 
 
@@ -164,7 +160,7 @@ def train_supervised(
     net: nn.Module,
     images: torch.Tensor,
     labels: torch.Tensor,
-    settings: TrainSettings,
+    settings: TrainOptions,
     progress: Progress,
     resume: ResumeFile | None = None,
 ) -> None:
@@ -175,304 +171,10 @@ def train_supervised(
         loss = F.cross_entropy(net(x), labels[batch])
         return loss, {"loss": loss.item()}
 
-    _minibatch_training(net, len(images), settings, progress, batch_loss, _describe_loss, resume)
+    minibatch_training(net, len(images), settings, progress, batch_loss, describe_loss, resume)
 
 
-def non_digit_images(count: int, digits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """Images with no digit in them, in three equal kinds chosen to cover where synthesis wanders.
-
-    Uniform pixel noise (the synthesis starting point), smooth random blobs (bilinearly upsampled
-    7x7 noise, contrast-stretched: large stroke-free shapes), and training digits cut into a 4x4
-    grid of 7x7 tiles and shuffled (digit-like local strokes without a digit's global shape).
-    """
-    side = digits.shape[-1]
-    kinds = torch.arange(count) % 3
-    out = torch.rand(count, 1, side, side, generator=generator)
-    n_blobs = int((kinds == 1).sum())
-    if n_blobs:
-        coarse = torch.rand(n_blobs, 1, 7, 7, generator=generator)
-        smooth = F.interpolate(coarse, size=(side, side), mode="bilinear", align_corners=False)
-        out[kinds == 1] = ((smooth - 0.5) * 3 + 0.5).clamp(0, 1)
-    n_tiles = int((kinds == 2).sum())
-    if n_tiles:
-        tile = side // 4
-        source = digits[torch.randint(len(digits), (n_tiles,), generator=generator)]
-        tiles = source.unfold(2, tile, tile).unfold(3, tile, tile).reshape(n_tiles, 1, 16, tile, tile)
-        shuffled = torch.stack([t[:, torch.randperm(16, generator=generator)] for t in tiles])
-        grid = shuffled.reshape(n_tiles, 1, 4, 4, tile, tile).permute(0, 1, 2, 4, 3, 5)
-        out[kinds == 2] = grid.reshape(n_tiles, 1, side, side)
-    return out
-
-
-@dataclass(frozen=True)
-class NegativesExtra:
-    negative_fraction: float = 0.25  # non-digit images per batch, relative to the batch of digits
-
-
-def train_supervised_negatives(
-    net: nn.Module,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    settings: TrainSettings,
-    progress: Progress,
-    resume: ResumeFile | None = None,
-) -> None:
-    """Per-class sigmoid (binary cross-entropy) training with extra non-digit images whose ten targets are all zero.
-
-    Sigmoid targets, not a softmax, because a softmax cannot say "no class"; ``extra.negative_fraction``
-    sets how many negatives are added per batch, relative to the batch of digits.
-    """
-    fraction = options(settings).negative_fraction
-
-    def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
-        negatives = non_digit_images(max(1, round(fraction * len(batch))), images, generator)
-        x = torch.cat([augment(images[batch], settings, generator), negatives])
-        targets = torch.cat([F.one_hot(labels[batch], 10).float(), torch.zeros(len(negatives), 10)])
-        loss = F.binary_cross_entropy_with_logits(net(x), targets, reduction="sum") / len(x)
-        return loss, {"loss": loss.item()}
-
-    _minibatch_training(net, len(images), settings, progress, batch_loss, _describe_loss, resume)
-
-
-def train_abs(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress
-) -> None:
-    """Each class's VAE on its own class only: one batch of every class per step (grouped layers)."""
-    generator = torch.Generator().manual_seed(settings.seed)
-    torch.manual_seed(settings.seed)
-    optimizer = torch.optim.Adam(net.parameters(), lr=settings.lr)
-    flat = images.reshape(len(images), -1)
-    by_class = [flat[labels == k] for k in range(10)]
-    steps_per_epoch = min(len(c) for c in by_class) // settings.batch_size
-    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, settings.epochs * steps_per_epoch)
-    net.train()
-    for epoch in range(settings.epochs):
-        orders = [torch.randperm(len(c), generator=generator) for c in by_class]
-        running = 0.0
-        for step in range(steps_per_epoch):
-            window = slice(step * settings.batch_size, (step + 1) * settings.batch_size)
-            batch = torch.stack([c[o[window]] for c, o in zip(by_class, orders)])
-            loss = net.elbo_loss(batch)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            scheduler.step()
-            running += loss.item()
-        progress(f"epoch {epoch + 1}/{settings.epochs}: negative ELBO {running / steps_per_epoch:.2f}")
-    net.eval()
-
-
-def kde_heldout_loglik(
-    train_x: torch.Tensor, train_y: torch.Tensor, held_x: torch.Tensor, held_y: torch.Tensor, sigma: float
-) -> float:
-    """Mean log p(x | true class) of held-out images under a KDE fitted to the rest."""
-    from controversial.zoo.archs.kde import GaussianKDE
-
-    kde = GaussianKDE(train_x, train_y, sigma)
-    with torch.inference_mode():
-        logits = torch.cat([kde(held_x[i : i + 500]) for i in range(0, len(held_x), 500)])
-    return float(logits.gather(1, held_y[:, None]).mean())
-
-
-@dataclass(frozen=True)
-class KDEBandwidthExtra:
-    sigma_grid: list[float] = field(default_factory=lambda: [0.05, 0.075, 0.1, 0.125, 0.15, 0.175, 0.2, 0.25])
-    n_heldout: int = 2000
-
-
-def select_kde_bandwidth(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress
-) -> TrainOutcome:
-    """Pick sigma from a grid by held-out likelihood (a per-class split of the training set)."""
-    extra: KDEBandwidthExtra = options(settings)
-    grid, n_held = [float(s) for s in extra.sigma_grid], extra.n_heldout
-    generator = torch.Generator().manual_seed(settings.seed)
-    order = torch.randperm(len(images), generator=generator)
-    held, fit = order[:n_held], order[n_held:]
-    scores = {}
-    for sigma in grid:
-        scores[sigma] = kde_heldout_loglik(images[fit], labels[fit], images[held], labels[held], sigma)
-        progress(f"sigma {sigma:.3f}: held-out log-likelihood {scores[sigma]:.2f}")
-    best = max(scores, key=scores.get)
-    progress(f"chosen sigma {best}")
-    net.sigma = best
-    return TrainOutcome(
-        arch_kwargs={"sigma": best},
-        record={"heldout_loglik": {str(k): v for k, v in scores.items()}, "chosen_sigma": best},
-    )
-
-
-def capsule_margin_loss(
-    lengths: torch.Tensor, labels: torch.Tensor, m_plus: float = 0.9, m_minus: float = 0.1, down_weight: float = 0.5
-) -> torch.Tensor:
-    """Sabour et al.'s margin loss: the true capsule longer than m+, the others shorter than m-; mean over images."""
-    target = F.one_hot(labels, lengths.shape[1]).float()
-    present = target * F.relu(m_plus - lengths) ** 2
-    absent = down_weight * (1 - target) * F.relu(lengths - m_minus) ** 2
-    return (present + absent).sum(1).mean()
-
-
-@dataclass(frozen=True)
-class CapsuleExtra:
-    reconstruction_weight: float = 0.0005
-    # Weight of a cross-entropy on the reconstruction readout's logits (-readout_scale x each class's
-    # reconstruction error): it teaches the decoder that a wrong class's capsule must reconstruct the
-    # image badly, which the true-class reconstruction loss alone never asks. 0: Sabour et al.'s loss.
-    readout_weight: float = 0.0
-    readout_scale: float = 0.1
-
-
-def capsule_loss(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, extra: CapsuleExtra
-) -> tuple[torch.Tensor, dict[str, float]]:
-    """The capsule network's training loss on one batch, and its parts for the log.
-
-    Margin loss on capsule lengths plus ``reconstruction_weight`` x the summed squared error of the
-    decoder's reconstruction from the true class's capsule (Sabour et al.); with ``readout_weight`` also
-    a cross-entropy over every class's reconstruction error, so the reconstruction readout classifies.
-    """
-    capsules = net.capsules(images)
-    margin = capsule_margin_loss(capsules.norm(dim=-1), labels)
-    if extra.readout_weight > 0:
-        errors = net.reconstruction_errors(images, capsules)
-        reconstruction = errors.gather(1, labels.unsqueeze(1)).mean()
-        readout = F.cross_entropy(-extra.readout_scale * errors, labels)
-    else:
-        reconstruction = ((net.reconstruct(capsules, labels) - images) ** 2).flatten(1).sum(1).mean()
-        readout = torch.zeros((), device=images.device)
-    loss = margin + extra.reconstruction_weight * reconstruction + extra.readout_weight * readout
-    return loss, {"margin": margin.item(), "reconstruction": reconstruction.item(), "readout": readout.item()}
-
-
-def train_capsule(
-    net: nn.Module,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    settings: TrainSettings,
-    progress: Progress,
-    resume: ResumeFile | None = None,
-) -> None:
-    """Minibatch training of :func:`capsule_loss`, with the settings' augmentation."""
-    extra = options(settings)
-
-    def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
-        return capsule_loss(net, augment(images[batch], settings, generator), labels[batch], extra)
-
-    def describe(means: dict[str, float]) -> str:
-        return (
-            f"margin loss {means['margin']:.4f}, reconstruction SSE {means['reconstruction']:.2f}, "
-            f"readout cross-entropy {means['readout']:.4f}"
-        )
-
-    _minibatch_training(net, len(images), settings, progress, batch_loss, describe, resume)
-
-
-@dataclass(frozen=True)
-class DeriveExtra:
-    source: str  # the checkpoint to copy weights from, e.g. models/mnist/capsnet.pt
-
-
-def derive_from_checkpoint(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress: Progress
-) -> None:
-    """No training: copy the weights of another bundled checkpoint (``extra.source``, e.g. models/mnist/capsnet.pt).
-
-    For a second readout of an already trained network; the architecture kwargs may differ only in
-    ones that do not change the parameters (such as the readout).
-    """
-    from controversial.zoo.checkpoints import read_checkpoint
-    from controversial.zoo.bundled import PROJECT_ROOT
-
-    source = Path(options(settings).source)
-    source = source if source.is_absolute() else PROJECT_ROOT / source
-    if not source.is_file():
-        raise FileNotFoundError(
-            f"{source} not found: train the source model first (python train.py model={source.stem})"
-        )
-    _, state = read_checkpoint(source)
-    net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
-    progress(f"copied weights from {source}")
-    net.eval()
-
-
-@dataclass(frozen=True)
-class AdversarialExtra:
-    norm: str  # linf | l2
-    eps: float
-    steps: int
-    step_size: float
-    warmup_epochs: float = 0.0
-    eval_steps: int = 40  # the evaluation attack (robustness_metrics)
-    eval_step_size: float | None = None  # None: 2.5 eps / eval_steps
-    eval_images: int = 1000
-
-
-def train_adversarial(
-    net: nn.Module,
-    images: torch.Tensor,
-    labels: torch.Tensor,
-    settings: TrainSettings,
-    progress: Progress,
-    resume: ResumeFile | None = None,
-) -> None:
-    """Madry-style adversarial training: cross-entropy on PGD examples only (random start).
-
-    ``extra``: ``norm`` (linf or l2), ``eps``, ``steps``, ``step_size``, and ``warmup_epochs`` over
-    which eps grows linearly from 0 (a curriculum that helps short schedules start learning).
-    """
-    from controversial.zoo.attacks import pgd
-
-    extra: AdversarialExtra = options(settings)
-    norm, eps, steps, step_size, warmup = extra.norm, extra.eps, extra.steps, extra.step_size, extra.warmup_epochs
-    steps_per_epoch = math.ceil(len(images) / settings.batch_size)
-
-    def current_eps(epoch: int, step: int) -> float:
-        fraction = (epoch * steps_per_epoch + step) / (warmup * steps_per_epoch) if warmup > 0 else 1.0
-        return eps * min(1.0, fraction)
-
-    def batch_loss(batch: torch.Tensor, generator: torch.Generator, epoch: int, step: int):
-        current = current_eps(epoch, step)
-        x, y = augment(images[batch], settings, generator), labels[batch]
-        net.eval()  # the attack sees the network as it will be used
-        adversarial = pgd(net, x, y, norm, current, steps, step_size * current / eps, generator=generator)
-        net.train()
-        logits = net(adversarial)
-        loss = F.cross_entropy(logits, y)
-        return loss, {"loss": loss.item(), "accuracy": float((logits.argmax(1) == y).float().mean()), "eps": current}
-
-    def describe(means: dict[str, float]) -> str:
-        return (
-            f"mean eps {means['eps']:.3f}, adversarial loss {means['loss']:.4f}, "
-            f"adversarial train accuracy {100 * means['accuracy']:.1f}%"
-        )
-
-    _minibatch_training(net, len(images), settings, progress, batch_loss, describe, resume)
-
-
-TRAINING_METHODS: dict[str, TrainingMethod] = {
-    "supervised": TrainingMethod(train_supervised, resumable=True),
-    "supervised_negatives": TrainingMethod(train_supervised_negatives, resumable=True, extra=NegativesExtra),
-    "abs_vae": TrainingMethod(train_abs),
-    "kde_bandwidth": TrainingMethod(select_kde_bandwidth, extra=KDEBandwidthExtra),
-    "capsule": TrainingMethod(train_capsule, resumable=True, extra=CapsuleExtra),
-    "derive": TrainingMethod(derive_from_checkpoint, extra=DeriveExtra),
-    "adversarial": TrainingMethod(train_adversarial, resumable=True, extra=AdversarialExtra),
-    "fast": TrainingMethod(train_fast, resumable=True, extra=FastRecipe, monitored=True, any_device=True),
-}
-
-
-def register_training_method(name: str, method: TrainingMethod) -> None:
-    """Add a method from another module (a new family's own); duplicate names are refused."""
-    if name in TRAINING_METHODS:
-        raise ValueError(f"training method '{name}' is already registered")
-    TRAINING_METHODS[name] = method
-
-
-def training_method(name: str) -> TrainingMethod:
-    """A registered method; unknown names get the list of valid ones."""
-    if name not in TRAINING_METHODS:
-        raise ValueError(f"model.train.method '{name}' unknown; allowed: {', '.join(TRAINING_METHODS)}")
-    return TRAINING_METHODS[name]
+TRAINING_METHODS.add("supervised", TrainingMethod(train_supervised, resumable=True))
 
 
 @scoring()
@@ -510,7 +212,7 @@ def evenly_spaced(images: torch.Tensor, labels: torch.Tensor, n: int) -> tuple[t
 
 
 def robustness_metrics(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings
+    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainOptions
 ) -> dict[str, float]:
     """PGD accuracy at the training eps for adversarially trained models (empty for the others).
 
@@ -525,7 +227,7 @@ def robustness_metrics(
         norm, eps, steps, n = adversarial.norm, adversarial.eps, adversarial.eval_steps, adversarial.eval_images
         step_size = adversarial.eval_step_size or 2.5 * eps / steps
     elif settings.method == "adversarial":
-        extra: AdversarialExtra = options(settings)
+        extra = options(settings)
         norm, eps, steps, n = extra.norm, extra.eps, extra.eval_steps, extra.eval_images
         step_size = 2.5 * eps / steps if extra.eval_step_size is None else extra.eval_step_size
     else:

@@ -9,7 +9,8 @@ from scipy.special import ndtr
 from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import participant_model_correlations
 from controversial.records.responses import RATING_SCALE, read_human_ratings, read_model_responses
-from controversial.analysis.pipeline import AnalysisOptions, analyze_ratings_consistency, analyze_study
+from controversial.analysis.options import AnalysisOptions
+from controversial.analysis.pipeline import analyze_ratings_consistency, analyze_study
 from controversial.analysis.simulate import (
     ParticipantNoise,
     expected_ratings,
@@ -24,7 +25,10 @@ from controversial.analysis.simulate import (
 )
 from controversial.analysis.study import build_study
 
-FAST = AnalysisOptions(n_resamples=500, subset_resamples=200, ec_resamples=50, null_band_grid=30, null_band_repeats=2)
+FAST = AnalysisOptions(
+    bootstrap={"n_resamples": 500, "subset_resamples": 200},
+    error_consistency={"n_resamples": 50, "null_band_grid": 30, "null_band_repeats": 2},
+)
 
 
 def test_quantise_to_the_five_point_scale():

@@ -23,7 +23,7 @@ from controversial.cli import command_line, describe_validation_error, report
 from controversial.help import _annotated_metadata, _model_field
 from controversial.records.manifest import MANIFEST_COLUMNS, ManifestRow, write_manifest
 from controversial.records.responses import HUMAN_COLUMNS
-from controversial.settings import SCHEMAS
+from controversial.tasks import command_names, command_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIRED = {  # values a command cannot run without, so that only the tested value is wrong
@@ -63,11 +63,11 @@ def out_of_range(schema: type[BaseModel], prefix: str = "") -> list[tuple[str, o
     return cases
 
 
-@pytest.mark.parametrize("name", sorted(SCHEMAS))
+@pytest.mark.parametrize("name", command_names())
 def test_every_numeric_option_refuses_an_out_of_range_value(name):
     """The composed defaults with one value replaced (composing once keeps this fast)."""
     defaults = settings_for(name, REQUIRED.get(name, [])).model_dump(by_alias=True)
-    cases = out_of_range(SCHEMAS[name])
+    cases = out_of_range(command_settings(name))
     assert cases, name
     for key, value in cases:
         values = copy.deepcopy(defaults)
@@ -77,7 +77,7 @@ def test_every_numeric_option_refuses_an_out_of_range_value(name):
             node = node[part]
         node[leaf] = value
         with pytest.raises(ValidationError) as refused:
-            SCHEMAS[name].model_validate(values)
+            command_settings(name).model_validate(values)
         assert f"{key}={value}" in describe_validation_error(refused.value), (key, value)
 
 

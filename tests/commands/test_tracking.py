@@ -15,8 +15,8 @@ from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
 from controversial.records.manifest import read_manifest, without_timing
 from controversial.synthesis.stimuli import save_png
+from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.engine import (
-    SynthesisSettings,
     noise_images,
     ordered_class_pairs,
     synthesize_batch,
@@ -39,7 +39,7 @@ def test_disabled_tracking_is_a_no_op_and_unknown_modes_are_refused(tmp_path):
 def test_score_callback_sees_every_step_and_leaves_results_unchanged(tiny_pair):
     pairs = ordered_class_pairs()[:12]
     targets, initial = torch.tensor(pairs), noise_images(pairs, [0] * 12, (1, 28, 28))
-    settings = SynthesisSettings(max_steps=30)
+    settings = SynthesisOptions(max_steps=30)
     seen = []
     plain = synthesize_batch(tiny_pair, targets, initial, settings)
     tracked = synthesize_batch(

@@ -12,19 +12,20 @@ from fastapi.testclient import TestClient
 
 from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests
 from controversial.analysis.results import AnalysisResults
-from controversial.analysis.separation import ReferencePanel
+from controversial.design.separation import ReferencePanel
 from controversial.analysis.simulate import ParticipantNoise, simulate_models, simulate_participants
 from controversial.records.responses import write_model_responses
-from controversial.settings import PreviousBatch
-from controversial.analysis.noise_fit import NoiseFit
-from controversial.study.adaptive import Batch, Evidence, confirmed_best, evidence, final_alpha, next_batch
+from controversial.design.options import PreviousBatch
+from controversial.design.noise_fit import NoiseFit
+from controversial.design.adaptive import Batch, Evidence, confirmed_best, evidence, final_alpha, next_batch
 from controversial.study.bundle import load_bundle
-from controversial.study.candidates import build_candidates
-from controversial.study.design import DesignConstraints, select_design
-from controversial.study.export import ExportSettings, write_selection
+from controversial.design.candidates import build_candidates
+from controversial.design.constraints import DesignConstraints
+from controversial.design.optimiser import select_design
+from controversial.study.export import ExportOptions, write_selection
 from controversial.study.scripted_participants import instructions, take_study
 from controversial.study.selection import collect_sweep
-from controversial.study.server import ServerSettings, create_app
+from controversial.study.server import ServeStudySettings, create_app
 from controversial.tasks.design_study import previous_batch
 from helpers import run_task
 
@@ -55,13 +56,13 @@ def run_batch(bundle_dir: Path, first_pid: int, n: int, people: np.ndarray, name
     bundle = load_bundle(bundle_dir)
     index = {name: i for i, name in enumerate(names)}
     app = create_app(
-        ServerSettings(
-            bundle_dir=bundle_dir,
+        ServeStudySettings(
+            study_dir=str(bundle_dir),
             completion_code="C0DE",
-            admin_token=TOKEN,
             database_url=f"sqlite:///{out.with_suffix('.sqlite')}",
             allow_test_ids=True,
-        )
+        ),
+        TOKEN,
     )
     attentive = instructions(bundle)
     with TestClient(app) as client:
@@ -90,13 +91,13 @@ def test_two_batch_adaptive_study_through_the_server_recovers_the_true_model(tmp
 
     def write(design, batch: int) -> Path:  # type: ignore[no-untyped-def]
         chosen = design.chosen.tolist()
-        settings = ExportSettings(
+        settings = ExportOptions(
             name="adaptive",
             natural_per_class=1,
             n_repeats=2,
             n_attention=1,
             n_demo=0,
-            display_size=56,
+            display={"size": 56},
             pilot=True,
             provenance={"design": {"batch": batch}},
         )

@@ -11,25 +11,19 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from controversial.analysis.separation import ReferencePanel, softmin
+from controversial.design.separation import ReferencePanel, softmin
 from controversial.analysis.simulate import ParticipantNoise, simulate_models
-import controversial.study.design as design_module
+import controversial.design.optimiser as design_module
 from controversial.progress import Progress
-from controversial.study.design import (
-    HELD_OUT_SEED_OFFSET,
-    DesignConstraints,
-    DesignError,
-    Pool,
+from controversial.design.constraints import DesignConstraints, DesignError, Pool, check_design
+from controversial.design.objectives import (
     TotalNeed,
-    check_design,
-    design_weights,
-    held_out_panel,
     participants_plan,
     ratio_to_baseline,
     relative_criterion,
-    select_design,
     total_need,
 )
+from controversial.design.optimiser import HELD_OUT_SEED_OFFSET, design_weights, held_out_panel, select_design
 
 
 def pool_of(models) -> Pool:  # type: ignore[no-untyped-def]

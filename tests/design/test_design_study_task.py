@@ -18,9 +18,9 @@ from controversial.analysis.simulate import (
 )
 from controversial.cli import describe_validation_error
 from controversial.records.responses import write_human_ratings
-from controversial.settings import DesignPlan
+from controversial.design.options import DesignPlan
 from controversial.study.bundle import load_bundle
-from controversial.study.candidates import balanced_design, build_candidates
+from controversial.design.candidates import balanced_design, build_candidates
 from controversial.study.selection import collect_sweep
 from controversial.tasks import design_study
 from helpers import run_task, settings_for, write_tiny_checkpoints

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from controversial.analysis.bootstrap import bootstrap
-from controversial.analysis.noise_fit import NoiseFit, fit_noise, fit_shared_sd
-from controversial.analysis.separation import ReferencePanel, critical_z, softmin
+from controversial.design.noise_fit import NoiseFit, fit_noise, fit_shared_sd
+from controversial.design.separation import ReferencePanel, critical_z, softmin
 from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_models, simulate_participants
 
 

@@ -30,7 +30,7 @@ import pytest
 
 from controversial.records.responses import read_human_ratings
 from controversial.study.bundle import load_bundle
-from controversial.study.export import ExportSettings, export_study
+from controversial.study.export import ExportOptions, export_study
 from controversial.study.scripted_participants import instructions
 
 from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
@@ -77,14 +77,14 @@ def live_server(tmp_path, chromium, web_assets):
     bundle = export_study(
         make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),)),
         tmp_path / "studies",
-        ExportSettings(
+        ExportOptions(
             name="e2e",
             per_pair=10,
             natural_per_class=1,
             n_repeats=2,
             n_attention=1,
             n_demo=1,
-            display_size=112,
+            display={"size": 112},
             pilot=True,
         ),
         fake_mnist_test,

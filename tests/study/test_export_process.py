@@ -12,17 +12,17 @@ from fastapi.testclient import TestClient
 
 from controversial.study import export_process
 from controversial.study.export_process import ExportFailed, ExportRequest, TableExport, table_chunks
-from controversial.study.server import ServerSettings, create_app
+from controversial.study.server import ServeStudySettings, create_app
 
 TOKEN = "test-admin-token-0123456789-abcdefghijkl"
 ADMIN = {"Authorization": f"Bearer {TOKEN}"}
 
 
 def _app(bundle_dir, database_url: str):
-    settings = ServerSettings(
-        bundle_dir=bundle_dir, completion_code="C0DE", admin_token=TOKEN, database_url=database_url, allow_test_ids=True
+    settings = ServeStudySettings(
+        study_dir=str(bundle_dir), completion_code="C0DE", database_url=database_url, allow_test_ids=True
     )
-    return create_app(settings)
+    return create_app(settings, TOKEN)
 
 
 def test_a_child_that_cannot_start_is_a_500_with_its_reason(small_bundle, tmp_path) -> None:

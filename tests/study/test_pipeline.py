@@ -13,11 +13,12 @@ from PIL import Image
 
 from controversial.records.responses import read_human_ratings, read_model_responses
 from controversial.analysis.model_responses import stimuli_from_folder
-from controversial.analysis.pipeline import AnalysisOptions, analyze_study
+from controversial.analysis.options import AnalysisOptions
+from controversial.analysis.pipeline import analyze_study
 from controversial.analysis.study import build_study
 from controversial.study.bundle import load_bundle
 from controversial.records.study import RESPONSE_COLUMNS
-from controversial.study.server import ServerSettings, create_app
+from controversial.study.server import ServeStudySettings, create_app
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
 from controversial.errors import UserError
 from helpers import run_task, settings_for
@@ -74,12 +75,12 @@ def _model_responses(bundle_dir: Path, path: Path) -> None:
 def test_scripted_participants_yield_ratings_the_analysis_accepts(small_bundle, tmp_path):
     token = "pipeline-admin-token-abcdefghijklmnopqrstuvwxyz"
     app = create_app(
-        ServerSettings(
-            bundle_dir=small_bundle,
+        ServeStudySettings(
+            study_dir=str(small_bundle),
             completion_code="X",
-            admin_token=token,
             database_url=f"sqlite:///{tmp_path / 'db.sqlite'}",
-        )
+        ),
+        token,
     )
     attentive = instructions(load_bundle(small_bundle))
     with TestClient(app) as client:
@@ -95,13 +96,15 @@ def test_scripted_participants_yield_ratings_the_analysis_accepts(small_bundle, 
     assert study.participants == ("P0001", "P0002", "P0003") and len(study.stimuli) == 30
     assert {s.true_class for s in study.stimuli if s.targeted_models is None} == {str(d) for d in range(10)}
     assert {s.condition for s in study.stimuli} == {"natural", "abs|vgg", "kde|vgg"}
-    results = analyze_study(study, AnalysisOptions(n_resamples=200, subset_resamples=0, measures=("pearson",)))
+    results = analyze_study(
+        study, AnalysisOptions(bootstrap={"n_resamples": 200, "subset_resamples": 0}, measures=["pearson"])
+    )
     assert set(results.ranking) == {"model_x", "model_y"}
 
 
 def test_serve_study_export_mode_writes_the_three_files(small_bundle, tmp_path):
     database = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    app = create_app(ServerSettings(bundle_dir=small_bundle, completion_code="X", database_url=database))
+    app = create_app(ServeStudySettings(study_dir=str(small_bundle), completion_code="X", database_url=database))
     pid = prolific_like_id(random.Random(0))
     with TestClient(app) as client:
         take_study(client, pid, random.Random(0), instructed=instructions(load_bundle(small_bundle)))

@@ -16,7 +16,7 @@ from controversial.records.study import read_attention
 from controversial.study.bundle import load_bundle
 from controversial.study.db import Base, Response
 from controversial.records.study import RESPONSE_COLUMNS
-from controversial.study.server import ServerSettings, create_app
+from controversial.study.server import ServeStudySettings, create_app
 from controversial.study.pnas_export import TABLES
 from controversial.study.quality import QualitySettings
 from controversial.records.csvfile import csv_text
@@ -41,10 +41,10 @@ def database_url(tmp_path):
 
 @pytest.fixture
 def app(small_bundle, database_url):
-    settings = ServerSettings(
-        bundle_dir=small_bundle, completion_code=CODE, admin_token=TOKEN, database_url=database_url, allow_test_ids=True
+    settings = ServeStudySettings(
+        study_dir=str(small_bundle), completion_code=CODE, database_url=database_url, allow_test_ids=True
     )
-    app = create_app(settings)
+    app = create_app(settings, TOKEN)
     yield app
     app.state.engine.dispose()
 
@@ -272,7 +272,9 @@ def test_admin_token_is_required(client, small_bundle, tmp_path):
     for path in ("/admin/responses.csv", "/admin/attention.csv", "/admin/participants.csv"):
         assert admin(client, path).status_code == 200
     no_admin = create_app(
-        ServerSettings(bundle_dir=small_bundle, completion_code=CODE, database_url=f"sqlite:///{tmp_path / 'other.db'}")
+        ServeStudySettings(
+            study_dir=str(small_bundle), completion_code=CODE, database_url=f"sqlite:///{tmp_path / 'other.db'}"
+        )
     )
     with TestClient(no_admin) as other:
         reply = admin(other, "/admin/responses.csv")
@@ -340,8 +342,8 @@ def test_admin_export_is_pnas_format_and_readable_by_the_analysis(client, small_
 
 def test_internal_errors_show_no_stack_trace(small_bundle, tmp_path):
     app = create_app(
-        ServerSettings(
-            bundle_dir=small_bundle,
+        ServeStudySettings(
+            study_dir=str(small_bundle),
             completion_code=CODE,
             allow_test_ids=True,
             database_url=f"sqlite:///{tmp_path / 'broken.db'}",

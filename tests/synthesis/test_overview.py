@@ -10,7 +10,8 @@ from controversial.synthesis import sweep_overview as overview
 from controversial.config import CONF_DIR
 from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow, read_manifest, write_manifest
-from controversial.settings import Invocation, OverviewSettings
+from controversial.tasks import Invocation
+from controversial.tasks.overview import OverviewSettings
 from controversial.synthesis.stimuli import save_png
 from controversial.tasks import overview as overview_task
 

@@ -7,8 +7,8 @@ from conftest import make_tiny_model
 from pydantic import ValidationError
 from helpers import settings_for
 from controversial.synthesis import engine
+from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.engine import (
-    SynthesisSettings,
     bfloat16_models,
     noise_images,
     ordered_class_pairs,
@@ -26,16 +26,16 @@ def _problem(n_cells: int = 8):
 
 def test_a_bf16_found_image_is_rescored_in_fp32(tiny_pair):
     targets, initial = _problem()
-    low = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(precision="bf16", **FAST))
-    full = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(precision="fp32", **FAST))
+    low = synthesize_batch(tiny_pair, targets, initial, SynthesisOptions(precision="bf16", **FAST))
+    full = synthesize_batch(tiny_pair, targets, initial, SynthesisOptions(precision="fp32", **FAST))
     assert not torch.equal(low.images, full.images)  # the steps really ran in bfloat16
     assert low.images.dtype == torch.float32
-    hard, smooth, probabilities = score_images(tiny_pair, low.images, targets, sharpness=1.0)
+    hard, smooth, probabilities = score_images(tiny_pair, low.images, targets, SynthesisOptions())
     assert torch.equal(low.hard, hard) and torch.equal(low.smooth, smooth)
     assert torch.equal(low.probabilities, probabilities)
     # Scoring ignores any autocast the caller has on: the accepted rule is the float32 rule.
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        under_autocast, _, _ = score_images(tiny_pair, low.images, targets, sharpness=1.0)
+        under_autocast, _, _ = score_images(tiny_pair, low.images, targets, SynthesisOptions())
     assert torch.equal(under_autocast, hard)
 
 
@@ -44,8 +44,8 @@ def test_a_family_that_declares_fp32_stays_fp32(tiny_pair):
     for model in tiny_pair:
         model.net.bfloat16_synthesis = False
     assert bfloat16_models(tiny_pair, "bf16", torch.device("cpu")) == [False, False]
-    low = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(precision="bf16", **FAST))
-    full = synthesize_batch(tiny_pair, targets, initial, SynthesisSettings(precision="fp32", **FAST))
+    low = synthesize_batch(tiny_pair, targets, initial, SynthesisOptions(precision="bf16", **FAST))
+    full = synthesize_batch(tiny_pair, targets, initial, SynthesisOptions(precision="fp32", **FAST))
     assert torch.equal(low.images, full.images) and torch.equal(low.hard, full.hard)
 
 

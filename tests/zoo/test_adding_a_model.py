@@ -10,12 +10,14 @@ from torch import nn
 from conftest import make_tiny_model
 from helpers import train_in
 from controversial.config import load_model_config
-from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.options import SynthesisOptions
 from controversial.tasks import train
 from controversial.zoo.checkpoints import load_checkpoint, read_checkpoint
 from controversial.zoo.protocol import SynthesisModel
 from controversial.zoo.registry import register_arch
-from controversial.zoo.training import TrainingMethod, TrainOutcome, TrainSettings, options, register_training_method
+from controversial.zoo.train_options import TRAINING_METHODS, TrainOptions
+from controversial.zoo.training import TrainingMethod, TrainOutcome, options
 
 
 # Step 1: the architecture, registered under a name.
@@ -43,7 +45,7 @@ class ClassMeansExtra:
 
 
 def fit_class_means(
-    net: NearestMean, images: torch.Tensor, labels: torch.Tensor, settings: TrainSettings, progress
+    net: NearestMean, images: torch.Tensor, labels: torch.Tensor, settings: TrainOptions, progress
 ) -> TrainOutcome:
     extra: ClassMeansExtra = options(settings)
     means = torch.stack([images[labels == k].mean(0) for k in range(10)])
@@ -53,7 +55,7 @@ def fit_class_means(
     return TrainOutcome(record={"mean_spread": spread})
 
 
-register_training_method("class_means", TrainingMethod(fit_class_means, extra=ClassMeansExtra))
+TRAINING_METHODS.add("class_means", TrainingMethod(fit_class_means, extra=ClassMeansExtra))
 
 # Step 2: the YAML.
 YAML = """\
@@ -100,7 +102,7 @@ def test_a_new_family_is_an_architecture_module_and_a_yaml(tmp_path, monkeypatch
     pairs = ordered_class_pairs()[:4]
     initial = noise_images(pairs, [0] * 4, (1, 28, 28))
     result = synthesize_batch(
-        [model, make_tiny_model(1)], torch.tensor(pairs), initial, SynthesisSettings(max_steps=20, stop_score=None)
+        [model, make_tiny_model(1)], torch.tensor(pairs), initial, SynthesisOptions(max_steps=20, stop_score=None)
     )
     assert torch.isfinite(result.hard).all()
 

@@ -11,7 +11,8 @@ import torch.nn.functional as F
 from controversial.zoo import fast_training
 from controversial.zoo.fast_training import AdversarialSettings, FastRecipe, batch_augment, single_step_attack
 from controversial.zoo.registry import create_arch
-from controversial.zoo.training import TrainSettings, train_fast
+from controversial.zoo.fast_training import train_fast
+from controversial.zoo.train_options import TrainOptions
 
 TINY_VGG = dict(widths=(4, 4, 8, 8, 8), fc=(8, 8), dropout=0.0)
 
@@ -25,8 +26,8 @@ def _coloured_squares(n: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     return images.clamp(0, 1), labels
 
 
-def _settings(**extra) -> TrainSettings:
-    return TrainSettings(
+def _settings(**extra) -> TrainOptions:
+    return TrainOptions(
         method="fast",
         epochs=6,
         batch_size=16,

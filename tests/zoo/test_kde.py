@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from controversial.zoo.archs.kde import GaussianKDE
-from controversial.zoo.training import select_kde_bandwidth, TrainSettings
+from controversial.zoo.train_options import TrainOptions
+from controversial.zoo.training_methods import select_kde_bandwidth
 
 
 def _direct_log_likelihood(x: torch.Tensor, points: torch.Tensor, sigma: float) -> float:
@@ -46,7 +47,7 @@ def test_bandwidth_selection_prefers_the_held_out_optimum():
     labels = torch.arange(600) % 10
     images = centres[labels] + 0.15 * torch.randn(600, 1, 4, 4, generator=generator)
     kde = GaussianKDE(images, labels, sigma=1.0)
-    settings = TrainSettings(method="kde_bandwidth", extra={"sigma_grid": [0.02, 0.15, 2.0], "n_heldout": 100})
+    settings = TrainOptions(method="kde_bandwidth", extra={"sigma_grid": [0.02, 0.15, 2.0], "n_heldout": 100})
     outcome = select_kde_bandwidth(kde, images, labels, settings, progress=lambda message: None)
     assert kde.sigma == 0.15 and outcome.arch_kwargs == {"sigma": 0.15} and outcome.record["chosen_sigma"] == 0.15
     assert set(settings.extra) == {"sigma_grid", "n_heldout"}  # the settings are not written to

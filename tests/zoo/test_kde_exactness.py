@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from conftest import MNIST_CLASSES, make_tiny_model
-from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.options import SynthesisOptions
 from controversial.zoo.archs.kde import GaussianKDE
 from controversial.zoo.readout import Calibration, CalibratedModel
 from controversial.references.kde import FullSumKDE, full_sum_log_likelihoods
@@ -138,7 +139,7 @@ def test_synthesis_with_the_candidate_sums_follows_the_full_sum():
     full = CalibratedModel(FullSumKDE(kde), calibration, "kde", "mnist", MNIST_CLASSES)
     models = (fast, full)
     cells = ordered_class_pairs()[:12]
-    settings = SynthesisSettings(max_steps=15, stop_score=None)
+    settings = SynthesisOptions(max_steps=15, stop_score=None)
     initial = noise_images(cells, [0] * len(cells), (1, 28, 28))
     ours, theirs = (synthesize_batch([make_tiny_model(1), m], torch.tensor(cells), initial, settings) for m in models)
     assert (ours.images - theirs.images).abs().max() <= 1 / 255 + 1e-6
@@ -178,7 +179,7 @@ def test_real_synthesis_trajectory_matches_the_full_sum(mnist_kde):
             [load_model("vgg", dataset="mnist"), mnist_kde],
             torch.tensor(cells),
             noise_images(cells, [0] * len(cells), (1, 28, 28)),
-            SynthesisSettings(max_steps=30, stop_score=None),
+            SynthesisOptions(max_steps=30, stop_score=None),
         )
     finally:
         hook.remove()

@@ -6,7 +6,8 @@ import torch
 from torch import nn
 
 from conftest import make_tiny_model
-from controversial.synthesis.engine import SynthesisSettings, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.natural import calibrated_logits
 from controversial.zoo.protocol import StatefulNet, SynthesisModel, require_autograd, scoring
 from controversial.zoo.readout import IDENTITY, CalibratedModel
@@ -55,7 +56,7 @@ def test_the_models_satisfy_the_protocol():
 def test_the_loop_resets_then_names_the_shrinking_rows_before_every_step():
     model, net = _recording_model()
     pairs = ordered_class_pairs()[:6]
-    settings = SynthesisSettings(max_steps=40, stop_score=None, patience=2, tolerance_levels=255)
+    settings = SynthesisOptions(max_steps=40, stop_score=None, patience=2, tolerance_levels=255)
     initial = noise_images(pairs, [0] * 6, (1, 28, 28))
     result = synthesize_batch([model, make_tiny_model(2)], torch.tensor(pairs), initial, settings)
     assert net.calls[0] == ("reset", None)

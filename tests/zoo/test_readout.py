@@ -3,6 +3,7 @@ import math
 import pytest
 import torch
 
+from controversial.registry import UnknownNameError
 from controversial.zoo.readout import fit_calibration, fit_cross_entropy, fit_median_rule, sigmoid_nll
 
 
@@ -61,5 +62,5 @@ def test_median_rule_refuses_a_model_that_does_not_separate_classes():
 
 
 def test_unknown_method_names_the_allowed_ones():
-    with pytest.raises(ValueError, match="cross_entropy, median"):
+    with pytest.raises(UnknownNameError, match="unknown calibration 'platt'; known: cross_entropy, .*median"):
         fit_calibration("platt", torch.zeros(2, 10), torch.zeros(2, dtype=torch.long))

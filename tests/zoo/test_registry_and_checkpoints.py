@@ -3,7 +3,8 @@ import torch
 
 from controversial.zoo.checkpoints import CheckpointInfo, load_checkpoint, read_checkpoint, save_checkpoint
 from controversial.zoo.readout import Calibration
-from controversial.zoo.registry import UnknownNameError, create_arch, list_archs, register_arch
+from controversial.registry import UnknownNameError
+from controversial.zoo.registry import create_arch, list_archs, register_arch
 from controversial.zoo.bundled import load_model
 
 

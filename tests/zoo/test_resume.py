@@ -9,8 +9,8 @@ import torch
 from controversial.zoo.registry import create_arch
 from controversial.zoo.resume import ResumeFile, ResumeMismatchError, recorded_progress
 from controversial.tasks.train import _resume_file
-from controversial.settings import TrainCommandSettings
-from controversial.zoo.training import TRAINING_METHODS, TrainSettings
+from controversial.tasks.train import TrainCommandSettings
+from controversial.zoo.train_options import TRAINING_METHODS, TrainOptions
 from helpers import settings_for
 
 TINY_WRN = dict(depth=10, widen_factor=1)
@@ -71,7 +71,7 @@ def _train(case: str, resume: ResumeFile, init_seed: int, crash_after: int | Non
     method, arch, kwargs, extra = CASES[case]
     torch.manual_seed(init_seed)
     net = create_arch(arch, **kwargs)
-    settings = TrainSettings(
+    settings = TrainOptions(
         method=method, epochs=EPOCHS, batch_size=16, lr=0.01, max_shift=4, augment="crop_flip", extra=dict(extra)
     )
 
@@ -81,7 +81,7 @@ def _train(case: str, resume: ResumeFile, init_seed: int, crash_after: int | Non
 
     images, labels = _data()
     torch.manual_seed(123)  # what the global generator holds when training starts (the task seeds it)
-    TRAINING_METHODS[method].train(net, images, labels, settings, progress, resume=resume)
+    TRAINING_METHODS.get(method).train(net, images, labels, settings, progress, resume=resume)
     return net.state_dict()
 
 
@@ -127,16 +127,15 @@ def _train_cfg(tmp_path, method: str, resume: bool) -> TrainCommandSettings:
 
 def test_the_train_task_resumes_by_default_and_starts_over_with_resume_false(tmp_path):
     cfg = _train_cfg(tmp_path, "supervised", resume=True)
-    resume = _resume_file(cfg, TrainSettings(method="supervised"), {"depth": 10}, 300)
+    resume = _resume_file(cfg, TrainOptions(method="supervised"), {"depth": 10}, 300)
     assert resume.path == tmp_path / "tiny" / "resume.pt"
     assert resume.identity["arch_kwargs"] == {"depth": 10} and resume.identity["train"]["method"] == "supervised"
     assert resume.identity["n_train_images"] == 300
     resume.path.parent.mkdir()
     resume.path.write_bytes(b"state")
-    assert _resume_file(cfg, TrainSettings(method="supervised"), {}, 300).path.is_file()  # kept, to resume from
-    assert _resume_file(_train_cfg(tmp_path, "supervised", resume=False), TrainSettings(method="supervised"), {}, 300)
+    assert _resume_file(cfg, TrainOptions(method="supervised"), {}, 300).path.is_file()  # kept, to resume from
+    assert _resume_file(_train_cfg(tmp_path, "supervised", resume=False), TrainOptions(method="supervised"), {}, 300)
     assert not resume.path.exists()
     assert (
-        _resume_file(_train_cfg(tmp_path, "kde_bandwidth", True), TrainSettings(method="kde_bandwidth"), {}, 300)
-        is None
+        _resume_file(_train_cfg(tmp_path, "kde_bandwidth", True), TrainOptions(method="kde_bandwidth"), {}, 300) is None
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from controversial.settings import ModelSettings
+from controversial.config import ModelOptions
 from controversial.tasks import train
 from controversial.zoo.checkpoints import load_checkpoint, read_checkpoint
 from controversial.zoo.readout import MirrorAveraged
@@ -36,9 +36,9 @@ def test_the_readout_is_the_mean_of_both_views_and_cannot_tell_an_image_from_its
 
 def test_it_is_refused_for_digits_whose_mirror_image_is_another_shape():
     fields = dict(name="lenet", arch="small_vgg", test_time_flip=True)
-    assert ModelSettings(dataset="cifar10", **fields).test_time_flip
+    assert ModelOptions(dataset="cifar10", **fields).test_time_flip
     with pytest.raises(ValueError, match="model lenet: test_time_flip is for datasets.*cifar10.*not mnist"):
-        ModelSettings(dataset="mnist", **fields)
+        ModelOptions(dataset="mnist", **fields)
 
 
 YAML = """\

@@ -8,7 +8,8 @@ import torch
 from controversial.zoo.archs.kde import GaussianKDE
 from controversial.config import load_model_config, model_config_files
 from controversial.zoo.registry import arch_spec, create_arch, list_archs
-from controversial.zoo.training import AUGMENTATIONS, TRAINING_METHODS, TrainSettings, augment
+from controversial.zoo.train_options import AUGMENTATIONS, TRAINING_METHODS, TrainOptions
+from controversial.zoo.training import augment
 from controversial.zoo.bundled import MODELS_DIR
 from helpers import input_gradient
 
@@ -109,7 +110,8 @@ def test_jem_refinement_lowers_the_energy_and_is_deterministic():
 def test_a_jem_checkpoint_synthesizes_byte_identical_images_with_the_same_seed(tmp_path):
     from controversial.zoo.checkpoints import CheckpointInfo, load_checkpoint, save_checkpoint
     from controversial.zoo.readout import Calibration
-    from controversial.synthesis.engine import SynthesisSettings, noise_images, synthesize_batch
+    from controversial.synthesis.engine import noise_images, synthesize_batch
+    from controversial.synthesis.options import SynthesisOptions
 
     models = []
     for name in ("jem", "wrn"):
@@ -122,7 +124,7 @@ def test_a_jem_checkpoint_synthesizes_byte_identical_images_with_the_same_seed(t
     targets = torch.tensor(cells)
     runs = [
         synthesize_batch(
-            models, targets, noise_images(cells, [0] * 3, (3, 32, 32)), SynthesisSettings(max_steps=4), seed=0
+            models, targets, noise_images(cells, [0] * 3, (3, 32, 32)), SynthesisOptions(max_steps=4), seed=0
         )
         for _ in range(2)
     ]
@@ -186,12 +188,12 @@ def test_kde_on_cifar_shaped_images_chunks_exactly_and_needs_every_class():
 
 def test_crop_flip_without_padding_flips_some_images_and_with_padding_crops_the_padded_image():
     images = torch.rand(16, 3, 8, 8)
-    settings = TrainSettings(max_shift=0, augment="crop_flip")
+    settings = TrainOptions(max_shift=0, augment="crop_flip")
     out = augment(images, settings, torch.Generator().manual_seed(0))
     flipped = [torch.equal(o, i.flip(-1)) for o, i in zip(out, images)]
     assert all(f or torch.equal(o, i) for f, o, i in zip(flipped, out, images)) and 0 < sum(flipped) < 16
 
-    padded = TrainSettings(max_shift=2, augment="crop_flip")
+    padded = TrainOptions(max_shift=2, augment="crop_flip")
     out = augment(images, padded, torch.Generator().manual_seed(0))
     generator = torch.Generator().manual_seed(0)  # replay the draws
     offsets, flips = torch.randint(0, 5, (16, 2), generator=generator), torch.rand(16, generator=generator) < 0.5
@@ -200,8 +202,8 @@ def test_crop_flip_without_padding_flips_some_images_and_with_padding_crops_the_
         dy, dx = offsets[k].tolist()
         expected = source[k, :, dy : dy + 8, dx : dx + 8]
         assert torch.equal(out[k], expected.flip(-1) if flips[k] else expected)
-    with pytest.raises(ValueError, match="model.train.augment 'mixup' unknown; allowed: shift, crop_flip"):
-        augment(images, TrainSettings(augment="mixup"), torch.Generator())
+    with pytest.raises(ValueError, match="unknown augmentation 'mixup'; known: crop_flip, shift"):
+        TrainOptions(augment="mixup")
 
 
 # --- the model configs -------------------------------------------------------------------------
@@ -300,14 +302,3 @@ def test_bundled_robust_models_resist_their_attack_and_the_standard_model_does_n
 
     assert robust_accuracy(name) >= 0.3
     assert robust_accuracy("wrn") <= 0.1
-
-
-def test_settings_validate_against_the_names_the_implementations_use() -> None:
-    """The torch-free name lists that settings check must match what training and calibration implement."""
-    from controversial.zoo.readout import fit_calibration
-    from controversial.zoo.train_settings import AUGMENTATION_NAMES, CALIBRATION_METHODS
-
-    assert tuple(AUGMENTATIONS) == AUGMENTATION_NAMES
-    logits, labels = torch.randn(40, 10), torch.arange(40) % 10
-    for method in CALIBRATION_METHODS:
-        assert fit_calibration(method, logits, labels).method == method

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from controversial.zoo.attacks import pgd, project
 from controversial.zoo.archs.capsnet import route, squash
 from controversial.zoo.registry import create_arch
-from controversial.zoo.training import TrainSettings, capsule_margin_loss, derive_from_checkpoint, non_digit_images
+from controversial.zoo.train_options import TrainOptions
+from controversial.zoo.training_methods import capsule_margin_loss, derive_from_checkpoint, non_digit_images
 from helpers import input_gradient
 
 TINY = {
@@ -93,20 +94,20 @@ def test_derive_copies_weights_from_a_checkpoint(tmp_path):
         target,
         torch.empty(0),
         torch.empty(0),
-        TrainSettings(method="derive", extra={"source": str(path)}),
+        TrainOptions(method="derive", extra={"source": str(path)}),
         lambda m: None,
     )
     assert all(
         torch.equal(a.half().float(), b) for a, b in zip(source.state_dict().values(), target.state_dict().values())
     )
     with pytest.raises(ValueError, match="missing mandatory value: source"):
-        derive_from_checkpoint(target, torch.empty(0), torch.empty(0), TrainSettings(method="derive"), lambda m: None)
+        derive_from_checkpoint(target, torch.empty(0), torch.empty(0), TrainOptions(method="derive"), lambda m: None)
     with pytest.raises(FileNotFoundError, match="train the source model first"):
         derive_from_checkpoint(
             target,
             torch.empty(0),
             torch.empty(0),
-            TrainSettings(method="derive", extra={"source": str(tmp_path / "no.pt")}),
+            TrainOptions(method="derive", extra={"source": str(tmp_path / "no.pt")}),
             lambda m: None,
         )
 
@@ -199,8 +200,8 @@ def test_robustness_metrics_only_for_adversarial_training():
     torch.manual_seed(0)
     net = create_arch("madry_mnist", **TINY["madry_mnist"]).eval()
     images, labels = torch.rand(6, 1, 28, 28), torch.randint(0, 10, (6,))
-    assert robustness_metrics(net, images, labels, TrainSettings(method="supervised")) == {}
-    settings = TrainSettings(
+    assert robustness_metrics(net, images, labels, TrainOptions(method="supervised")) == {}
+    settings = TrainOptions(
         method="adversarial",
         extra={"norm": "linf", "eps": 0.3, "steps": 1, "step_size": 0.1, "eval_steps": 3, "eval_images": 4},
     )
@@ -214,7 +215,7 @@ def test_robustness_metrics_only_for_adversarial_training():
 
 
 def test_capsule_loss_without_readout_term_is_sabours_and_the_readout_term_is_the_readouts_cross_entropy():
-    from controversial.zoo.training import CapsuleExtra, capsule_loss
+    from controversial.zoo.training_methods import CapsuleExtra, capsule_loss
 
     torch.manual_seed(0)
     net = create_arch("capsnet", **TINY["capsnet"], readout="reconstruction")
@@ -233,7 +234,7 @@ def test_capsule_loss_without_readout_term_is_sabours_and_the_readout_term_is_th
 
 def test_the_readout_term_trains_the_decoder_to_reconstruct_badly_from_wrong_capsules():
     """A few steps on fixed images: the readout term widens the true class's lead in the reconstruction readout."""
-    from controversial.zoo.training import CapsuleExtra, capsule_loss
+    from controversial.zoo.training_methods import CapsuleExtra, capsule_loss
 
     images, labels = torch.rand(10, 1, 28, 28, generator=torch.Generator().manual_seed(1)), torch.arange(10)
     gaps = {}

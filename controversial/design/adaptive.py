@@ -24,10 +24,12 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from controversial.analysis.bootstrap import LOWER, Distributions, pairwise_tests, pooled_bootstrap
-from controversial.analysis.noise_fit import NoiseFit, fit_noise, fit_shared_sd
-from controversial.analysis.separation import ReferencePanel
+from controversial.design.noise_fit import NoiseFit, fit_noise, fit_shared_sd
+from controversial.design.separation import ReferencePanel
 from controversial.analysis.simulate import ParticipantNoise
-from controversial.study.design import Design, DesignConstraints, Pool, select_design
+from controversial.design.constraints import DesignConstraints, Pool
+from controversial.design.optimiser import Design, select_design
+from controversial.design.options import AdaptiveSettings
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +99,7 @@ def plausible_truths(samples: np.ndarray, estimates: np.ndarray, screen_alpha: f
 def evidence(
     batches: Sequence[Batch],
     names: Sequence[str],
-    screen_alpha: float = 0.05,
+    screen_alpha: float = AdaptiveSettings.model_fields["screen_alpha"].default,
     n_resamples: int = 2000,
     fit_stimuli: int | None = 300,
     seed: int = 0,

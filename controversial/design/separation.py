@@ -76,13 +76,13 @@ class Separation:
     stimulus_var_limit: np.ndarray  # (T, M): stimulus variance with infinitely many participants
     stimulus_noise: np.ndarray  # (T, M): its 1/S part times S
 
-    def z(self, n_participants: float) -> np.ndarray:
+    def z(self, n_participants: float | np.ndarray) -> np.ndarray:
         """Expected test statistic (effect / bootstrap SE) with ``n_participants`` participants."""
         var = (self.participant_var + self.stimulus_noise) / n_participants + self.stimulus_var_limit
         with np.errstate(invalid="ignore", divide="ignore"):
             return self.effect / np.sqrt(var)
 
-    def power(self, n_participants: float, alpha: float, n_comparisons: int = 1) -> np.ndarray:
+    def power(self, n_participants: float | np.ndarray, alpha: float, n_comparisons: int = 1) -> np.ndarray:
         """Predicted power of each pair's two-sided test (normal approximation, Sidak over ``n_comparisons``)."""
         return norm.cdf(self.z(n_participants) - critical_z(alpha, n_comparisons))
 
@@ -313,7 +313,9 @@ class ReferencePanel:
         out = Separation(self.truths, d.mean(axis=1), d.var(axis=1, ddof=1) + own_noise, limit, noise)
         return _mask_self(out)
 
-    def z_after(self, weights: np.ndarray, candidates: np.ndarray, n_participants: float, sign: int = 1) -> np.ndarray:
+    def z_after(
+        self, weights: np.ndarray, candidates: np.ndarray, n_participants: float | np.ndarray, sign: int = 1
+    ) -> np.ndarray:
         """z(S) of every (truth, rival) pair after adding (``sign`` +1) or removing (-1) each candidate, (C, T, M),
         one row per truth.
 

@@ -66,12 +66,12 @@ def fit_noise(
     model = np.asarray(model, dtype=np.float64)
     if reference is None:
         reference = int(np.argmax(participant_model_correlations(human, model).mean(axis=0)))
-    scale = np.asarray(scale, dtype=np.float64)
+    points = np.asarray(scale, dtype=np.float64)
     cuts = rating_cuts(scale)
     latent = logit(model[reference]).ravel()
     gains, sds = [], []
     for ratings in human:
-        levels = np.abs(ratings.ravel()[:, None] - scale).argmin(axis=1)
+        levels = np.abs(ratings.ravel()[:, None] - points).argmin(axis=1)
         result = minimize(
             lambda x: -_log_likelihood(levels, latent, cuts, x[0], float(np.exp(x[1]))),
             np.array([1.0, 0.0]),

@@ -1,0 +1,44 @@
+"""Every command from Python: ``run_command("synthesize", ["model_a=abs", "model_b=vgg"], "out")``.
+
+The same composition and validation as ``python <command>.py`` (the schema's defaults, ``conf/``, the
+overrides), then the task, writing into ``out_dir``; for notebooks and scripts that want a stage's
+records without a shell. The library functions re-exported by :mod:`controversial` give finer control.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from controversial.options import Options
+from controversial.tasks import Invocation, command_names, command_settings
+
+
+def _register_groups(name: str) -> None:
+    """The config groups a command composes from (model names for ``model_a=``, ``pair=``)."""
+    from controversial.config import register_model_options
+    from controversial.synthesis.sweeps import register_pair_options
+
+    if name == "synthesize":
+        register_pair_options(register_model_options())
+    elif name == "rank_natural":
+        register_model_options()
+
+
+def settings(name: str, overrides: Sequence[str] = ()) -> Options:
+    """Command ``name``'s validated settings, composed as ``python <name>.py <overrides>`` would compose them."""
+    from controversial.cli import load_settings
+
+    if name not in command_names():
+        raise ValueError(f"unknown command {name!r}; known: {', '.join(command_names())}")
+    _register_groups(name)
+    return load_settings(name, command_settings(name), list(overrides))
+
+
+def run_command(name: str, overrides: Sequence[str] = (), out_dir: str | Path = ".") -> Any:
+    """Run command ``name`` in this process, writing into ``out_dir``; returns what its task returns."""
+    task = importlib.import_module(f"controversial.tasks.{name}")
+    invocation = Invocation(Path(out_dir), " ".join([f"python {name}.py", *overrides]))
+    return task.run(settings(name, overrides), invocation)

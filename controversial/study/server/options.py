@@ -1,0 +1,81 @@
+"""The options of ``serve_study.py``, declared once: the command validates them, ``create_app`` and the task
+take them as they are. The admin token is not among them: it is a secret, read from a file or the
+environment (``admin_token.py``) and handed to ``create_app`` beside the options."""
+
+from __future__ import annotations
+
+import os
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from controversial.options import Count, Options
+from controversial.study.quality import QualitySettings
+
+PROLIFIC_COMPLETION_URL = "https://app.prolific.co/submissions/complete?cc={code}"
+DEFAULT_VENDOR_DIR = Path(__file__).resolve().parents[3] / "human_study" / "node_modules"
+
+
+class ExportCsvSettings(Options):
+    out_dir: str | None = Field(None, description="where mode=export writes its CSV files; null: the run dir")
+    include_incomplete: bool = Field(False, description="also export participants who did not finish")
+
+
+class RateLimitSettings(Options):
+    """Session starts per client (participants behind one NAT share an address, hence the burst), and new
+    participant rows for the whole study, whatever the addresses."""
+
+    sessions_per_minute: float = Field(10, gt=0, description="POST /api/session per client address (token bucket)")
+    burst: Count = Field(20, description="bucket size")
+    ipv6_prefix: int = Field(
+        64, ge=1, le=128, description="IPv6 clients are counted by this prefix (one /64 is one subscriber)"
+    )
+    new_participants_per_minute: float = Field(
+        300, gt=0, description="new participant rows per minute for the whole study, after a burst of ..."
+    )
+    new_participants_burst: Count = Field(300, description="... this many")
+
+
+class ServeStudySettings(Options):
+    mode: Literal["serve", "export", "token"] = Field(
+        "serve", description="serve the study, export the database as CSV, or write a new admin token file"
+    )
+    study_dir: str | None = Field(None, description="a bundle written by export_study.py (not needed for mode=token)")
+    database_url: str | None = Field(None, description="null: sqlite:///<study_dir>/responses.db")
+    completion_code: str | None = Field(
+        default_factory=lambda: os.environ.get("PROLIFIC_COMPLETION_CODE"),
+        description="from Prolific (default: $PROLIFIC_COMPLETION_CODE)",
+    )
+    completion_url_template: str = Field(
+        PROLIFIC_COMPLETION_URL, description="where finished participants are sent; {code} is replaced"
+    )
+    admin_token_file: str | None = Field(
+        None, description="file holding the admin token (else $STUDY_ADMIN_TOKEN; neither: /admin/* disabled)"
+    )
+    allow_test_ids: bool = Field(False, description="accept made-up Prolific ids (pilots, tests); never on Prolific")
+    max_body_bytes: Count = Field(16384, description="larger request bodies get 413")
+    min_repeat_gap: int = Field(10, ge=0, description="trials between an image and its repeat, at least")
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    quality: QualitySettings = Field(default_factory=QualitySettings)
+    host: str = Field("127.0.0.1", description="listen address; keep loopback behind a reverse proxy")
+    port: int = Field(8000, ge=1, le=65535, description="listen port")
+    forwarded_allow_ips: str = Field("127.0.0.1", description="the proxy's address, trusted for X-Forwarded-*")
+    access_log: bool = Field(False, description="log every request (session tokens in paths are masked)")
+    vendor_dir: str | None = Field(None, description="jsPsych from `npm ci`; null: human_study/node_modules")
+    export: ExportCsvSettings = Field(default_factory=ExportCsvSettings)
+
+    @model_validator(mode="after")
+    def _bundle(self) -> ServeStudySettings:
+        if self.mode != "token" and not self.study_dir:
+            raise ValueError(f"study_dir is required for mode={self.mode}: a bundle written by export_study.py")
+        return self
+
+    @property
+    def completion_url(self) -> str:
+        return self.completion_url_template.format(code=self.completion_code)
+
+    @property
+    def vendor_path(self) -> Path:
+        return Path(self.vendor_dir).resolve() if self.vendor_dir else DEFAULT_VENDOR_DIR

@@ -1,0 +1,129 @@
+"""The ``synthesis:`` and ``optimizer:`` option groups of ``synthesize.py``, and the registries they choose from.
+
+Torch-free on purpose (see :mod:`controversial.registry`): the objective and the image parametrisation
+are chosen by name, and the names are checked before any model is loaded. :func:`synthesize_batch`
+(``synthesis/engine.py``) takes these groups as they are.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import partial
+from typing import TYPE_CHECKING, Callable, Literal, Protocol
+
+from pydantic import ConfigDict, Field, field_validator
+
+from controversial.options import Count, Options, Probability
+from controversial.registry import Registry
+
+if TYPE_CHECKING:
+    import torch
+
+
+class Objective(Protocol):
+    """What synthesis maximises: one value per batch element from the calibrated logits of the N models
+    (one (batch, classes) tensor each) and the (batch, N) target classes; the options carry its settings."""
+
+    def __call__(self, logits: list[torch.Tensor], targets: torch.Tensor, options: SynthesisOptions) -> torch.Tensor:
+        """(batch,) values; higher is more controversial."""
+        ...
+
+
+class Parametrization(Protocol):
+    """Maps unconstrained parameters, which the optimiser moves, to images in [0, 1] and back."""
+
+    def from_images(self, images: torch.Tensor) -> torch.Tensor:
+        """Parameters that reproduce ``images`` (up to a clamp away from exactly 0 and 1)."""
+        ...
+
+    def to_images(self, params: torch.Tensor) -> torch.Tensor:
+        """The (N, C, H, W) images in [0, 1] of these parameters."""
+        ...
+
+
+OBJECTIVES: Registry[Objective] = Registry("objective", builtins={"lse": "controversial.synthesis.objectives"})
+"""Objectives by name (``synthesis.objective``); ``lse`` is the paper's LogSumExp score (Eq. 4)."""
+
+ParametrizationBuilder = Callable[[tuple[int, int, int], "SynthesisOptions"], Parametrization]
+PARAMETRIZATIONS: Registry[ParametrizationBuilder] = Registry(
+    "parametrization",
+    builtins={"pixel": "controversial.synthesis.parametrization", "fourier": "controversial.synthesis.parametrization"},
+)
+"""``builder(image_shape, options) -> Parametrization``, by name (``synthesis.parametrization``)."""
+
+
+class SynthesisOptions(Options):
+    """How one batch of stimuli is optimised; ``synthesize.py``'s ``synthesis:`` block."""
+
+    objective: str = Field(
+        "lse", description=f"what is maximised, by name: {', '.join(OBJECTIVES.names())} (lse: the paper's Eq. 4)"
+    )
+    sharpness: float = Field(
+        1.0, gt=0, description="LogSumExp sharpness of the smooth score (the paper's alpha in Eq. 4)"
+    )
+    max_steps: Count = Field(1000, description="optimisation steps per attempt at most")
+    patience: int = Field(10, ge=0, description="converged after more than this many quiet steps ...")
+    tolerance_levels: float = Field(
+        0.5, ge=0, description="... in which no pixel moves more than this many 8-bit levels"
+    )
+    threshold: Probability = Field(0.75, description="accept when the hard score of the 8-bit image reaches this")
+    stop_score: Probability | None = Field(0.9, description="stop an image early at this hard score; null: never")
+    stall_steps: Count | None = Field(
+        None, description="stop an image whose watched score has not gained stall_gain in this many steps; null: never"
+    )
+    stall_gain: float = Field(0.01, gt=0, description="the gain in the watched score that resets the stall count")
+    stall_on: Literal["hard", "smooth"] = Field(
+        "hard", description="the watched score: hard (Eq. 2, a probability) | smooth (the objective)"
+    )
+    parametrization: str = Field(
+        "pixel", description=f"by name: {', '.join(PARAMETRIZATIONS.names())} (pixel: sigmoid; fourier: decorrelated)"
+    )
+    fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
+    jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")
+    precision: Literal["fp32", "bf16", "auto"] = Field(
+        "fp32",
+        description="fp32 | bf16 (the models' forward/backward in the steps under bfloat16 autocast; families "
+        "that declare bfloat16_synthesis = False stay fp32; scores for acceptance always fp32) | auto (bf16 where "
+        "the device has bfloat16 in hardware)",
+    )
+
+    @field_validator("objective")
+    @classmethod
+    def _known_objective(cls, value: str) -> str:
+        return OBJECTIVES.check(value)
+
+    @field_validator("parametrization")
+    @classmethod
+    def _known_parametrization(cls, value: str) -> str:
+        return PARAMETRIZATIONS.check(value)
+
+
+OptimizerFactory = Callable[[list["torch.Tensor"]], "torch.optim.Optimizer"]
+
+
+class OptimizerOptions(Options):
+    """Any torch.optim class by ``_target_``; the other keys are its keyword arguments. The defaults are the
+    paper's: Adam, lr 0.05, betas (0.9, 0.999)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+    target: str = Field("torch.optim.Adam", alias="_target_", description="optimizer class, e.g. torch.optim.Adam")
+    lr: float = Field(0.05, gt=0, description="learning rate of the image parameters")
+    betas: tuple[float, float] | None = Field(
+        (0.9, 0.999), description="Adam's moment decays; null for an optimizer that takes none (e.g. SGD)"
+    )
+
+    @field_validator("target")
+    @classmethod
+    def _importable(cls, value: str) -> str:
+        module, _, name = value.rpartition(".")
+        try:
+            getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError, ValueError):
+            raise ValueError(f"{value!r} is not an importable class; e.g. torch.optim.Adam") from None
+        return value
+
+    def factory(self) -> OptimizerFactory:
+        """``factory(params)`` builds the optimizer."""
+        module, _, name = self.target.rpartition(".")
+        betas = {} if self.betas is None else {"betas": self.betas}
+        return partial(getattr(importlib.import_module(module), name), lr=self.lr, **betas, **(self.model_extra or {}))
