@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import hydra
 import yaml
@@ -28,14 +28,14 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from hydra.errors import HydraException
 from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from controversial.config import CONF_DIR
 from controversial.errors import UserError, one_paragraph
 from controversial.help import command_help
-from controversial.options import defaults
+from controversial.options import Options, defaults
 from controversial.tasks import Invocation, settings_schema
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 DEBUG_ENV = "CONTROVERSIAL_DEBUG"
 EXIT_USER_ERROR, EXIT_INTERNAL_ERROR = 2, 1
 STARTED = time.time()
-S = TypeVar("S", bound=BaseModel)
+S = TypeVar("S", bound=Options)
 
 # Errors that describe the user's input or environment, shown as one paragraph (exit 2). ValueError is
 # included: the library raises it for bad values and malformed files, naming the file, row and column.
@@ -162,17 +162,18 @@ def remove_fresh_run_dir(out_dir: Path) -> None:
         parent = parent.parent
 
 
-def command_line(name: str, task_overrides: Any) -> str:
+def command_line(name: str, task_overrides: ListConfig) -> str:
     """``python <name>.py`` and the overrides as typed, for the run's records.
 
     The overrides are read unresolved: iterating the ListConfig would resolve every ``${...}`` in them
     inside Hydra's own node, so ``model_a.checkpoint=dir/${.name}.pt`` failed there ("Index 'name' (str)
     is not an int": ``.name`` relative to the list) and ``${model_b.name}`` was not found.
     """
-    return " ".join([f"python {name}.py", *OmegaConf.to_container(task_overrides, resolve=False)])
+    overrides = cast(list[str], OmegaConf.to_container(task_overrides, resolve=False))  # a ListConfig: a list
+    return " ".join([f"python {name}.py", *overrides])
 
 
-def register_defaults(name: str, schema: type[BaseModel]) -> None:
+def register_defaults(name: str, schema: type[Options]) -> None:
     """Store the schema's defaults as ``<name>_defaults``, the base node ``conf/<name>.yaml`` composes first:
     the schema is the one place a default is written."""
     ConfigStore.instance().store(name=f"{name}_defaults", node=defaults(schema))
@@ -184,7 +185,7 @@ def command(
     """The ``main()`` of ``<name>.py``: ``--help`` from the task's settings schema, validation, the task, and
     error reporting; ``register`` adds config groups (the model names of ``model_a=``) before Hydra starts."""
 
-    schema = settings_schema(task)
+    schema = cast(type[S], settings_schema(task))  # the annotation of the task's first parameter: S
     failures: list[BaseException] = []
     launcher_pid = [os.getpid()]  # main() sets it; a job in another process (SLURM, joblib) carries a copy
 
@@ -193,7 +194,8 @@ def command(
         hydra_cfg = HydraConfig.get()
         multirun = hydra_cfg.mode == RunMode.MULTIRUN
         out_dir = Path(hydra_cfg.runtime.output_dir)
-        invocation = Invocation(out_dir, command_line(name, hydra_cfg.overrides.task), multirun)
+        overrides = hydra_cfg.overrides.task  # typed list[str] by HydraConf; a ListConfig at run time
+        invocation = Invocation(out_dir, command_line(name, overrides), multirun)  # type: ignore[arg-type]
         try:
             return task(validate(schema, cfg), invocation)
         except Exception as error:  # reported by main(); raised here, Hydra would log it with a traceback first

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import Field
 
@@ -20,7 +20,8 @@ from controversial.options import Options
 
 log = logging.getLogger(__name__)
 
-MODES = ("disabled", "offline", "online")
+Mode = Literal["disabled", "offline", "online"]
+MODES: tuple[Mode, ...] = ("disabled", "offline", "online")
 
 
 class Tracker:
@@ -62,7 +63,7 @@ class WandbTracker(Tracker):
 
 
 def start_tracking(
-    mode: str,
+    mode: Mode,
     project: str,
     run_dir: Path,
     run_name: str,
@@ -96,14 +97,15 @@ def start_tracking(
     return WandbTracker(run, wandb)
 
 
-def _default_wandb_mode() -> str:
-    return os.environ.get("WANDB_MODE", "offline")
+def _default_wandb_mode() -> Mode:
+    # Not checked here: the command validates the composed settings, and start_tracking refuses an unknown mode.
+    return cast(Mode, os.environ.get("WANDB_MODE", "offline"))
 
 
 class WandbOptions(Options):
     """Experiment tracking; never required, offline (no network) unless asked."""
 
-    mode: Literal["offline", "online", "disabled"] = Field(
+    mode: Mode = Field(
         default_factory=_default_wandb_mode,
         description="offline: <run dir>/wandb, no network; online; disabled (default: $WANDB_MODE, else offline)",
     )

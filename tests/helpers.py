@@ -63,10 +63,11 @@ def run_task(name: str, overrides: Sequence[str], out_dir: Path, command: str = 
 def train_in(tmp_path: Path, overrides: Sequence[str]) -> Path:
     """``python train.py`` in-process, with model YAMLs also read from ``tmp_path/conf/model`` and every output
     (checkpoint in float32, resume file) under ``tmp_path``; returns the checkpoint's path."""
-    from controversial.cli import validate
-    from controversial.tasks.train import TrainCommandSettings
+    from controversial.cli import register_defaults, validate
     from controversial.tasks import train
+    from controversial.tasks.train import TrainCommandSettings
 
+    register_defaults("train", TrainCommandSettings)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(
             "train",

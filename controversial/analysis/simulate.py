@@ -108,8 +108,8 @@ def true_probabilities(
 
 def quantise(values: np.ndarray, scale: Sequence[float] = RATING_SCALE) -> np.ndarray:
     """Round each value to the nearest point of the rating scale."""
-    scale = np.asarray(scale, dtype=np.float64)
-    return scale[np.abs(values[..., None] - scale).argmin(axis=-1)]
+    levels = np.asarray(scale, dtype=np.float64)
+    return levels[np.abs(values[..., None] - levels).argmin(axis=-1)]
 
 
 def shared_deviation(probabilities: np.ndarray, sd: float, seed: int | np.random.SeedSequence = 0) -> np.ndarray:
@@ -136,7 +136,7 @@ def logit(probabilities: np.ndarray) -> np.ndarray:
 LOGIT_BOUND = float(logit(np.array(1.0)))  # the largest logit :func:`logit` returns: a percept is a probability
 
 
-def rating_cuts(scale: Sequence[float] = RATING_SCALE) -> np.ndarray:
+def rating_cuts(scale: Sequence[float] | np.ndarray = RATING_SCALE) -> np.ndarray:
     """The latent logits at which :func:`quantise` of the sigmoid moves up a scale point: the logits of the
     midpoints between points. The simulated participants, their expected ratings and the noise fit
     (``noise_fit.py``, an ordered probit with these cut points) all rest on this."""
@@ -159,7 +159,7 @@ def simulate_participants(
     n_participants: int,
     noise: ParticipantNoise = ParticipantNoise(),
     scale: Sequence[float] = RATING_SCALE,
-    seed: int = 0,
+    seed: int | np.random.SeedSequence = 0,
     shared_sd: float = 0.0,
 ) -> np.ndarray:
     """(N, K) true probabilities -> (S, N, K) quantised ratings of simulated participants. ``shared_sd``: each
@@ -180,7 +180,7 @@ def expected_ratings(
     n_participants: int,
     noise: ParticipantNoise = ParticipantNoise(),
     scale: Sequence[float] = RATING_SCALE,
-    seed: int = 0,
+    seed: int | np.random.SeedSequence = 0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The same participants as :func:`simulate_participants` with the same seed, but each rating replaced by
     its expectation over the participant's own noise: (S, N, K) E[y] and E[y^2].
@@ -201,7 +201,7 @@ def shared_moments(
     noise: ParticipantNoise,
     shared_sd: float,
     scale: Sequence[float] = RATING_SCALE,
-    seed: int = 0,
+    seed: int | np.random.SeedSequence = 0,
     nodes: int = 24,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The participants of :func:`expected_ratings`, in a population whose percept deviates from the truth by a
@@ -261,7 +261,9 @@ def write_study(
     rng = np.random.default_rng(seed)
 
     def targets(s: Stimulus) -> list[str]:
-        return [*s.targeted_models, *s.targeted_classes] if s.targeted_models else ["", "", "", ""]
+        if s.targeted_models is None or s.targeted_classes is None:  # a natural image targets nothing
+            return ["", "", "", ""]
+        return [*s.targeted_models, *s.targeted_classes]
 
     human_rows = []
     for p, participant in enumerate(ratings):

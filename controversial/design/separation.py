@@ -205,7 +205,9 @@ class ReferencePanel:
         return (self.K * w.sum(), sums.u @ w, sums.uu @ w, sums.uv @ w, self.sv @ w, self.svv @ w)
 
     @staticmethod
-    def _r(W, Su, Suu, Suv, Sv, Svv) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def _r(
+        W: np.ndarray, Su: np.ndarray, Suu: np.ndarray, Suv: np.ndarray, Sv: np.ndarray, Svv: np.ndarray
+    ) -> np.ndarray:
         """Pearson r from weighted sums; shapes broadcast (..., T, R) for humans, (M,) for models."""
         C = Suv - Su[..., None] * Sv / W[..., None, None, None]
         A = Suu - Su * Su / W[..., None, None]
@@ -218,7 +220,21 @@ class ReferencePanel:
         own = np.stack([r[..., i, :, t] for i, t in enumerate(self.truths)], axis=-2)  # (..., T, R)
         return own[..., None] - r
 
-    def _noise_variance(self, W, Su, Suu, Suv, Sv, Svv, Q, Vp, Vyp, V, Vy, Vyy) -> np.ndarray:  # type: ignore[no-untyped-def]
+    def _noise_variance(
+        self,
+        W: np.ndarray,
+        Su: np.ndarray,
+        Suu: np.ndarray,
+        Suv: np.ndarray,
+        Sv: np.ndarray,
+        Svv: np.ndarray,
+        Q: np.ndarray,
+        Vp: np.ndarray,
+        Vyp: np.ndarray,
+        V: np.ndarray,
+        Vy: np.ndarray,
+        Vyy: np.ndarray,
+    ) -> np.ndarray:
         """(..., T, M) the variance of d over rating noise of variance var(y_e) per entry (a participant's own noise, or
         the population's shared deviation, ``_NoiseSums`` of either), by the delta method: sum over
         entries e of var(y_e) (dd/dy_e)^2, dd/dy_e = a_t (p_te - mean p_t) - a_j (p_je - mean p_j) - g (y_e - mean y)

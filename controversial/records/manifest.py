@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from controversial.atomic import atomic_write_text
 from controversial.records.csvfile import csv_text, read_records
@@ -83,7 +84,7 @@ def write_manifest(path: str | Path, rows: list[ManifestRow]) -> None:
     atomic_write_text(path, manifest_text(rows))
 
 
-def _parse(column: str, raw: str, path: Path, line: int) -> object:
+def _parse(column: str, raw: str, path: Path, line: int) -> bool | int | float | str:
     try:
         if column in _BOOL_COLUMNS:
             if raw not in {"true", "false"}:
@@ -104,7 +105,11 @@ def read_manifest(path: str | Path) -> list[ManifestRow]:
     if not path.is_file():
         raise FileNotFoundError(f"no manifest at {path}")
     records = read_records(path, MANIFEST_COLUMNS, ValueError, kind="manifest")
-    return [ManifestRow(**{c: _parse(c, record[c], path, line) for c in MANIFEST_COLUMNS}) for line, record in records]
+    rows = []
+    for line, record in records:
+        values: dict[str, Any] = {c: _parse(c, record[c], path, line) for c in MANIFEST_COLUMNS}  # typed by column
+        rows.append(ManifestRow(**values))
+    return rows
 
 
 def without_timing(rows: list[ManifestRow]) -> list[dict]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controversial.records.csvfile import InputError, number, open_rows, optional_number, text, write_csv
-from controversial.records.names import StimulusNameError, parse_name
+from controversial.records.names import Scheme, StimulusNameError, parse_name
 
 RATING_SCALE: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -90,9 +90,10 @@ def natural_true_class(image: str, categories: Sequence[str]) -> str | None:
     because the image would silently drop out of accuracy."""
     name = Path(image).name
     filename = name if name.lower().endswith(".png") else name + ".png"
-    for scheme in ("project", "pnas2020"):
+    schemes: tuple[Scheme, ...] = ("project", "pnas2020")
+    for scheme in schemes:
         try:
-            record = parse_name(filename, scheme)  # type: ignore[arg-type]
+            record = parse_name(filename, scheme)
         except StimulusNameError:
             continue
         if record.kind != "natural":
@@ -143,7 +144,8 @@ def read_human_ratings(path: str | Path, scale: Sequence[float] = RATING_SCALE) 
     """Read PNAS-format human ratings (the release's ``subject code`` accepted), validating every row."""
     path = Path(path)
     allowed = ", ".join(f"{v:g}" for v in scale)
-    rows, seen = [], {}
+    rows: list[Rating] = []
+    seen: dict[tuple, int] = {}
     for line, record in open_rows(path, HUMAN_REQUIRED, SUBJECT_ALIASES):
         rating = number(path, line, record, "category_rating")
         if not any(abs(rating - v) < 1e-9 for v in scale):
@@ -177,7 +179,8 @@ def read_human_ratings(path: str | Path, scale: Sequence[float] = RATING_SCALE) 
 def read_model_responses(path: str | Path) -> ModelTable:
     """Read PNAS-format model responses (probabilities in [0, 1]), validating every row."""
     path = Path(path)
-    rows, seen = [], {}
+    rows: list[ModelResponse] = []
+    seen: dict[tuple, int] = {}
     for line, record in open_rows(path, MODEL_COLUMNS):
         probability = number(path, line, record, "category_rating")
         if not 0.0 <= probability <= 1.0:

@@ -6,7 +6,7 @@ one row per attention check, ``participants.csv`` one row per participant (payme
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 from typing import Sequence
 
@@ -76,12 +76,12 @@ QUALITY_REQUIRED: tuple[str, ...] = ("subject", "flags")  # what the analysis re
 
 def key_text(key: Sequence[KeyEntry]) -> str:
     """``key.csv`` as text."""
-    return csv_text(KEY_COLUMNS, (asdict(e).values() for e in key))
+    return csv_text(KEY_COLUMNS, (astuple(e) for e in key))
 
 
 def trial_list_text(trials: Sequence[TrialSpec]) -> str:
     """``trials.csv`` as text."""
-    return csv_text(TRIAL_LIST_COLUMNS, (asdict(t).values() for t in trials))
+    return csv_text(TRIAL_LIST_COLUMNS, (astuple(t) for t in trials))
 
 
 def read_key(path: Path, error: type[Exception] = InputError) -> dict[str, KeyEntry]:

@@ -47,6 +47,8 @@ PLACEHOLDER = re.compile(r"Edit this file|\[[A-Za-z][A-Za-z ,/_-]{0,40}\]")
 
 # (dataset name) -> (uint8 images (N,C,H,W), int labels (N,)) of the test split
 NaturalLoader = Callable[[str], tuple[np.ndarray, np.ndarray]]
+Source = Literal["synthetic", "natural"]  # a manifest row's ``source``
+DEFAULT_SOURCES: tuple[Source, ...] = ("synthetic",)
 
 
 class BundleOptions(Options):
@@ -54,8 +56,8 @@ class BundleOptions(Options):
 
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="study name: letters, digits, '_', '.', '-'")
     studies_dir: str = Field("studies", description="bundles go to <studies_dir>/<name>/v<k>/")
-    sources: list[Literal["synthetic", "natural"]] = Field(
-        default_factory=lambda: ["synthetic"], min_length=1, description="manifest sources to select from"
+    sources: list[Source] = Field(
+        default_factory=lambda: list(DEFAULT_SOURCES), min_length=1, description="manifest sources to select from"
     )
     n_demo: int = Field(2, ge=0, description="practice trials (natural test images, not recorded)")
     seed: Seed = 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 from contextlib import contextmanager
+from datetime import datetime
 from itertools import groupby
 from typing import Callable, Iterator, Sequence
 
@@ -150,7 +151,7 @@ def _records(bundle: StudyBundle, answered: Sequence[Response]) -> list[TrialRec
     return records
 
 
-def _utc(value) -> str:  # type: ignore[no-untyped-def]
+def _utc(value: datetime | None) -> str:
     return value.isoformat(timespec="seconds") if value else ""
 
 

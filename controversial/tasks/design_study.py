@@ -188,7 +188,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
             batches, names, cfg.adaptive.screen_alpha, cfg.adaptive.n_resamples, seed=cfg.seed, interim_alpha=interim
         )
         if found.confirmed is not None:
-            return _stop(out, cfg, names, found, sum(b.human.shape[0] for b in batches))
+            return _stop(out, cfg, names, found, names[found.confirmed], sum(b.human.shape[0] for b in batches))
         try:
             noise, shared_sd = found.planned_noise(plan.shared_sd)
         except ValueError as reason:
@@ -294,10 +294,14 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     return path
 
 
-def _stop(out: Path, cfg: DesignStudySettings, names: Sequence[str], found: Evidence, participants: int) -> Path:
-    """The interim look found a winner: report it and how to analyse the study, write no bundle."""
+def _stop(
+    out: Path, cfg: DesignStudySettings, names: Sequence[str], found: Evidence, winner: str, participants: int
+) -> Path:
+    """The interim look found a winner (``found.confirmed``, named ``winner``): report it and how to analyse the
+    study, write no bundle."""
     batches = len(cfg.adaptive.previous)
-    interim, winner = cfg.adaptive.interim_alpha, names[found.confirmed]  # type: ignore[index]
+    interim = cfg.adaptive.interim_alpha
+    mean_r = {m: float(r) for m, r in zip(names, found.estimates)}
     responses = ",".join(b.responses for b in cfg.adaptive.previous)
     summary = {
         "batch": batches + 1,
@@ -305,7 +309,7 @@ def _stop(out: Path, cfg: DesignStudySettings, names: Sequence[str], found: Evid
         "confirmed": winner,
         "interim_alpha": interim,
         "participants": participants,
-        "mean_r": {m: float(r) for m, r in zip(names, found.estimates)},
+        "mean_r": mean_r,
         "analyze": f"python analyze.py 'human_ratings=[{responses}]' model_responses=<models.csv> "
         f"bootstrap.alpha={interim:g}",
     }
@@ -316,7 +320,7 @@ def _stop(out: Path, cfg: DesignStudySettings, names: Sequence[str], found: Evid
         f"{winner} is above every other model at alpha {interim:g} (Holm-Sidak over all pairs of the models and the "
         f"lower noise ceiling, {cfg.adaptive.n_resamples} resamples); the study stops here, no batch "
         f"{batches + 1} is written",
-        "- pooled mean r so far: " + ", ".join(f"{m} {r:.3f}" for m, r in summary["mean_r"].items()),
+        "- pooled mean r so far: " + ", ".join(f"{m} {r:.3f}" for m, r in mean_r.items()),
         f"- report it with the test it stopped on: `{summary['analyze']}`",
     ]
     _write_reports(out, summary, lines)

@@ -11,7 +11,7 @@ from controversial.tasks import Invocation
 import logging
 from pathlib import Path
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from controversial.atomic import atomic_write_text
 from controversial.errors import UserError
@@ -40,7 +40,8 @@ def _swept_models(sweep_dir: Path) -> list[str] | None:
     """
     for record in (sweep_dir / "multirun.yaml", sweep_dir.parent / "multirun.yaml"):
         if record.is_file():
-            models = OmegaConf.load(record).get("models")
+            config = OmegaConf.load(record)
+            models = config.get("models") if isinstance(config, DictConfig) else None  # a mapping, as Hydra writes it
             return list(models) if models is not None else None
     return None
 

@@ -64,7 +64,7 @@ def run(cfg: PowerSettings, invocation: Invocation) -> dict:
         source = f"{path} ({len(names)} models, {len(stimuli)} stimuli)"
     weights = parse_mixture(str(cfg.true_model))
     truth = true_probabilities(probabilities, names, weights)
-    noise = ParticipantNoise(sd=tuple(cfg.noise_sd), gain=tuple(cfg.gain))
+    noise = ParticipantNoise(sd=cfg.noise_sd, gain=cfg.gain)
 
     def progress(n: int, power: float) -> None:
         print(f"  {n:>4} participants: power {power:.2f}", flush=True)
@@ -80,7 +80,7 @@ def run(cfg: PowerSettings, invocation: Invocation) -> dict:
         int(cfg.n_resamples),
         float(cfg.alpha),
         float(cfg.target_power),
-        str(cfg.correction),
+        cfg.correction,
         int(cfg.reference_participants),
         int(cfg.seed),
         progress,

@@ -155,8 +155,10 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
     outcome = method.train(net, train_x, train_y, settings, lambda message: log.info(message), **method_kwargs)
     outcome = outcome or TrainOutcome()
     # A resumed run's time is summed over its sessions (the resume file keeps the total).
-    resumed = resume is not None and resume.path.is_file()
-    train_time = recorded_progress(resume.path).train_seconds if resumed else time.perf_counter() - start
+    if resume is not None and resume.path.is_file():
+        train_time = recorded_progress(resume.path).train_seconds
+    else:
+        train_time = time.perf_counter() - start
     arch_kwargs.update(outcome.arch_kwargs)
 
     robustness = robustness_metrics(net, test_x, test_y, settings)  # PGD runs on the training device

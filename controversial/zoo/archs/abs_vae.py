@@ -73,6 +73,7 @@ class AnalysisBySynthesis(nn.Module):
     # by little between classes, and bfloat16 autocast flipped the top class of 77% of 90 noise images
     # (input-gradient cosine 0.969), though it ran the step about 2x faster (docs/benchmarks.md).
     bfloat16_synthesis = False
+    prior_samples: torch.Tensor
 
     def __init__(
         self,
@@ -159,13 +160,20 @@ class AnalysisBySynthesis(nn.Module):
         return pool.gather(1, index).squeeze(1)
 
     @torch.no_grad()
-    def _warm_start(self, flat: torch.Tensor, encoded: torch.Tensor) -> torch.Tensor:
+    def _warm_start(
+        self,
+        flat: torch.Tensor,
+        encoded: torch.Tensor,
+        rows: torch.Tensor,
+        warm_latents: torch.Tensor,
+        warm_pixel_logits: torch.Tensor,
+    ) -> torch.Tensor:
         """The previous step's optimum, unless the encoder's guess now fits better.
 
         The previous optimum is scored from its cached decoder output, which saves a decoder pass.
         """
-        previous = self._warm_latents[:, self._rows]
-        previous_loss = self.loss(flat, previous, self._warm_pixel_logits[:, self._rows])
+        previous = warm_latents[:, rows]
+        previous_loss = self.loss(flat, previous, warm_pixel_logits[:, rows])
         better = (self.loss(flat, encoded) < previous_loss).unsqueeze(-1)
         return torch.where(better, encoded, previous)
 
@@ -175,32 +183,40 @@ class AnalysisBySynthesis(nn.Module):
         flat = flat.detach()
         with torch.no_grad():
             encoded = self.encode(flat)[0]
-        warm = self._rows is not None and self._warm_latents is not None
-        start = self._warm_start(flat, encoded) if warm else self._cold_start(flat, encoded)
+        # The two caches are set and cleared together, so the second is never None when the first is not.
+        rows, warm_latents, warm_pixel_logits = self._rows, self._warm_latents, self._warm_pixel_logits
+        if rows is not None and warm_latents is not None and warm_pixel_logits is not None:
+            start = self._warm_start(flat, encoded, rows, warm_latents, warm_pixel_logits)
+            steps = self.warm_start_steps
+        else:
+            start = self._cold_start(flat, encoded)
+            steps = self.inference_steps
         latents = start.clone().requires_grad_(True)
         optimizer = torch.optim.Adam([latents], lr=self.inner_lr)
         with torch.enable_grad():
-            for _ in range(self.warm_start_steps if warm else self.inference_steps):
+            for _ in range(steps):
                 optimizer.zero_grad()
                 self.loss(flat, latents).sum().backward()
                 optimizer.step()
         return latents.detach()
 
-    def _remember(self, latents: torch.Tensor, pixel_logits: torch.Tensor) -> None:
+    def _remember(self, rows: torch.Tensor, latents: torch.Tensor, pixel_logits: torch.Tensor) -> None:
         """Keep each active element's optimum (and its decoder output) for the next warm start."""
-        size = int(self._rows.max()) + 1
-        if self._warm_latents is None or self._warm_latents.shape[1] < size:
-            self._warm_latents = _grow(self._warm_latents, size, latents)
-            self._warm_pixel_logits = _grow(self._warm_pixel_logits, size, pixel_logits)
-        self._warm_latents[:, self._rows] = latents
-        self._warm_pixel_logits[:, self._rows] = pixel_logits.detach()
+        size = int(rows.max()) + 1
+        warm_latents, warm_pixel_logits = self._warm_latents, self._warm_pixel_logits
+        if warm_latents is None or warm_pixel_logits is None or warm_latents.shape[1] < size:
+            warm_latents = _grow(warm_latents, size, latents)
+            warm_pixel_logits = _grow(warm_pixel_logits, size, pixel_logits)
+        warm_latents[:, rows] = latents
+        warm_pixel_logits[:, rows] = pixel_logits.detach()
+        self._warm_latents, self._warm_pixel_logits = warm_latents, warm_pixel_logits
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         flat = images.reshape(len(images), -1)
         latents = self.optimise_latents(flat)
         pixel_logits = self.decoder(latents)
         if self._rows is not None:
-            self._remember(latents, pixel_logits)
+            self._remember(self._rows, latents, pixel_logits)
         return -self.loss(flat, latents, pixel_logits).T
 
     # --- training ---------------------------------------------------------------------------

@@ -14,6 +14,9 @@ DATASET_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 class Normalize(nn.Module):
     """Per-channel standardisation inside the model, so every model takes images in [0,1]."""
 
+    mean: torch.Tensor
+    std: torch.Tensor
+
     def __init__(self, mean: tuple[float, ...], std: tuple[float, ...]) -> None:
         super().__init__()
         self.register_buffer("mean", torch.tensor(mean).view(1, -1, 1, 1), persistent=False)

@@ -52,6 +52,7 @@ def langevin(
 
 class JointEnergyModel(nn.Module):
     channels_last_inference = True  # faster on CPU at synthesis batch sizes (controversial.zoo.inference)
+    refine_noises: torch.Tensor  # a buffer
 
     def __init__(
         self,

@@ -38,6 +38,10 @@ class GaussianKDE(nn.Module):
     # error of the float32 ranking product, which bfloat16 autocast would round to 8 bits, so a certified sum
     # could miss an image that matters. (On 90 noise images bf16 changed nothing visible; docs/benchmarks.md.)
     bfloat16_synthesis = False
+    points: torch.Tensor
+    squared_norms: torch.Tensor
+    squared_norms32: torch.Tensor
+    log_counts: torch.Tensor
 
     def __init__(
         self,
@@ -86,7 +90,8 @@ class GaussianKDE(nn.Module):
         for c in range(len(self.class_slices)):
             log_sums, class_means = self.class_log_sums(x, x32, squared, c, with_means)
             sums.append(log_sums)
-            means.append(class_means)
+            if class_means is not None:
+                means.append(class_means)
         const = 0.5 * x.shape[1] * math.log(2 * math.pi * self.sigma**2)
         log_likelihoods = torch.stack(sums, 1) - self.log_counts - const
         return log_likelihoods, torch.stack(means, 1) if with_means else None
@@ -165,14 +170,14 @@ class _LogLikelihoods(torch.autograd.Function):
     """The KDE's log-likelihoods with the closed-form input gradient ``(m_y - x) / sigma^2``."""
 
     @staticmethod
-    def forward(ctx, flat: torch.Tensor, kde: GaussianKDE) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, flat: torch.Tensor, kde: GaussianKDE) -> torch.Tensor:
         log_likelihoods, means = kde.log_likelihoods(flat, with_means=True)
         ctx.save_for_backward(flat, means)
         ctx.sigma = kde.sigma
         return log_likelihoods.to(flat.dtype)
 
     @staticmethod
-    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+    def backward(ctx, grad_output: torch.Tensor) -> tuple[torch.Tensor, None]:
         if torch.is_grad_enabled():  # create_graph=True: a silent zero second derivative would be wrong
             raise RuntimeError("GaussianKDE has no second derivatives: its input gradient is not differentiable")
         flat, means = ctx.saved_tensors
