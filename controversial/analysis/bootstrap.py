@@ -61,8 +61,8 @@ class PairwiseTests:
 
 def strata(conditions: Sequence[str]) -> list[np.ndarray]:
     """Stimulus indices per condition (sorted by name): the bootstrap strata."""
-    conditions = np.asarray(conditions)
-    return [np.flatnonzero(conditions == c).astype(np.int32) for c in sorted(set(conditions.tolist()))]
+    values = np.asarray(conditions)
+    return [np.flatnonzero(values == c).astype(np.int32) for c in sorted(set(values.tolist()))]
 
 
 def draw_block(seed: np.random.SeedSequence, n_participants: int, groups: list[np.ndarray], size: int) -> Resamples:
@@ -194,8 +194,10 @@ class SufficientStatistics:
         if self.pairwise:
             raw = np.matmul(self._pair_products(stimulus_counts), np.stack(weights, axis=2))
             return [raw[:, :, i] for i in range(j)]
-        pooled = (np.concatenate(weights) @ self.flat).reshape(j, B, self.N, self.K) * stimulus_counts[None, :, :, None]
-        raw = (pooled.reshape(j * B, -1) @ self.flat.T).reshape(j, B, self.S)
+        flat = self.flat
+        assert flat is not None  # set whenever ceilings are computed without the pair table
+        pooled = (np.concatenate(weights) @ flat).reshape(j, B, self.N, self.K) * stimulus_counts[None, :, :, None]
+        raw = (pooled.reshape(j * B, -1) @ flat.T).reshape(j, B, self.S)
         return list(raw)
 
     def evaluate(self, stimulus_counts: np.ndarray, participant_counts: np.ndarray) -> np.ndarray:
@@ -258,7 +260,8 @@ def bootstrap(
     stats = SufficientStatistics(human, model, ceilings, include_copies)
     estimates = stats.evaluate(np.ones((1, N)), np.ones((1, S)))[0]
     blocks_per_chunk = max(1, min(chunk_size, CHUNK_BYTES // stats.chunk_bytes()) // BLOCK)
-    samples, pending = [], []  # pending: (stimulus counts, participant counts) per block
+    samples: list[np.ndarray] = []
+    pending: list[tuple[np.ndarray, np.ndarray]] = []  # (stimulus counts, participant counts) per block
 
     def flush() -> None:
         if pending:
