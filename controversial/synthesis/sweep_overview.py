@@ -23,8 +23,9 @@ import numpy as np
 from controversial.figure_style import DOUBLE_COLUMN, SINGLE_COLUMN, styled
 from controversial.synthesis.grids import image_matrix, plot_stimulus_grid, save_figure, show_image
 from controversial.synthesis.runstate import best_rows
-from controversial.records.manifest import ManifestRow
-from controversial.records.runs import find_manifests, newest_rows
+from controversial.errors import UserError
+from controversial.records.manifest import ManifestRow, read_manifest
+from controversial.records.runs import attempt_key, find_manifests, newest_rows
 from controversial.synthesis.stimuli import load_png
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,28 @@ class PairSummary:
 
 def pair_manifests(sweep_dir: Path, exclude: Path | None = None) -> list[Path]:
     """The runs' manifests under ``sweep_dir`` (a run, a sweep, or a folder of them: ``records.runs``), without
-    the overview's own."""
-    return find_manifests(sweep_dir, exclude)
+    the overview's own. Replications (the same pair run twice with other seeds, in folders of their own) are
+    summarised one at a time: pooled, a pair's matrix would count each cell twice."""
+    manifests = find_manifests(sweep_dir, exclude)
+    _refuse_replications(sweep_dir, manifests)
+    return manifests
+
+
+def _refuse_replications(sweep_dir: Path, manifests: Sequence[Path]) -> None:
+    """Runs of one pair that share no attempt (other seeds) are replications, not a re-run: name them."""
+    attempts: dict[tuple[str, str], list[tuple[Path, set[tuple]]]] = {}
+    for path in manifests:
+        rows = read_manifest(path)
+        for pair in {(row.model_a, row.model_b) for row in rows}:
+            keys = {attempt_key(row) for row in rows if (row.model_a, row.model_b) == pair}
+            attempts.setdefault(pair, []).append((path, keys))
+    for runs in attempts.values():
+        if len(runs) > 1 and all(a.isdisjoint(b) for i, (_, a) in enumerate(runs) for _, b in runs[i + 1 :]):
+            tops = sorted({path.relative_to(sweep_dir).parts[0] for path, _ in runs})
+            raise UserError(
+                f"{sweep_dir} holds the replications {', '.join(tops)} (the same pair with other seeds): summarise "
+                f"one at a time, e.g. sweep_dir={sweep_dir / tops[0]}"
+            )
 
 
 def collect_rows(manifests: Sequence[Path], out_dir: Path) -> list[ManifestRow]:
