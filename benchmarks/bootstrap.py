@@ -30,7 +30,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-
 from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests, percentile_ci  # noqa: E402
 from controversial.analysis.simulate import simulate_models, simulate_participants, true_probabilities  # noqa: E402
 from controversial.references.bootstrap import reference_bootstrap  # noqa: E402

@@ -58,11 +58,9 @@ from pathlib import Path
 import torch
 import yaml
 
-
 from controversial.data import load_uint8  # noqa: E402
 from controversial.datasets import dataset_info  # noqa: E402
-from controversial.zoo.readout import CalibratedModel  # noqa: E402
-from controversial.synthesis.options import SynthesisOptions  # noqa: E402
+from controversial.references.kde import full_sum_log_likelihoods  # noqa: E402
 from controversial.synthesis.engine import (  # noqa: E402
     BatchResult,
     bfloat16_native,
@@ -70,8 +68,9 @@ from controversial.synthesis.engine import (  # noqa: E402
     ordered_class_pairs,
     synthesize_batch,
 )
+from controversial.synthesis.options import SynthesisOptions  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
-from controversial.references.kde import full_sum_log_likelihoods  # noqa: E402
+from controversial.zoo.readout import CalibratedModel  # noqa: E402
 
 MNIST_MODELS = "vgg,vgg_neg,capsnet,pcn,madry_linf,madry_l2,capsnet_recon,kde,abs"
 

@@ -8,7 +8,6 @@ be imported before torch or numpy.
 from __future__ import annotations
 
 # ruff: noqa: E402  (thread defaults are applied before torch and numpy are imported)
-
 from controversial.threads import apply_thread_defaults
 
 apply_thread_defaults()
@@ -47,14 +46,14 @@ EXIT_USER_ERROR, EXIT_INTERNAL_ERROR = 2, 1
 STARTED = time.time()
 S = TypeVar("S", bound=Options)
 
-# Errors that describe the user's input or environment, shown as one paragraph (exit 2). ValueError is
-# included: the library raises it for bad values and malformed files, naming the file, row and column.
+# Errors that describe the user's input or environment, shown as one paragraph (exit 2). The library raises
+# UserError (a ValueError) for bad values and malformed files, naming the file, row and column; any other
+# exception, a plain ValueError from a bug included, is an internal error with its traceback a switch away.
 INPUT_ERRORS = (
     UserError,
     ValidationError,
     HydraException,
     OmegaConfBaseException,
-    ValueError,
     FileNotFoundError,
     NotADirectoryError,
     IsADirectoryError,

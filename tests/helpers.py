@@ -13,16 +13,16 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from controversial.config import CONF_DIR, register_model_options
 from controversial.api import settings
-from controversial.tasks import Invocation
+from controversial.config import CONF_DIR, register_model_options
 from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
 from controversial.synthesis.stimuli import save_png
+from controversial.synthesis.sweeps import register_pair_options
+from controversial.tasks import Invocation
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
-from controversial.synthesis.sweeps import register_pair_options
 
 IMAGE_SHAPES = {"mnist": [1, 28, 28], "cifar10": [3, 32, 32]}
 

@@ -23,12 +23,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.stats import rankdata
 
+from controversial.analysis.benchmark_options import BenchmarkOptions
 from controversial.analysis.error_consistency import CExpOne, DecisionData, consistency, decisions_from_trials
 from controversial.analysis.kappa_inference import KappaInference, infer_dataset
 from controversial.analysis.results import Matrix
 from controversial.analysis.shape_bias import ShapeBias, shape_bias, shape_bias_of
+from controversial.errors import UserError
 from controversial.records.choices import Trial
-from controversial.analysis.benchmark_options import BenchmarkOptions
 
 HUMANS = "humans (mean)"
 HUMANS_POOLED = "humans (pooled)"  # shape bias of every human trial together (the benchmark's figure)
@@ -126,7 +127,7 @@ def dataset_benchmark(
     A dataset needs at least two humans, or the human baseline is undefined."""
     humans = np.asarray(is_human, bool)
     if humans.sum() < 2:
-        raise ValueError(
+        raise UserError(
             f"dataset {dataset!r}: {int(humans.sum())} human observer(s) among {', '.join(data.names)}; the "
             "benchmark compares every decision maker with the dataset's humans and needs at least two "
             "(humans are the observers matching choices_humans)"
@@ -135,7 +136,7 @@ def dataset_benchmark(
     dropped = [c for c in every if c in set(excluded)]
     kept = [c for c in every if c not in set(excluded)]
     if not kept:
-        raise ValueError(f"dataset {dataset!r}: exclude_conditions leaves no condition (it has {', '.join(every)})")
+        raise UserError(f"dataset {dataset!r}: exclude_conditions leaves no condition (it has {', '.join(every)})")
     accuracy_all, _, _ = per_condition(data, every, c_exp_one)
     accuracy, observed, kappa = per_condition(data, kept, c_exp_one)
     squared = (accuracy[:, :, None] - accuracy[:, None, :]) ** 2  # (C, D, D)

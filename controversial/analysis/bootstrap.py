@@ -23,6 +23,8 @@ from typing import Iterator, Sequence
 import numpy as np
 from statsmodels.stats.multitest import multipletests
 
+from controversial.errors import UserError
+
 log = logging.getLogger(__name__)
 
 BLOCK = 1000
@@ -256,7 +258,7 @@ def bootstrap(
     human = np.asarray(human, dtype=np.float64)
     S, N, _ = human.shape
     if len(conditions) != N:
-        raise ValueError(f"conditions has {len(conditions)} entries for {N} stimuli")
+        raise UserError(f"conditions has {len(conditions)} entries for {N} stimuli")
     stats = SufficientStatistics(human, model, ceilings, include_copies)
     estimates = stats.evaluate(np.ones((1, N)), np.ones((1, S)))[0]
     blocks_per_chunk = max(1, min(chunk_size, CHUNK_BYTES // stats.chunk_bytes()) // BLOCK)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import Field, field_validator
 
+from controversial.errors import UserError
 from controversial.options import Options
 
 if TYPE_CHECKING:
@@ -48,14 +49,14 @@ class DecisionsOptions(Options):
         try:
             compiled = re.compile(value)
         except re.error as error:
-            raise ValueError(f"not a regular expression: {error}") from None
+            raise UserError(f"not a regular expression: {error}") from None
         if "category" not in compiled.groupindex:
-            raise ValueError("the pattern needs a named group 'category', e.g. '^(?P<category>[a-z]+)_'")
+            raise UserError("the pattern needs a named group 'category', e.g. '^(?P<category>[a-z]+)_'")
         return value
 
     @field_validator("readout")
     @classmethod
     def _readout(cls, value: str) -> str:
         if value not in READOUTS:
-            raise ValueError(f"unknown readout {value!r}; available: {', '.join(READOUTS)}")
+            raise UserError(f"unknown readout {value!r}; available: {', '.join(READOUTS)}")
         return value

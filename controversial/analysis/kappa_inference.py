@@ -31,6 +31,7 @@ import numpy as np
 from scipy import stats
 
 from controversial.analysis.error_consistency import CExpOne, DecisionData, consistency_from_counts
+from controversial.errors import UserError
 
 Observers = Literal["fixed", "random"]
 
@@ -165,7 +166,7 @@ def interval_and_p(
             low, high = np.nanpercentile(means, [tail, 100 - tail])
         return estimate, float(low), float(high), paired_p_value(means)
     if observers != "random":
-        raise ValueError(f"unknown observers {observers!r}; allowed: fixed, random")
+        raise UserError(f"unknown observers {observers!r}; allowed: fixed, random")
     se = np.sqrt(random_observer_variance(point, samples))
     z = stats.norm.ppf(0.5 + level / 2)
     p = float(2 * stats.norm.sf(abs(estimate) / se)) if se > 0 else float("nan")
@@ -297,7 +298,7 @@ def power(
     c_h = np.sqrt(human_kappa)
     copy = np.array([kappa_a / c_h, kappa_b / c_h] + [c_h] * n_humans)
     if copy.max() > 1:
-        raise ValueError(f"kappa_a, kappa_b must not exceed sqrt(human_kappa) = {c_h:.3f} in this observer model")
+        raise UserError(f"kappa_a, kappa_b must not exceed sqrt(human_kappa) = {c_h:.3f} in this observer model")
     rng = np.random.default_rng(seed)
     conditions = np.zeros(n_trials, dtype=int)
     hits = 0

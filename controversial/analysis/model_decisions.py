@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from controversial.analysis.decision_options import BENCHMARK_NAMES, READOUTS
 from controversial.analysis.model_responses import probabilities
+from controversial.errors import UserError
 from controversial.records.choices import write_trials
 from controversial.synthesis.stimuli import DisplayConvention, Inversion, display_convention, load_png
 from controversial.zoo.readout import CalibratedModel
@@ -46,7 +48,7 @@ def labelled_images(folder: str | Path, pattern: str = BENCHMARK_NAMES) -> list[
     for path in paths:
         match = compiled.search(path.name)
         if match is None or not match.group("category"):
-            raise ValueError(
+            raise UserError(
                 f"{path}: the file name does not match decisions.label_pattern {pattern!r}, so its true category "
                 "is unknown; rename the images or set decisions.label_pattern (named group 'category')"
             )
@@ -60,7 +62,7 @@ def load_labelled(images: Sequence[LabelledImage], invert: Inversion = "auto") -
     pixels = [load_png(i.path) for i in images]
     shapes = {p.shape for p in pixels}
     if len(shapes) > 1:
-        raise ValueError(f"images differ in shape ({sorted(shapes)}); evaluate one dataset's images at a time")
+        raise UserError(f"images differ in shape ({sorted(shapes)}); evaluate one dataset's images at a time")
     convention = display_convention(pixels, invert)
     stacked = np.stack(pixels)
     return (1.0 - stacked if convention.invert else stacked), convention
@@ -79,7 +81,7 @@ def write_decisions(
     for model in models:
         unknown = sorted({i.category for i in images} - set(model.class_names))
         if unknown:
-            raise ValueError(
+            raise UserError(
                 f"model {model.name!r} has classes {', '.join(model.class_names)}, but the images are labelled "
                 f"{', '.join(unknown)} (e.g. {next(i.path for i in images if i.category in unknown)}); readout "
                 f"{readout!r} decides among the model's own classes"

@@ -15,10 +15,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from controversial.errors import UserError
 from controversial.records.manifest import read_manifest
-from controversial.records.runs import find_manifests, newest_rows
 from controversial.records.names import Scheme, StimulusName, parse_name
 from controversial.records.responses import write_model_responses
+from controversial.records.runs import find_manifests, newest_rows
 from controversial.synthesis.stimuli import DisplayConvention, Inversion, display_convention, load_png
 from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import CalibratedModel
@@ -55,11 +56,11 @@ def stimuli_from_folder(folder: str | Path, naming: Scheme = "project") -> list[
     for path, name in repeats:
         original = first.get(name.image)
         if original is None:
-            raise ValueError(
+            raise UserError(
                 f"{path}: a repeated presentation, but its first presentation {name.image}.png is not in {folder}"
             )
         if not np.array_equal(load_png(path), load_png(original.path)):
-            raise ValueError(f"{path}: a repeated presentation whose pixels differ from {original.path}")
+            raise UserError(f"{path}: a repeated presentation whose pixels differ from {original.path}")
     if repeats:
         log.info("%s: %d repeated presentations (same pixels) listed once", folder, len(repeats))
     return list(first.values())
@@ -72,7 +73,7 @@ def stimuli_from_manifest(path: str | Path, include_rejected: bool = False) -> l
     found = newest_rows(find_manifests(path))[0] if path.is_dir() else [(path, r) for r in read_manifest(path)]
     rows = [(m, r) for m, r in found if r.image_file and (r.accepted or include_rejected)]
     if not rows:
-        raise ValueError(f"{path}: no {'' if include_rejected else 'accepted '}images listed")
+        raise UserError(f"{path}: no {'' if include_rejected else 'accepted '}images listed")
     return [
         StimulusImage(
             Path(r.image_file).name, m.parent / r.image_file, (r.model_a, r.model_b, r.class_a_name, r.class_b_name)
@@ -87,7 +88,7 @@ def load_images(stimuli: Sequence[StimulusImage], invert: Inversion = "auto") ->
     images = [load_png(s.path) for s in stimuli]
     shapes = {im.shape for im in images}
     if len(shapes) > 1:
-        raise ValueError(f"stimuli differ in shape ({sorted(shapes)}); evaluate one dataset's images at a time")
+        raise UserError(f"stimuli differ in shape ({sorted(shapes)}); evaluate one dataset's images at a time")
     convention = display_convention(images, invert)
     pixels = np.stack(images)
     return (1.0 - pixels if convention.invert else pixels), convention
@@ -143,13 +144,13 @@ def write_responses(
     """Evaluate every model on every stimulus and write the PNAS model-format CSV atomically."""
     names = [m.name for m in models]
     if len(set(names)) != len(names):
-        raise ValueError(f"model names must be unique; got {', '.join(names)}")
+        raise UserError(f"model names must be unique; got {', '.join(names)}")
     classes = {tuple(m.class_names) for m in models}
     if len(classes) != 1:
-        raise ValueError(f"models disagree on class names: {sorted(classes)}")
+        raise UserError(f"models disagree on class names: {sorted(classes)}")
     images = [s.image for s in stimuli]
     if len(set(images)) != len(images):
-        raise ValueError("two stimuli share an image name; the image column would be ambiguous")
+        raise UserError("two stimuli share an image name; the image column would be ambiguous")
     class_names = classes.pop()
     images, convention = load_images(stimuli, invert)
     p = probabilities(models, images, batch_size)

@@ -16,7 +16,6 @@ import numpy as np
 
 from controversial.analysis.bootstrap import LOWER, Distributions, pairwise_tests, percentile_ci, pooled_bootstrap
 from controversial.analysis.ceilings import noise_ceiling
-from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.correlation import participant_model_correlations
 from controversial.analysis.decisions import decide
 from controversial.analysis.error_consistency import (
@@ -27,6 +26,7 @@ from controversial.analysis.error_consistency import (
     group_mean_ci,
     null_band,
 )
+from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.results import (
     BootstrapResult,
     CategoricalConsistency,
@@ -44,8 +44,9 @@ from controversial.analysis.results import (
     StudySummary,
     SubsetResult,
 )
-from controversial.records.csvfile import InputError
 from controversial.analysis.study import NATURAL, Exclusion, Study
+from controversial.errors import UserError
+from controversial.records.csvfile import InputError
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +210,7 @@ def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> P
     studies are independent replications, pooled (see ``evaluate_subset``)."""
     studies = [study] if isinstance(study, Study) else list(study)
     if len({(s.models, s.categories) for s in studies}) > 1:
-        raise ValueError("replications to pool must have the same models and categories")
+        raise UserError("replications to pool must have the same models and categories")
     subsets = [s.subsets() for s in studies]
     prediction = {}
     for name, mask in subsets[0].items():

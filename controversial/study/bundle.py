@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from controversial.atomic import atomic_write_bytes, atomic_write_text
+from controversial.errors import UserError
 from controversial.records.study import KeyEntry, TrialSpec, key_text, read_key, read_trial_list, trial_list_text
 from controversial.study.display import uniform_pngs
 
@@ -51,7 +52,7 @@ _VERSION = re.compile(r"^v(\d+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-class BundleError(ValueError):
+class BundleError(UserError):
     """A study bundle that is missing, malformed or inconsistent; the message names the file."""
 
 

@@ -24,6 +24,7 @@ from PIL import Image
 from pydantic import Field, model_validator
 
 from controversial.datasets import dataset_info
+from controversial.errors import UserError
 from controversial.options import Options, Seed
 from controversial.records.names import natural_filename
 from controversial.records.study import KeyEntry, TrialSpec
@@ -87,7 +88,7 @@ class ExportOptions(BundleOptions, TrialCounts):
     @model_validator(mode="after")
     def _prompt_names_the_category(self) -> ExportOptions:
         if self.n_attention and "{category}" not in self.attention_prompt:
-            raise ValueError("attention_prompt must contain {category}, the category participants are told to pick")
+            raise UserError("attention_prompt must contain {category}, the category participants are told to pick")
         return self
 
 

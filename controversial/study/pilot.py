@@ -25,7 +25,7 @@ import uvicorn
 from controversial.analysis.simulate import ParticipantNoise, simulate_participants
 from controversial.study.bundle import StudyBundle
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
-from controversial.study.server import ServerSettings, create_app
+from controversial.study.server import ServeStudySettings, create_app
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def _free_port() -> int:
 
 
 @contextmanager
-def loopback_server(settings: ServerSettings) -> Iterator[str]:
+def loopback_server(settings: ServeStudySettings) -> Iterator[str]:
     """The study server on 127.0.0.1 (a free port) in a background thread, for the ``with`` block; yields its URL."""
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings), host="127.0.0.1", port=_free_port(), log_config=None, access_log=False)
@@ -111,12 +111,16 @@ def run_pilot(
     bundle: StudyBundle, database_url: str, raters: Sequence[Callable[[str], dict[str, int]]], seed: int
 ) -> PilotRun:
     """Serve ``bundle`` on loopback into ``database_url`` and let one scripted participant per rater take it."""
-    settings = ServerSettings(
-        bundle_dir=bundle.root,
+    settings = ServeStudySettings(
+        study_dir=str(bundle.root),
         completion_code="PILOT",
         database_url=database_url,
-        sessions_per_minute=1e6,  # every scripted participant arrives from 127.0.0.1
-        session_burst=len(raters) + 1,
+        rate_limit={  # every scripted participant arrives from 127.0.0.1, all at once
+            "sessions_per_minute": 1e6,
+            "burst": len(raters) + 1,
+            "new_participants_per_minute": 1e6,
+            "new_participants_burst": len(raters) + 1,
+        },
     )
     rng = random.Random(seed)
     attentive = instructions(bundle)

@@ -18,13 +18,14 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import lil_matrix
 
+from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow
 from controversial.records.runs import find_manifests, newest_rows
 
 log = logging.getLogger(__name__)
 
 
-class SelectionError(ValueError):
+class SelectionError(UserError):
     """A selection request the sweep cannot satisfy; the message names the pair and class."""
 
 
@@ -102,7 +103,7 @@ def best_per_cell(
     cell's first is the one the paper's selection takes). More than one gives an optimiser more stimuli for the
     pairs it needs most, each a distinct image (another seed's start)."""
     if per_cell < 1:
-        raise ValueError(f"per_cell must be >= 1, got {per_cell}")
+        raise UserError(f"per_cell must be >= 1, got {per_cell}")
     ranked = _ranked_per_cell(_eligible(stimuli, sources))
     return [stim for key in sorted(ranked) for stim in ranked[key][:per_cell]]
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from controversial.errors import UserError
 from controversial.synthesis.objectives import hard_score
 from controversial.synthesis.options import OBJECTIVES, Objective, OptimizerFactory, OptimizerOptions, SynthesisOptions
 from controversial.synthesis.parametrization import Parametrization, jitter, level_change, parametrization, quantize
@@ -84,7 +85,7 @@ def bfloat16_models(models: Sequence[SynthesisModel], precision: str, device: to
     (``auto``: where the device has it natively) and the model's family does not declare
     ``bfloat16_synthesis = False`` (numerics measured to break)."""
     if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     wanted = precision == "bf16" or (precision == "auto" and bfloat16_native(device))
     return [wanted and getattr(getattr(model, "net", model), "bfloat16_synthesis", True) for model in models]
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
 from pydantic import ConfigDict, Field, field_validator
 
+from controversial.errors import UserError
 from controversial.options import Count, Options, Probability
 from controversial.registry import Registry
 
@@ -119,7 +120,7 @@ class OptimizerOptions(Options):
         try:
             getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError, ValueError):
-            raise ValueError(f"{value!r} is not an importable class; e.g. torch.optim.Adam") from None
+            raise UserError(f"{value!r} is not an importable class; e.g. torch.optim.Adam") from None
         return value
 
     def factory(self) -> OptimizerFactory:

@@ -20,12 +20,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from controversial.figure_style import DOUBLE_COLUMN, SINGLE_COLUMN, styled
-from controversial.synthesis.grids import image_matrix, plot_stimulus_grid, save_figure, show_image
-from controversial.synthesis.runstate import best_rows
 from controversial.errors import UserError
+from controversial.figure_style import DOUBLE_COLUMN, SINGLE_COLUMN, styled
 from controversial.records.manifest import ManifestRow, read_manifest
 from controversial.records.runs import attempt_key, find_manifests, newest_rows
+from controversial.synthesis.grids import image_matrix, plot_stimulus_grid, save_figure, show_image
+from controversial.synthesis.runstate import best_rows
 from controversial.synthesis.stimuli import load_png
 
 log = logging.getLogger(__name__)

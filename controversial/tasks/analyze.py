@@ -7,26 +7,37 @@ consistency, and writes ``report.md``, ``results.json`` and figures into the Hyd
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
-from typing import Any
-from controversial.options import Fraction
-import re
-from controversial.analysis.benchmark_options import BenchmarkOptions
-from controversial.analysis.options import AnalysisOptions
-from controversial.analysis.simulate import SimulatedStudyOptions
-from controversial.tasks import Invocation
-
-
 import glob
 import logging
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
 
 from controversial.analysis import figures
 from controversial.analysis.benchmark import OVERALL, BenchmarkResults, run_benchmark
+from controversial.analysis.benchmark_options import BenchmarkOptions
 from controversial.analysis.benchmark_report import console_table
 from controversial.analysis.error_consistency import decisions_from_trials
+from controversial.analysis.options import AnalysisOptions
+from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
+from controversial.analysis.report import write_report, write_results
+from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
+from controversial.analysis.simulate import (
+    ParticipantNoise,
+    SimulatedStudyOptions,
+    parse_mixture,
+    simulate_models,
+    simulate_participants,
+    true_probabilities,
+    write_study,
+)
+from controversial.analysis.study import Study, build_study
+from controversial.errors import UserError
+from controversial.options import Fraction
 from controversial.records.choices import read_trials
 from controversial.records.csvfile import InputError
 from controversial.records.responses import (
@@ -37,19 +48,8 @@ from controversial.records.responses import (
     split_replications,
 )
 from controversial.records.study import read_attention, read_quality_flags
-from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
-from controversial.analysis.report import write_report, write_results
-from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
-from controversial.analysis.simulate import (
-    parse_mixture,
-    ParticipantNoise,
-    simulate_models,
-    simulate_participants,
-    true_probabilities,
-    write_study,
-)
-from controversial.analysis.study import Study, build_study
 from controversial.study.quality import FLAGS
+from controversial.tasks import Invocation
 
 log = logging.getLogger(__name__)
 
@@ -97,27 +97,27 @@ class AnalyzeSettings(AnalysisOptions):
         try:
             re.compile(value)
         except re.error as error:
-            raise ValueError(f"not a regular expression: {error}") from None
+            raise UserError(f"not a regular expression: {error}") from None
         return value
 
     @field_validator("rating_scale")
     @classmethod
     def _scale(cls, value: list[float]) -> list[float]:
         if len(value) < 2 or sorted(set(value)) != list(value) or not 0 <= value[0] <= value[-1] <= 1:
-            raise ValueError("needs at least two distinct ascending levels in [0, 1], e.g. [0, 0.25, 0.5, 0.75, 1]")
+            raise UserError("needs at least two distinct ascending levels in [0, 1], e.g. [0, 0.25, 0.5, 0.75, 1]")
         return value
 
     @field_validator("human_ratings", "model_responses")
     @classmethod
     def _not_empty(cls, value: Any) -> Any:
         if isinstance(value, (list, dict)) and not value:
-            raise ValueError("an empty list or mapping; give at least one file (or null)")
+            raise UserError("an empty list or mapping; give at least one file (or null)")
         return value
 
     @model_validator(mode="after")
     def _inputs(self) -> AnalyzeSettings:
         if self.human_ratings is not None and self.model_responses is None:
-            raise ValueError("human_ratings is set but model_responses is not; pass model_responses=PATH")
+            raise UserError("human_ratings is set but model_responses is not; pass model_responses=PATH")
         return self
 
 
@@ -148,7 +148,7 @@ def _known_flags(flags: list[str]) -> tuple[str, ...]:
     """``exclude_flags`` checked against the study server's flag names."""
     unknown = [f for f in flags if f not in FLAGS]
     if unknown:
-        raise ValueError(f"exclude_flags: unknown flag(s) {', '.join(unknown)}; known: {', '.join(FLAGS)}")
+        raise UserError(f"exclude_flags: unknown flag(s) {', '.join(unknown)}; known: {', '.join(FLAGS)}")
     return tuple(flags)
 
 
@@ -226,13 +226,13 @@ def build_studies(
     release's models next to ours), or a mapping replication -> file(s) when replications reuse image names.
     """
     if isinstance(human_spec, dict):
-        raise ValueError("human_ratings is a file or a list of files; replications are read from the subject codes")
+        raise UserError("human_ratings is a file or a list of files; replications are read from the subject codes")
     paths = [human_spec] if isinstance(human_spec, str) else list(human_spec)
     tables = split_replications([read_human_ratings(str(p), tuple(cfg.rating_scale)) for p in paths])
     if isinstance(model_spec, dict):
         missing = sorted(set(tables) - set(model_spec))
         if missing:
-            raise ValueError(
+            raise UserError(
                 f"model_responses has no entry for replication(s) {', '.join(missing)}; given: {', '.join(model_spec)}"
             )
         models = {name: _model_table(model_spec[name]) for name in tables}

@@ -2,19 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
-from controversial.analysis.decision_options import DecisionsOptions
-from controversial.options import Count, Options
-from controversial.datasets import ModelDataOptions
-from controversial.records.names import Scheme
-from controversial.synthesis.stimuli import Inversion, parse_inversion
-from controversial.tasks import Invocation
-
-
 import logging
 import time
 from pathlib import Path
 
+from pydantic import Field, field_validator, model_validator
+
+from controversial.analysis.decision_options import DecisionsOptions
 from controversial.analysis.model_decisions import labelled_images, write_decisions
 from controversial.analysis.model_responses import (
     StimulusImage,
@@ -23,8 +17,13 @@ from controversial.analysis.model_responses import (
     stimuli_from_manifest,
     write_responses,
 )
+from controversial.datasets import ModelDataOptions
+from controversial.errors import UserError
+from controversial.options import Count, Options
+from controversial.records.names import Scheme
 from controversial.study.bundle import recorded_inversion
-from controversial.synthesis.stimuli import INVERSIONS
+from controversial.synthesis.stimuli import INVERSIONS, Inversion, parse_inversion
+from controversial.tasks import Invocation
 from controversial.zoo.bundled import load_model
 
 log = logging.getLogger(__name__)
@@ -63,9 +62,9 @@ class EvaluateSettings(Options):
     @model_validator(mode="after")
     def _stimuli(self) -> EvaluateSettings:
         if self.images is None and not self.manifests:
-            raise ValueError("no stimuli: pass images=FOLDER or manifests=[PATH,...]")
+            raise UserError("no stimuli: pass images=FOLDER or manifests=[PATH,...]")
         if self.decisions.enabled and (self.images is None or self.manifests):
-            raise ValueError("decisions.enabled=true reads labelled images from images=FOLDER only (no manifests)")
+            raise UserError("decisions.enabled=true reads labelled images from images=FOLDER only (no manifests)")
         return self
 
 
@@ -73,7 +72,7 @@ def _inversion(value: object) -> Inversion:
     """``invert=auto|true|false`` (Hydra reads true/false as booleans)."""
     text = str(value).lower()
     if text not in INVERSIONS:
-        raise ValueError(f"invert={value!r}; allowed: {', '.join(INVERSIONS)}")
+        raise UserError(f"invert={value!r}; allowed: {', '.join(INVERSIONS)}")
     return text  # type: ignore[return-value]
 
 
@@ -86,7 +85,7 @@ def _bundle_inversion(images: str | None, invert: Inversion) -> tuple[Inversion,
     bundle = Path(images).resolve().parent  # type: ignore[arg-type]
     stored = "stored inverted (dark on light)" if recorded else "stored as the models see them"
     if invert != "auto" and (invert == "true") != recorded:
-        raise ValueError(
+        raise UserError(
             f"invert={invert} contradicts {bundle / 'study.json'}: its stimuli/ are {stored} "
             f"(stimuli_invert={str(recorded).lower()}); drop invert= and the bundle's record is used"
         )

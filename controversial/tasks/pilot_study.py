@@ -10,18 +10,16 @@ from __future__ import annotations
 
 from pydantic import Field, field_validator
 
+from controversial.analysis.model_responses import stimuli_from_folder, write_responses
 from controversial.analysis.options import BootstrapOptions, ErrorConsistencyOptions
 from controversial.analysis.results import AnalysisResults
-from controversial.datasets import ModelDataOptions
-from controversial.options import Count, Options, Seed, ordered_range
-from controversial.tasks import Invocation
-
-from controversial.analysis.model_responses import stimuli_from_folder, write_responses
 from controversial.analysis.simulate import ParticipantNoise
+from controversial.datasets import ModelDataOptions
 from controversial.errors import UserError
+from controversial.options import Count, Options, Seed, ordered_range
 from controversial.study.bundle import STIMULI_DIR, load_bundle, recorded_inversion
 from controversial.study.pilot import database_file, model_raters, run_pilot
-from controversial.tasks import analyze
+from controversial.tasks import Invocation, analyze
 from controversial.tasks.serve_study import export_csvs
 from controversial.zoo.bundled import load_model
 
@@ -48,7 +46,7 @@ class PilotStudySettings(Options):
     @classmethod
     def _two(cls, value: int) -> int:
         if value < 2:
-            raise ValueError("a pilot needs at least 2 participants (the noise ceiling needs two)")
+            raise UserError("a pilot needs at least 2 participants (the noise ceiling needs two)")
         return value
 
 

@@ -16,15 +16,15 @@ from sqlalchemy.engine import make_url
 from controversial.atomic import atomic_write
 from controversial.cli import report
 from controversial.errors import UserError
-from controversial.study.admin_token import ENV_VAR, AdminTokenError, read_admin_token, write_admin_token
-from controversial.tasks import Invocation
-from controversial.study.bundle import load_bundle
 from controversial.records.csvfile import csv_chunks
+from controversial.study.admin_token import ENV_VAR, AdminTokenError, read_admin_token, write_admin_token
+from controversial.study.bundle import load_bundle
 from controversial.study.db import default_database_url, is_in_memory
 from controversial.study.guards import MaskTokens
 from controversial.study.pnas_export import TABLES, snapshot
 from controversial.study.quality import QualitySettings
 from controversial.study.server import ServeStudySettings, create_app
+from controversial.tasks import Invocation
 
 log = logging.getLogger(__name__)
 

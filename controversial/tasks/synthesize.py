@@ -11,16 +11,6 @@ folder (a sweep, or ``output_dir=``) resumes: see :mod:`controversial.synthesis.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
-from typing import Literal
-from controversial.options import DEVICE_PATTERN, Count, Options, Seed
-from controversial.config import ModelOptions, check_pair
-from controversial.datasets import DataOptions
-from controversial.synthesis.options import OptimizerOptions, SynthesisOptions
-from controversial.tracking import WandbOptions
-from controversial.tasks import Invocation
-
-
 import hashlib
 import logging
 import shlex
@@ -28,16 +18,19 @@ import statistics
 import sys
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import Field, model_validator
 
+from controversial.config import ModelOptions, check_pair
 from controversial.data import load_uint8
-from controversial.datasets import dataset_info
+from controversial.datasets import DataOptions, DatasetInfo, dataset_info
+from controversial.errors import UserError
+from controversial.options import DEVICE_PATTERN, Count, Options, Seed
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest, write_manifest
-from controversial.records.names import stimulus_filename
 from controversial.synthesis import runstate
 from controversial.synthesis.engine import (
     BatchResult,
@@ -48,8 +41,11 @@ from controversial.synthesis.engine import (
     synthesize_batch,
 )
 from controversial.synthesis.grids import plot_stimulus_grid
-from controversial.synthesis.stimuli import load_png, save_png
-from controversial.tracking import Tracker, start_tracking
+from controversial.synthesis.options import OptimizerOptions, SynthesisOptions
+from controversial.synthesis.runstate import Element, manifest_row
+from controversial.synthesis.stimuli import load_png
+from controversial.tasks import Invocation
+from controversial.tracking import Tracker, WandbOptions, start_tracking
 from controversial.zoo.loading import load_models, resolve_device
 from controversial.zoo.readout import CalibratedModel
 
@@ -118,13 +114,9 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
     }
 
 
-@dataclass
-class Element:
-    """One element of a synthesis batch: a cell and the seed of this attempt at it."""
-
-    class_a: int
-    class_b: int
-    seed: int
+def _row_context(cfg: SynthesizeSettings) -> tuple[DatasetInfo, tuple[str, str], float]:
+    """What every manifest row of this pair shares: the dataset, the model names, the acceptance threshold."""
+    return dataset_info(cfg.model_a.dataset), (cfg.model_a.name, cfg.model_b.name), cfg.synthesis.threshold
 
 
 def _start_seed(element: Element, pair_names: tuple[str, str]) -> int:
@@ -154,7 +146,7 @@ def _initial_images(
             for c in elements
         ]
         return images[picks].float() / 255, [f"test_image:{i}" for i in picks]
-    raise ValueError(f"init={init!r} is not known; allowed: noise, test_image")
+    raise UserError(f"init={init!r} is not known; allowed: noise, test_image")
 
 
 def _callbacks(bar: Progress, tracker: Tracker, attempt: int, step_offset: int):
@@ -344,14 +336,22 @@ def _attempt(
         if finished:
             index, partial = _finished_result(models, targets, finished, cfg, time.perf_counter() - batch_start)
             kept = [
-                _manifest_row(cfg, out_dir, elements[n], inits[n], partial, i, partial.total_seconds / len(elements))
+                manifest_row(
+                    *_row_context(cfg),
+                    out_dir,
+                    elements[n],
+                    inits[n],
+                    partial,
+                    i,
+                    partial.total_seconds / len(elements),
+                )
                 for i, n in enumerate(index)
             ]
         raise _Interrupted(kept) from None
     bar.close()
     per_image_time = result.total_seconds / len(elements)
     new_rows = [
-        _manifest_row(cfg, out_dir, element, init, result, i, per_image_time)
+        manifest_row(*_row_context(cfg), out_dir, element, init, result, i, per_image_time)
         for i, (element, init) in enumerate(zip(elements, inits))
     ]
     return new_rows, result
@@ -386,54 +386,6 @@ def _finished_result(
         seconds,
     )
     return index, result
-
-
-def _manifest_row(
-    cfg: SynthesizeSettings,
-    out_dir: Path,
-    element: Element,
-    init: str,
-    result: BatchResult,
-    i: int,
-    per_image_time: float,
-) -> ManifestRow:
-    """Element ``i``'s row, after writing its PNG (unless it failed)."""
-    info = dataset_info(cfg.model_a.dataset)
-    name_a, name_b = cfg.model_a.name, cfg.model_b.name
-    failure = result.failures[i]
-    hard = float(result.hard[i])
-    accepted = not failure and hard >= cfg.synthesis.threshold
-    filename = ""
-    if not failure:
-        filename = stimulus_filename(
-            name_a, info.class_names[element.class_a], name_b, info.class_names[element.class_b], element.seed
-        )
-        save_png(out_dir / filename, result.images[i].cpu().numpy())
-    probabilities = result.probabilities[i].cpu()
-    return ManifestRow(
-        dataset=info.name,
-        model_a=name_a,
-        model_b=name_b,
-        class_a=element.class_a,
-        class_b=element.class_b,
-        class_a_name=info.class_names[element.class_a],
-        class_b_name=info.class_names[element.class_b],
-        seed=element.seed,
-        source="synthetic",
-        init=init,
-        steps=int(result.steps[i]),
-        converged=bool(result.converged[i]),
-        hard_score=hard,
-        smooth_score=float(result.smooth[i]),
-        p_model_a_class_a=float(probabilities[0, 0]),
-        p_model_a_class_b=float(probabilities[0, 1]),
-        p_model_b_class_a=float(probabilities[1, 0]),
-        p_model_b_class_b=float(probabilities[1, 1]),
-        accepted=accepted,
-        status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
-        image_file=filename,
-        wall_time_s=round(per_image_time, 4),
-    )
 
 
 def _report_attempt(

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from controversial.registry import UnknownNameError
 from controversial.zoo.checkpoints import load_checkpoint
 from controversial.zoo.readout import CalibratedModel
-from controversial.registry import UnknownNameError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = PROJECT_ROOT / "models"

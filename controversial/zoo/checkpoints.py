@@ -17,7 +17,7 @@ from controversial import __version__
 from controversial.atomic import atomic_write_bytes
 from controversial.datasets import dataset_info
 from controversial.zoo.inference import fold_batch_norms, use_preferred_memory_format
-from controversial.zoo.readout import Calibration, CalibratedModel, MirrorAveraged
+from controversial.zoo.readout import CalibratedModel, Calibration, MirrorAveraged
 from controversial.zoo.registry import arch_spec
 
 FORMAT_VERSION = 1

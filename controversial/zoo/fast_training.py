@@ -37,6 +37,7 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torch.optim.swa_utils import update_bn
 
+from controversial.zoo.attacks import NORMS, ball_start, module_device, per_image_norm, pgd_accuracy, project
 from controversial.zoo.energy_training import (
     EnergySettings,
     class_gaussian_sampler,
@@ -44,11 +45,9 @@ from controversial.zoo.energy_training import (
     freeze_batch_norm,
     uniform_sampler,
 )
-from controversial.zoo.attacks import NORMS, ball_start, module_device, per_image_norm, pgd_accuracy, project
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
 from controversial.zoo.train_options import AUGMENTATIONS, TRAINING_METHODS, TrainOptions
 from controversial.zoo.training import TrainingMethod
-
 
 Progress = Callable[[str], None]
 Monitor = Callable[[nn.Module], str]

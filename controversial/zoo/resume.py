@@ -19,11 +19,12 @@ import torch
 from torch import nn
 
 from controversial.atomic import atomic_write_bytes
+from controversial.errors import UserError
 
 FORMAT_VERSION = 1
 
 
-class ResumeMismatchError(ValueError):
+class ResumeMismatchError(UserError):
     """The resume file belongs to a run with other settings; the message says how to proceed."""
 
 

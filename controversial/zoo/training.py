@@ -16,16 +16,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from omegaconf import OmegaConf
-
 import torch
 import torch.nn.functional as F
+from omegaconf import OmegaConf
 from torch import nn
 
 from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import IDENTITY, Calibration, fit_calibration, sigmoid_nll
-from controversial.zoo.train_options import AUGMENTATIONS, TRAINING_METHODS, TrainOptions
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
+from controversial.zoo.train_options import AUGMENTATIONS, TRAINING_METHODS, TrainOptions
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from controversial.zoo.training import (
     Progress,
     TrainingMethod,
     TrainOutcome,
+    augment,
     describe_loss,
     minibatch_training,
-    augment,
     options,
 )
 
@@ -230,8 +230,8 @@ def derive_from_checkpoint(
     For a second readout of an already trained network; the architecture kwargs may differ only in
     ones that do not change the parameters (such as the readout).
     """
-    from controversial.zoo.checkpoints import read_checkpoint
     from controversial.zoo.bundled import PROJECT_ROOT
+    from controversial.zoo.checkpoints import read_checkpoint
 
     source = Path(options(settings).source)
     source = source if source.is_absolute() else PROJECT_ROOT / source

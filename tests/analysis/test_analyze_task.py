@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ANALYZE_SMALL as SMALL
+from helpers import run_analyze
 
 from controversial.records.choices import write_trials
 from controversial.records.csvfile import InputError
-from helpers import ANALYZE_SMALL as SMALL, run_analyze
 
 
 def test_default_run_is_a_labelled_simulated_study(tmp_path, capsys):

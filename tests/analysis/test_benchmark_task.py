@@ -8,10 +8,11 @@ import random
 from pathlib import Path
 
 import pytest
+from helpers import ANALYZE_SMALL as SMALL
+from helpers import run_analyze
 
 from controversial.analysis.benchmark import HUMANS, OVERALL
 from controversial.records.choices import write_trials
-from helpers import ANALYZE_SMALL as SMALL, run_analyze
 
 CLASSES = ["bird", "cat", "dog", "knife"]
 

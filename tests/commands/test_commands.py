@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 from annotated_types import Ge, Gt, Le, Lt
+from helpers import settings_for
 from omegaconf import OmegaConf
 from pydantic import BaseModel, ValidationError
-from helpers import settings_for
 
 from controversial.cli import command_line, describe_validation_error, report
 from controversial.help import _annotated_metadata, _model_field

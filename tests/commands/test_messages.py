@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from helpers import compose_synthesize
 
 from controversial.analysis.model_responses import stimuli_from_folder
 from controversial.analysis.simulate import simulate_models, simulate_participants, true_probabilities, write_study
@@ -10,7 +11,6 @@ from controversial.cli import error_message, register_defaults
 from controversial.records.csvfile import InputError
 from controversial.records.responses import read_human_ratings, read_model_responses
 from controversial.tasks import command_settings
-from helpers import compose_synthesize
 
 
 def test_a_misspelt_setting_gets_did_you_mean_not_hydras_plus_hint():

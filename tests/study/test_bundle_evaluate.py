@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers import run_task
 
 from controversial.study.bundle import load_bundle, recorded_inversion
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
-from helpers import run_task
 
 
 def _checkpoint(folder, accuracy: float):

@@ -8,12 +8,12 @@ import shutil
 
 import pytest
 from fastapi.testclient import TestClient
+from helpers import run_task
 
 from controversial.errors import UserError
 from controversial.study.bundle import load_bundle
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
-from controversial.study.server import ServerSettings, create_app
-from helpers import run_task
+from controversial.study.server import ServeStudySettings, create_app
 
 
 def test_export_of_a_never_served_study_says_so_and_creates_nothing(small_bundle, tmp_path):
@@ -34,7 +34,7 @@ def test_export_of_a_never_served_study_says_so_and_creates_nothing(small_bundle
 
 def test_every_export_prints_its_counts(small_bundle, tmp_path, capsys):
     database = f"sqlite:///{tmp_path / 'db.sqlite'}"
-    app = create_app(ServerSettings(bundle_dir=small_bundle, completion_code="X", database_url=database))
+    app = create_app(ServeStudySettings(study_dir=str(small_bundle), completion_code="X", database_url=database))
     with TestClient(app) as client:
         take_study(
             client,

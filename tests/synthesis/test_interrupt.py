@@ -5,10 +5,10 @@ leaves no folder."""
 from __future__ import annotations
 
 import pytest
+from helpers import run_task, write_tiny_checkpoints
 
 import controversial.tasks.synthesize as synthesize_task
 from controversial.records.manifest import read_manifest, without_timing
-from helpers import run_task, write_tiny_checkpoints
 
 SETTINGS = ["synthesis.max_steps=40", "synthesis.stop_score=0.4", "synthesis.threshold=0.3", "progress=false"]
 

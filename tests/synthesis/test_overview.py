@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 from hydra import compose, initialize_config_dir
 
-from controversial.synthesis import sweep_overview as overview
 from controversial.config import CONF_DIR
 from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow, read_manifest, write_manifest
-from controversial.tasks import Invocation
-from controversial.tasks.overview import OverviewSettings
+from controversial.synthesis import sweep_overview as overview
 from controversial.synthesis.stimuli import save_png
+from controversial.tasks import Invocation
 from controversial.tasks import overview as overview_task
+from controversial.tasks.overview import OverviewSettings
 
 CELLS = [(a, b) for a in range(10) for b in range(10) if a != b]
 

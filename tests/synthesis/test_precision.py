@@ -2,12 +2,11 @@
 
 import pytest
 import torch
-
 from conftest import make_tiny_model
-from pydantic import ValidationError
 from helpers import settings_for
+from pydantic import ValidationError
+
 from controversial.synthesis import engine
-from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.engine import (
     bfloat16_models,
     noise_images,
@@ -15,6 +14,7 @@ from controversial.synthesis.engine import (
     score_images,
     synthesize_batch,
 )
+from controversial.synthesis.options import SynthesisOptions
 
 FAST = dict(max_steps=30, stop_score=None)
 

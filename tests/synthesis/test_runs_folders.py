@@ -10,16 +10,16 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import make_run
 
 from controversial.analysis.model_responses import stimuli_from_manifest
 from controversial.errors import UserError
 from controversial.records.manifest import read_manifest
 from controversial.records.runs import find_manifests
-from controversial.tasks import Invocation
-from controversial.tasks.overview import OverviewSettings
 from controversial.study.selection import SelectionError, collect_sweep
+from controversial.tasks import Invocation
 from controversial.tasks import overview as overview_task
-from helpers import make_run
+from controversial.tasks.overview import OverviewSettings
 
 
 def _overview(sweep: Path, out: Path) -> list:

@@ -5,7 +5,6 @@ environment (``admin_token.py``) and handed to ``create_app`` beside the options
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 from typing import Literal
 
