@@ -12,7 +12,7 @@ import numpy as np
 from scipy import stats
 
 Measure = Literal["pearson", "spearman", "kendall"]
-MEASURES: tuple[str, ...] = ("pearson", "spearman", "kendall")
+MEASURES: tuple[Measure, ...] = ("pearson", "spearman", "kendall")
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
