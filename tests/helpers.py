@@ -44,6 +44,10 @@ def write_tiny_checkpoints(folder: Path, names: Sequence[str], dataset: str) -> 
 
 def compose_synthesize(*overrides: str):
     """The synthesize config with these overrides, Hydra's own section included."""
+    from controversial.cli import register_defaults
+    from controversial.tasks.synthesize import SynthesizeSettings
+
+    register_defaults("synthesize", SynthesizeSettings)
     register_pair_options(register_model_options())
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("synthesize", overrides=list(overrides), return_hydra_config=True)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from controversial.records.manifest import read_manifest
+from controversial.records.runs import find_manifests, newest_rows
 from controversial.records.names import Scheme, StimulusName, parse_name
 from controversial.records.responses import write_model_responses
 from controversial.synthesis.stimuli import DisplayConvention, Inversion, display_convention, load_png
@@ -38,6 +39,8 @@ def stimuli_from_folder(folder: str | Path, naming: Scheme = "project") -> list[
     """Every PNG in ``folder`` (sorted), named by ``naming``. A repeated presentation (``_repeated``) must
     hold the same pixels as its first presentation and is listed once; differing pixels are an error."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: {'a file, not a folder' if folder.exists() else 'no such folder'}")
     paths = sorted(p for p in folder.glob("*.png") if p.name not in _NOT_STIMULI)
     if not paths:
         raise FileNotFoundError(f"{folder}: no PNG images")
@@ -63,16 +66,18 @@ def stimuli_from_folder(folder: str | Path, naming: Scheme = "project") -> list[
 
 
 def stimuli_from_manifest(path: str | Path, include_rejected: bool = False) -> list[StimulusImage]:
-    """The images a synthesis manifest lists (accepted ones unless ``include_rejected``)."""
+    """The images a synthesis manifest lists (accepted ones unless ``include_rejected``); a folder stands for
+    the manifests of the runs in it (a run, a sweep, or a folder of them: ``records.runs``)."""
     path = Path(path)
-    rows = [r for r in read_manifest(path) if r.image_file and (r.accepted or include_rejected)]
+    found = newest_rows(find_manifests(path))[0] if path.is_dir() else [(path, r) for r in read_manifest(path)]
+    rows = [(m, r) for m, r in found if r.image_file and (r.accepted or include_rejected)]
     if not rows:
         raise ValueError(f"{path}: no {'' if include_rejected else 'accepted '}images listed")
     return [
         StimulusImage(
-            Path(r.image_file).name, path.parent / r.image_file, (r.model_a, r.model_b, r.class_a_name, r.class_b_name)
+            Path(r.image_file).name, m.parent / r.image_file, (r.model_a, r.model_b, r.class_a_name, r.class_b_name)
         )
-        for r in rows
+        for m, r in rows
     ]
 
 
@@ -99,6 +104,33 @@ def probabilities(models: Sequence[CalibratedModel], images: np.ndarray, batch_s
                 per_model.append(model.probabilities(batch).double().numpy())
         out.append(np.concatenate(per_model))
     return np.stack(out)
+
+
+def implausible_accuracies(
+    models: Sequence[CalibratedModel], stimuli: Sequence[StimulusImage], p: np.ndarray, margin: float = 0.25
+) -> list[str]:
+    """One line per model whose arg-max accuracy on the natural test images among ``stimuli`` is more than
+    ``margin`` below its model card's test accuracy: the usual sign of images in the wrong display convention
+    (inverted or not), which otherwise only shows as a model that predicts people badly."""
+    natural = [
+        (n, s.name.true_class)
+        for n, s in enumerate(stimuli)
+        if s.name is not None and s.name.kind == "natural" and s.name.true_class
+    ]
+    lines = []
+    for m, model in enumerate(models):
+        known = [(n, model.class_names.index(c)) for n, c in natural if c in model.class_names]
+        if model.test_accuracy is None or len(known) < 5:
+            continue
+        index, truth = np.array(known).T
+        accuracy = float((p[m, index].argmax(axis=1) == truth).mean())
+        if accuracy < model.test_accuracy - margin:
+            lines.append(
+                f"{model.name}: {100 * accuracy:.0f}% correct on the {len(known)} natural images here, "
+                f"{100 * model.test_accuracy:.0f}% on its model card's test set; are the images inverted "
+                "the wrong way (see invert=)?"
+            )
+    return lines
 
 
 def write_responses(

@@ -262,6 +262,8 @@ def write_selection(
         display_size=settings.display.size,
         attention_prompt=settings.attention_prompt,
         pilot=settings.pilot,
+        stimuli_invert=False,  # originals are the native stimuli, as synthesised and as the test set stores them
+        display_inverted=invert,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         provenance={
             "sweep_dir": str(Path(sweep_dir).resolve()),

@@ -80,6 +80,12 @@ class SynthesisOptions(Options):
     )
     fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
     jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")
+    precision: Literal["fp32", "bf16", "auto"] = Field(
+        "fp32",
+        description="fp32 | bf16 (the models' forward/backward in the steps under bfloat16 autocast; families "
+        "that declare bfloat16_synthesis = False stay fp32; scores for acceptance always fp32) | auto (bf16 where "
+        "the device has bfloat16 in hardware)",
+    )
 
     @field_validator("objective")
     @classmethod

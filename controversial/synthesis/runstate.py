@@ -14,6 +14,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -94,6 +95,20 @@ def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
             )
         return
     atomic_write_text(path, json.dumps(current, indent=2, sort_keys=True) + "\n")
+
+
+def forget_empty_run(run_dir: Path, fresh: bool) -> bool:
+    """After a run that stopped before writing its manifest: remove what it made (lock, settings, orphan PNGs,
+    its offline wandb record), so a failed run leaves no folder behind. Only a ``fresh`` run dir (its settings
+    written by this run) is touched. Returns whether the run dir was forgotten."""
+    if not fresh or (run_dir / MANIFEST_NAME).exists() or not run_dir.is_dir():
+        return False
+    for path in [run_dir / SETTINGS_NAME, run_dir / LOCK_NAME, *run_dir.glob("*.png"), *run_dir.glob(".*.tmp")]:
+        path.unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "wandb", ignore_errors=True)
+    if not any(run_dir.iterdir()):
+        run_dir.rmdir()
+    return True
 
 
 def _png_decodes(path: Path) -> bool:

@@ -124,5 +124,12 @@ def load_checkpoint(path: str | Path, data_root: str | None = None) -> Calibrate
     use_preferred_memory_format(net)
     if info.test_time_flip:
         net = MirrorAveraged(net)
-    model = CalibratedModel(net, info.calibration, info.name, info.dataset, dataset_info(info.dataset).class_names)
+    model = CalibratedModel(
+        net,
+        info.calibration,
+        info.name,
+        info.dataset,
+        dataset_info(info.dataset).class_names,
+        info.metrics.get("test_accuracy"),
+    )
     return model.eval().requires_grad_(False)

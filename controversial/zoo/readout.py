@@ -117,9 +117,11 @@ class CalibratedModel(nn.Module):
         name: str,
         dataset: str,
         class_names: tuple[str, ...],
+        test_accuracy: float | None = None,
     ) -> None:
         super().__init__()
         self.net = net
+        self.test_accuracy = test_accuracy  # the model card's, so a reader can check a result is plausible
         self.calibration = calibration
         self.name = name
         self.dataset = dataset

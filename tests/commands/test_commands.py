@@ -33,6 +33,7 @@ REQUIRED = {  # values a command cannot run without, so that only the tested val
     "design_study": ["sweep_dir=x", "name=s", "models=[vgg,abs]"],
     "serve_study": ["study_dir=x"],
     "fidelity": ["images=."],
+    "pilot_study": ["study_dir=x", "rater=vgg"],
 }
 
 

@@ -107,7 +107,7 @@ def test_bad_sweep_dirs_and_class_pairs_are_user_errors(tmp_path, sweep):
     cfg = OverviewSettings(
         sweep_dir=str(tmp_path / "none"), out_dir=str(tmp_path / "o"), fig2_class_pairs=[(7, 3)], progress=False
     )
-    with pytest.raises(UserError, match="no .*/<pair>/manifest.csv"):
+    with pytest.raises(UserError, match="none does not exist: pass a synthesize.py run folder"):
         overview_task.run(cfg, Invocation(tmp_path / "o"))
     cfg = cfg.model_copy(update={"sweep_dir": str(sweep), "fig2_class_pairs": [(3, 3)]})
     with pytest.raises(UserError, match=r"fig2_class_pairs: \[3, 3\]"):

@@ -69,6 +69,10 @@ def _mlp(sizes: list[int]) -> nn.Sequential:
 
 
 class AnalysisBySynthesis(nn.Module):
+    # Synthesis stays float32 (controversial.synthesis.engine): its logits are minus fit losses that differ
+    # by little between classes, and bfloat16 autocast flipped the top class of 77% of 90 noise images
+    # (input-gradient cosine 0.969), though it ran the step about 2x faster (docs/benchmarks.md).
+    bfloat16_synthesis = False
     prior_samples: torch.Tensor
 
     def __init__(

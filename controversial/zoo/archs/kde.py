@@ -34,6 +34,10 @@ FLOAT32_UNIT_ROUNDOFF = 2.0**-24
 
 
 class GaussianKDE(nn.Module):
+    # Synthesis stays float32 (controversial.synthesis.engine): the candidate certificate bounds the rounding
+    # error of the float32 ranking product, which bfloat16 autocast would round to 8 bits, so a certified sum
+    # could miss an image that matters. (On 90 noise images bf16 changed nothing visible; docs/benchmarks.md.)
+    bfloat16_synthesis = False
     points: torch.Tensor
     squared_norms: torch.Tensor
     squared_norms32: torch.Tensor
