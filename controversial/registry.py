@@ -41,7 +41,7 @@ class Registry(Generic[T]):
         """Decorator: add the decorated object under ``name``; a name already taken is refused."""
 
         def decorator(entry: E) -> E:
-            self.add(name, entry)  # type: ignore[arg-type]
+            self.add(name, entry)  # type: ignore[arg-type]  # E is a T: a TypeVar cannot be bound by T
             return entry
 
         return decorator

@@ -39,6 +39,7 @@ def create_app(settings: ServeStudySettings, admin_token: str | None = None) -> 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # innermost
     app.add_middleware(ServerErrors)
     app.add_middleware(SecurityHeaders)  # outermost: every response, a 500 included
+    # Starlette types every handler as taking any Exception; this one is registered for its own class only.
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     for router in (participant.router, admin.router, static.router):
         app.include_router(router)
