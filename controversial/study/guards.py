@@ -20,6 +20,8 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, MutableMapping
 
+from controversial.errors import UserError
+
 # An ASGI scope or message is a dict whose values' types depend on their keys (bytes pairs under "headers",
 # an int under "status"), which a Mapping type cannot say: Any, as in asgiref's and Starlette's own aliases.
 Scope = MutableMapping[str, Any]
@@ -211,7 +213,7 @@ class RateLimiter:
         self, per_minute: float, burst: int, max_clients: int = 100_000, clock: Callable[[], float] = time.monotonic
     ) -> None:
         if per_minute <= 0 or burst < 1:
-            raise ValueError(f"rate limit: per_minute={per_minute} must be > 0 and burst={burst} at least 1")
+            raise UserError(f"rate limit: per_minute={per_minute} must be > 0 and burst={burst} at least 1")
         self.rate, self.burst, self.max_clients, self.clock = per_minute / 60.0, float(burst), max_clients, clock
         self.buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last update)
         self.lock = threading.Lock()

@@ -37,6 +37,7 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torch.optim.swa_utils import update_bn
 
+from controversial.errors import UserError
 from controversial.zoo.attacks import NORMS, ball_start, module_device, per_image_norm, pgd_accuracy, project
 from controversial.zoo.energy_training import (
     EnergySettings,
@@ -82,11 +83,11 @@ class AdversarialSettings:
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
-            raise ValueError(f"adversarial.norm '{self.norm}' unknown; allowed: {', '.join(NORMS)}")
+            raise UserError(f"adversarial.norm '{self.norm}' unknown; allowed: {', '.join(NORMS)}")
         if self.attack not in ATTACKS:
-            raise ValueError(f"adversarial.attack '{self.attack}' unknown; allowed: {', '.join(ATTACKS)}")
+            raise UserError(f"adversarial.attack '{self.attack}' unknown; allowed: {', '.join(ATTACKS)}")
         if self.eps <= 0:
-            raise ValueError(f"adversarial.eps must be > 0, got {self.eps}")
+            raise UserError(f"adversarial.eps must be > 0, got {self.eps}")
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class FastRecipe:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(extra) - known - {"monitor_images"})
         if unknown:
-            raise ValueError(
+            raise UserError(
                 f"model.train.extra has unknown key(s) {unknown} for the fast recipe; allowed: {sorted(known)}"
             )
         values = {k: v for k, v in extra.items() if k in known}
@@ -118,13 +119,13 @@ class FastRecipe:
                 given = dict(values[key])
                 allowed = {f.name for f in fields(schema)}
                 if set(given) - allowed:
-                    raise ValueError(
+                    raise UserError(
                         f"model.train.extra.{key} has unknown key(s) {sorted(set(given) - allowed)};"
                         f" allowed: {sorted(allowed)}"
                     )
                 values[key] = schema(**given)
         if values.get("adversarial") is not None and values.get("energy") is not None:
-            raise ValueError("model.train.extra: adversarial and energy cannot be combined")
+            raise UserError("model.train.extra: adversarial and energy cannot be combined")
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
@@ -386,7 +387,7 @@ def train_fast(
     if recipe.energy is not None:
         classifier = getattr(net, "classifier", None)
         if not isinstance(classifier, nn.Module):
-            raise ValueError(
+            raise UserError(
                 "model.train.extra.energy trains a joint energy model (arch jem); "
                 f"{type(net).__name__} has no classifier"
             )

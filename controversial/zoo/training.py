@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import IDENTITY, Calibration, fit_calibration, sigmoid_nll
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
@@ -76,7 +77,7 @@ class TrainingMethod:
             return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(self.extra), dict(extra)))
         except Exception as error:
             allowed = ", ".join(self.extra.__dataclass_fields__) or "none"
-            raise ValueError(f"train.extra: {str(error).splitlines()[0]} (allowed keys: {allowed})") from None
+            raise UserError(f"train.extra: {str(error).splitlines()[0]} (allowed keys: {allowed})") from None
 
 
 def options(settings: TrainOptions) -> Any:
