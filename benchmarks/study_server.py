@@ -28,8 +28,8 @@ small ``Browser`` client below, which costs far less CPU than 1,000 httpx client
 from __future__ import annotations
 
 import argparse
-import gc
 import asyncio
+import gc
 import itertools
 import json
 import os

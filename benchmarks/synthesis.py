@@ -22,29 +22,55 @@ in turn. It also reports how many (image, class) pairs the first candidates coul
 (summed again over more) and the largest relative difference between the two variants' log-likelihoods.
 
     python benchmarks/synthesis.py --pairs '' --families '' --kde kde:vgg,kde_cifar10:pcn_cifar10
+
+Part 4 (``--precision``): for each pair, the same cells synthesized with the models' steps in float32
+and under bfloat16 autocast (``SynthesisOptions.precision``; a family that declares
+``bfloat16_synthesis = False`` stays float32 in both), and with ``--compile`` each again with every
+model's network wrapped in ``torch.compile`` (compile time included: the first synthesis of the run
+pays it). Variants are interleaved ``--repeats`` times; the table has the median time, and from the
+last repeat the accepted cells and the median hard score (both from the float32 scores of the 8-bit
+images, the acceptance rule) and the mean steps. Pairs with a model that declares
+``synthesis_init: test_image`` (conf/model/) start from random test images (the data root:
+``CONTROVERSIAL_DATA_ROOT``), others from noise. ``--cells`` takes every k-th of the 90 cells.
+
+    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --precision abs:vgg --cells 90
+    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --precision jem:wrn --cells 9 --max-steps 100
+
+Part 5 (``--step-models``): each model's forward+backward to the input at batch 90 (a synthesis step on
+noise images), float32 against bfloat16 autocast, interleaved: ms per step, and how far bf16 moves the
+outcome (top class kept, input-gradient cosine, largest change of a calibrated probability), the
+measurement behind a family's ``bfloat16_synthesis = False``. With ``--compile`` also wrapped in
+``torch.compile(dynamic=True)`` (the live batch shrinks as cells finish): the first compiled call's
+seconds (compilation) and the steady ms per step.
+
+    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --step-models vgg,abs,wrn,jem [--compile]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import statistics
 import time
 from collections.abc import Sequence
-
+from pathlib import Path
 
 import torch
+import yaml
 
-
+from controversial.data import load_uint8  # noqa: E402
 from controversial.datasets import dataset_info  # noqa: E402
-from controversial.zoo.readout import CalibratedModel  # noqa: E402
-from controversial.synthesis.options import SynthesisOptions  # noqa: E402
+from controversial.references.kde import full_sum_log_likelihoods  # noqa: E402
 from controversial.synthesis.engine import (  # noqa: E402
     BatchResult,
+    bfloat16_native,
     noise_images,
     ordered_class_pairs,
     synthesize_batch,
 )
+from controversial.synthesis.options import SynthesisOptions  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
-from controversial.references.kde import full_sum_log_likelihoods  # noqa: E402
+from controversial.zoo.readout import CalibratedModel  # noqa: E402
 
 MNIST_MODELS = "vgg,vgg_neg,capsnet,pcn,madry_linf,madry_l2,capsnet_recon,kde,abs"
 
@@ -273,6 +299,149 @@ def time_kde_steps(pairs: list[str], steps: int) -> str:
     return table(header, rows)
 
 
+def starts(models: Sequence[CalibratedModel], cells: list[tuple[int, int]]) -> torch.Tensor:
+    """Noise, or random test images (one fixed pick per cell) when a model declares synthesis_init: test_image."""
+    shape = dataset_info(models[0].dataset).image_shape
+    declared = [yaml.safe_load(Path(f"conf/model/{m.name}.yaml").read_text()).get("synthesis_init") for m in models]
+    if "test_image" not in declared:
+        return noise_images(cells, [0] * len(cells), shape)
+    images, _ = load_uint8(models[0].dataset, "test", os.environ.get("CONTROVERSIAL_DATA_ROOT", "data"), False)
+    picks = torch.randint(len(images), (len(cells),), generator=torch.Generator().manual_seed(0))
+    return images[picks].float() / 255
+
+
+def compare_precision(
+    pairs: list[str], n_cells: int, repeats: int, compile_too: bool, settings: SynthesisOptions
+) -> str:
+    cells = ordered_class_pairs()[:: max(1, 90 // n_cells)][:n_cells]
+    variants = [("fp32", False), ("bf16", False)] + ([("fp32", True), ("bf16", True)] if compile_too else [])
+    print(
+        f"\nfloat32 vs bfloat16 autocast{' and eager vs torch.compile' if compile_too else ''}: {len(cells)} cells, "
+        f"at most {settings.max_steps} steps; variants interleaved {repeats}x, median time; bf16 native on this "
+        f"CPU: {bfloat16_native(torch.device('cpu'))}",
+        flush=True,
+    )
+    header = ["pair", "variant", "time (s)", "runs (s)", "accepted", "median hard score", "mean steps", "speed-up"]
+    rows = []
+    for pair in pairs:
+        names = pair.split(":")
+        eager = [load_model(name) for name in names]
+        compiled = [load_model(name) for name in names] if compile_too else []
+        for model in compiled:
+            model.net = torch.compile(model.net, dynamic=True)
+        initial = starts(eager, cells)
+        targets = torch.tensor(cells)
+        warm_up(eager, settings)
+        results: dict[str, list[BatchResult]] = {}
+        for _ in range(repeats):
+            for precision, use_compile in variants:
+                label = f"{precision}{' compiled' if use_compile else ''}"
+                run_settings = settings.model_copy(update={"precision": precision})
+                try:
+                    result = synthesize_batch(compiled if use_compile else eager, targets, initial, run_settings)
+                except Exception as error:  # noqa: BLE001  (torch.compile refuses some models: report, go on)
+                    print(f"  {pair} {label}: failed: {type(error).__name__}: {str(error).splitlines()[0]}")
+                    continue
+                results.setdefault(label, []).append(result)
+                print(f"  {pair} {label}: {result.total_seconds:.1f} s", flush=True)
+        base = statistics.median(r.total_seconds for r in results["fp32"])
+        for label, runs in results.items():
+            last, seconds = runs[-1], statistics.median(r.total_seconds for r in runs)
+            rows.append(
+                [
+                    pair.replace(":", "-"),
+                    label,
+                    f"{seconds:.1f}",
+                    ", ".join(f"{r.total_seconds:.1f}" for r in runs),
+                    f"{int((last.hard >= settings.threshold).sum())}/{len(cells)}",
+                    f"{last.hard.median():.3f}",
+                    f"{last.steps.float().mean():.0f}",
+                    f"{base / seconds:.2f}x",
+                ]
+            )
+            print(table(header, rows[-1:]).splitlines()[-1], flush=True)
+    return table(header, rows)
+
+
+def step_variants(model: CalibratedModel, compile_too: bool, repeats: int = 5) -> dict[str, float]:
+    """One model's forward+backward to the input at batch 90 (a synthesis step): ms per step eager in fp32 and
+    under bf16 autocast (and compiled, with the first compiled call's seconds), interleaved; and how far bf16
+    moves the outcome on these noise images: the share whose top class stays, the mean cosine of the input
+    gradients, the largest change of a calibrated probability."""
+    images = torch.rand(90, *dataset_info(model.dataset).image_shape, generator=torch.Generator().manual_seed(0))
+    rows = torch.arange(90)
+    eager_net = model.net
+    compiled_net = torch.compile(model.net, dynamic=True) if compile_too else None
+
+    def step(net: torch.nn.Module, bfloat16: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        model.net = net
+        x = images.clone().requires_grad_(True)
+        model.reset_state()
+        model.set_active_rows(rows)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+            out = model(x).float()
+        out.sum().backward()
+        return out.detach(), x.grad
+
+    variants = {"fp32": (eager_net, False), "bf16": (eager_net, True)}
+    if compiled_net is not None:
+        variants |= {"fp32 compiled": (compiled_net, False), "bf16 compiled": (compiled_net, True)}
+    out: dict[str, float] = {}
+    try:
+        outputs = {}
+        for label, (net, bfloat16) in variants.items():  # first calls: warm-up, and compilation
+            start = time.perf_counter()
+            outputs[label] = step(net, bfloat16)
+            out[f"{label} first"] = time.perf_counter() - start
+        times: dict[str, list[float]] = {}
+        for _ in range(repeats):
+            for label, (net, bfloat16) in variants.items():
+                start = time.perf_counter()
+                step(net, bfloat16)
+                times.setdefault(label, []).append(time.perf_counter() - start)
+    finally:
+        model.net = eager_net
+        model.reset_state()
+    out |= {label: 1000 * statistics.median(t) for label, t in times.items()}
+    (full, grad_full), (low, grad_low) = outputs["fp32"], outputs["bf16"]
+    out["top class kept"] = float((full.argmax(1) == low.argmax(1)).float().mean())
+    out["gradient cosine"] = float(
+        torch.nn.functional.cosine_similarity(grad_full.flatten(1), grad_low.flatten(1)).mean()
+    )
+    out["max probability change"] = float((torch.sigmoid(full) - torch.sigmoid(low)).abs().max())
+    return out
+
+
+def compare_steps(names: list[str], compile_too: bool) -> str:
+    print(
+        "\none model's forward+backward to the input at batch 90: fp32 vs bf16 autocast, eager vs compiled", flush=True
+    )
+    header = ["model", "fp32 ms/step", "bf16 ms/step", "bf16 gain", "top class kept", "gradient cosine", "max dp"]
+    if compile_too:
+        header += ["compile s (fp32/bf16)", "compiled ms (fp32/bf16)", "compile gain (fp32/bf16)"]
+    rows = []
+    for name in names:
+        r = step_variants(load_model(name), compile_too)
+        row = [
+            name,
+            f"{r['fp32']:.1f}",
+            f"{r['bf16']:.1f}",
+            f"{r['fp32'] / r['bf16']:.2f}x",
+            f"{r['top class kept']:.2f}",
+            f"{r['gradient cosine']:.3f}",
+            f"{r['max probability change']:.3f}",
+        ]
+        if compile_too:
+            row += [
+                f"{r['fp32 compiled first']:.0f} / {r['bf16 compiled first']:.0f}",
+                f"{r['fp32 compiled']:.1f} / {r['bf16 compiled']:.1f}",
+                f"{r['fp32'] / r['fp32 compiled']:.2f}x / {r['bf16'] / r['bf16 compiled']:.2f}x",
+            ]
+        rows.append(row)
+        print(table(header, rows[-1:]).splitlines()[-1], flush=True)
+    return table(header, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -291,6 +460,10 @@ def main() -> None:
     parser.add_argument("--fallback-partner", default="vgg_neg", help="the partner of --partner itself in part 2")
     parser.add_argument("--kde", default="kde:vgg", help="comma-separated kde:partner pairs for part 3 ('' to skip)")
     parser.add_argument("--kde-steps", type=int, default=30, help="synthesis steps recorded and replayed in part 3")
+    parser.add_argument("--precision", default="", help="comma-separated model_a:model_b pairs for part 4")
+    parser.add_argument("--cells", type=int, default=90, help="part 4: this many of the 90 cells (every k-th)")
+    parser.add_argument("--compile", action="store_true", help="parts 4 and 5: also each precision compiled")
+    parser.add_argument("--step-models", default="", help="comma-separated models for part 5")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
     settings = SynthesisOptions(max_steps=args.max_steps)
@@ -305,6 +478,10 @@ def main() -> None:
         tables.append(time_families(args.families.split(","), args.partner, args.fallback_partner, settings))
     if args.kde:
         tables.append(time_kde_steps(args.kde.split(","), args.kde_steps))
+    if args.precision:
+        tables.append(compare_precision(args.precision.split(","), args.cells, args.repeats, args.compile, settings))
+    if args.step_models:
+        tables.append(compare_steps(args.step_models.split(","), args.compile))
     print("\n" + "\n\n".join(tables))
 
 

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from controversial.errors import UserError
 from controversial.options import Options
 from controversial.tasks import Invocation, command_names, command_settings
 
@@ -32,7 +33,7 @@ def settings(name: str, overrides: Sequence[str] = ()) -> Options:
     from controversial.cli import load_settings
 
     if name not in command_names():
-        raise ValueError(f"unknown command {name!r}; known: {', '.join(command_names())}")
+        raise UserError(f"unknown command {name!r}; known: {', '.join(command_names())}")
     _register_groups(name)
     return load_settings(name, command_settings(name), list(overrides))
 

@@ -8,7 +8,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
-
 _UMASK = os.umask(0)
 os.umask(_UMASK)
 

@@ -8,13 +8,14 @@ be imported before torch or numpy.
 from __future__ import annotations
 
 # ruff: noqa: E402  (thread defaults are applied before torch and numpy are imported)
-
 from controversial.threads import apply_thread_defaults
 
 apply_thread_defaults()
 
+import difflib
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -45,14 +46,14 @@ EXIT_USER_ERROR, EXIT_INTERNAL_ERROR = 2, 1
 STARTED = time.time()
 S = TypeVar("S", bound=Options)
 
-# Errors that describe the user's input or environment, shown as one paragraph (exit 2). ValueError is
-# included: the library raises it for bad values and malformed files, naming the file, row and column.
+# Errors that describe the user's input or environment, shown as one paragraph (exit 2). The library raises
+# UserError (a ValueError) for bad values and malformed files, naming the file, row and column; any other
+# exception, a plain ValueError from a bug included, is an internal error with its traceback a switch away.
 INPUT_ERRORS = (
     UserError,
     ValidationError,
     HydraException,
     OmegaConfBaseException,
-    ValueError,
     FileNotFoundError,
     NotADirectoryError,
     IsADirectoryError,
@@ -93,9 +94,30 @@ def _show(value: Any) -> str:
     return "null" if value is None else (str(value) if not isinstance(value, dict) else "{...}")
 
 
+def _unknown_setting(error: BaseException) -> str | None:
+    """``modela=abs``: Hydra suggests ``+modela=abs``, which only fails later; name the setting it resembles."""
+    cause = error.__cause__
+    if not isinstance(cause, OmegaConfBaseException) or "is not in struct" not in str(cause):
+        return None
+    parent, key = getattr(cause, "parent_node", None), str(getattr(cause, "key", ""))
+    known = [str(k) for k in parent.keys() if k != "hydra"] if parent is not None else []
+    squashed = {k.replace("_", "").lower(): k for k in known}
+    close = difflib.get_close_matches(key.replace("_", "").lower(), list(squashed), n=1, cutoff=0.75)
+    name = cause.full_key or key
+    if not close:
+        return f"unknown setting '{name}'"
+    suggestion = name[: -len(key)] + squashed[close[0]]
+    value = re.search(r"use \+\S+?=(\S+)", str(error))
+    return f"unknown setting '{name}'; did you mean {suggestion}" + (
+        f" ({suggestion}={value.group(1)})?" if value else "?"
+    )
+
+
 def error_message(error: BaseException) -> str:
     if isinstance(error, ValidationError):
         text = describe_validation_error(error)
+    elif isinstance(error, HydraException) and (unknown := _unknown_setting(error)):
+        text = unknown
     elif isinstance(error, HydraException):
         text = str(error).split("Config search path:")[0]
         if isinstance(error.__cause__, OmegaConfBaseException):

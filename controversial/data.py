@@ -103,7 +103,7 @@ def _cifar_local(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor] | 
     info = DATASETS["cifar10"]
     dataset = ImageFolder(folder)
     if tuple(dataset.classes) != info.class_names:
-        raise ValueError(f"{folder}: class folders {dataset.classes} differ from CIFAR-10's {list(info.class_names)}")
+        raise UserError(f"{folder}: class folders {dataset.classes} differ from CIFAR-10's {list(info.class_names)}")
     cache_dir = decoded_cache_dir()
     cache = None
     if cache_dir is not None:
@@ -153,7 +153,7 @@ def load_uint8(
     """Images as uint8 (N,C,H,W) and labels as int64 (N,), from the data root or a download."""
     dataset_info(name)
     if split not in SPLITS:
-        raise ValueError(f"unknown split '{split}'; known: {', '.join(SPLITS)}")
+        raise UserError(f"unknown split '{split}'; known: {', '.join(SPLITS)}")
     data_root = resolve_data_root(root)
     local_reader = _mnist_local if name == "mnist" else _cifar_local
     for reader in (local_reader, lambda r, s: _torchvision_cached(name, r, s)):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
+from controversial.errors import UserError
 from controversial.options import Options
 
 
@@ -37,7 +38,7 @@ DATASETS: dict[str, DatasetInfo] = {
 
 def dataset_info(name: str) -> DatasetInfo:
     if name not in DATASETS:
-        raise ValueError(f"unknown dataset '{name}'; known: {', '.join(DATASETS)}")
+        raise UserError(f"unknown dataset '{name}'; known: {', '.join(DATASETS)}")
     return DATASETS[name]
 
 

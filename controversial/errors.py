@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 
 
-class UserError(Exception):
-    """A problem with the user's request or files, explained in plain words."""
+class UserError(ValueError):
+    """A problem with the user's request or files, explained in plain words (a ValueError, so code that
+    validates values, pydantic's validators included, treats it as one)."""
 
 
-class InputError(UserError, ValueError):
+class InputError(UserError):
     """A file that cannot be read as what it should be; the message names the file, row and column."""
 
 

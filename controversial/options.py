@@ -13,6 +13,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic_core import to_jsonable_python
 
+from controversial.errors import UserError
+
 Probability = Annotated[float, Field(gt=0, le=1)]
 Fraction = Annotated[float, Field(ge=0, le=1)]
 Count = Annotated[int, Field(ge=1)]
@@ -30,14 +32,14 @@ def one_of(value: str, allowed: Iterable[str]) -> str:
     """``value`` if it is among ``allowed``; else a ValueError that lists what is."""
     allowed = list(allowed)
     if value not in allowed:
-        raise ValueError(f"{value!r} is not one of: {', '.join(allowed)}")
+        raise UserError(f"{value!r} is not one of: {', '.join(allowed)}")
     return value
 
 
 def ordered_range(bounds: tuple[float, float]) -> tuple[float, float]:
     """``[low, high]`` with ``0 <= low <= high``."""
     if not 0 <= bounds[0] <= bounds[1]:
-        raise ValueError(f"[{bounds[0]}, {bounds[1]}] is not a range [low, high] with 0 <= low <= high")
+        raise UserError(f"[{bounds[0]}, {bounds[1]}] is not a range [low, high] with 0 <= low <= high")
     return bounds
 
 

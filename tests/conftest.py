@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controversial.zoo.readout import Calibration, CalibratedModel
+from controversial.zoo.readout import CalibratedModel, Calibration
 from controversial.zoo.registry import create_arch
 
 OPT_IN_MARKERS = ("slow", "data", "browser", "cluster")

@@ -13,17 +13,16 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from controversial.config import CONF_DIR, register_model_options
 from controversial.api import settings
-from controversial.cli import register_defaults
-from controversial.tasks import Invocation, settings_schema, synthesize
+from controversial.config import CONF_DIR, register_model_options
 from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
 from controversial.synthesis.stimuli import save_png
+from controversial.synthesis.sweeps import register_pair_options
+from controversial.tasks import Invocation
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
-from controversial.synthesis.sweeps import register_pair_options
 
 IMAGE_SHAPES = {"mnist": [1, 28, 28], "cifar10": [3, 32, 32]}
 
@@ -45,7 +44,10 @@ def write_tiny_checkpoints(folder: Path, names: Sequence[str], dataset: str) -> 
 
 def compose_synthesize(*overrides: str):
     """The synthesize config with these overrides, Hydra's own section included."""
-    register_defaults("synthesize", settings_schema(synthesize.run))  # the base node conf/synthesize.yaml composes
+    from controversial.cli import register_defaults
+    from controversial.tasks.synthesize import SynthesizeSettings
+
+    register_defaults("synthesize", SynthesizeSettings)
     register_pair_options(register_model_options())
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose("synthesize", overrides=list(overrides), return_hydra_config=True)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controversial.analysis.correlation import Measure, correlation_matrix
+from controversial.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ def noise_ceiling(human: np.ndarray, measure: Measure = "pearson") -> NoiseCeili
     human = np.asarray(human, dtype=np.float64)
     S = human.shape[0]
     if S < 2:
-        raise ValueError("a noise ceiling needs at least two participants")
+        raise UserError("a noise ceiling needs at least two participants")
     total = human.sum(axis=0)
     lower = np.array(
         [correlation_matrix(human[s : s + 1], (total - human[s])[None] / (S - 1), measure)[0, 0] for s in range(S)]

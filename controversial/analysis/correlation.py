@@ -11,8 +11,10 @@ from typing import Literal
 import numpy as np
 from scipy import stats
 
+from controversial.errors import UserError
+
 Measure = Literal["pearson", "spearman", "kendall"]
-MEASURES: tuple[str, ...] = ("pearson", "spearman", "kendall")
+MEASURES: tuple[Measure, ...] = ("pearson", "spearman", "kendall")
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
@@ -38,7 +40,7 @@ def correlation_matrix(a: np.ndarray, b: np.ndarray, measure: Measure = "pearson
     if measure == "kendall":
         a, b = _flat(a), _flat(b)
         return np.array([[stats.kendalltau(x, y, variant="b").statistic for y in b] for x in a])
-    raise ValueError(f"unknown measure {measure!r}; allowed: {', '.join(MEASURES)}")
+    raise UserError(f"unknown measure {measure!r}; allowed: {', '.join(MEASURES)}")
 
 
 def participant_model_correlations(human: np.ndarray, model: np.ndarray, measure: Measure = "pearson") -> np.ndarray:

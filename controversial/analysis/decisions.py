@@ -10,6 +10,8 @@ from typing import Literal
 
 import numpy as np
 
+from controversial.errors import UserError
+
 TieRule = Literal["random", "first", "abstain"]
 TIE_RULES: tuple[str, ...] = ("random", "first", "abstain")
 ABSTAIN = -1
@@ -19,7 +21,7 @@ def decide(ratings: np.ndarray, tie_rule: TieRule = "random", seed: int = 0) -> 
     """Arg-max over the last axis. Ties: ``random`` (uniform among the maxima, seeded), ``first``
     (lowest category index), or ``abstain`` (returns -1, scored as a missed response)."""
     if tie_rule not in TIE_RULES:
-        raise ValueError(f"unknown tie_rule {tie_rule!r}; allowed: {', '.join(TIE_RULES)}")
+        raise UserError(f"unknown tie_rule {tie_rule!r}; allowed: {', '.join(TIE_RULES)}")
     ratings = np.asarray(ratings, dtype=np.float64)
     is_max = ratings >= ratings.max(axis=-1, keepdims=True) - 1e-12
     if tie_rule == "first":

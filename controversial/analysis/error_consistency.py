@@ -20,6 +20,7 @@ from typing import Iterator, Literal, Sequence
 import numpy as np
 from scipy import stats
 
+from controversial.errors import UserError
 from controversial.records.choices import Trial
 from controversial.records.csvfile import InputError
 
@@ -76,7 +77,7 @@ def c_obs(correct_i: np.ndarray, correct_j: np.ndarray) -> float:
 def kappa(observed: np.ndarray, expected: np.ndarray, c_exp_one: CExpOne = "nan") -> np.ndarray:
     """Cohen's kappa (c_obs - c_exp) / (1 - c_exp), with the c_exp = 1 case decided by ``c_exp_one``."""
     if c_exp_one not in ("nan", "one"):
-        raise ValueError(f"unknown c_exp_one {c_exp_one!r}; allowed: nan, one")
+        raise UserError(f"unknown c_exp_one {c_exp_one!r}; allowed: nan, one")
     observed, expected = np.asarray(observed, dtype=float), np.asarray(expected, dtype=float)
     degenerate = np.isclose(expected, 1.0, rtol=0, atol=1e-12)
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -137,7 +138,7 @@ def consistency(data: DecisionData, aggregation: Aggregation = "whole", c_exp_on
         with np.errstate(invalid="ignore", divide="ignore"):
             return Consistency(data.names, n, accuracy, *stats, unbiased_kappa(stats[2], n))
     if aggregation != "per_condition":
-        raise ValueError(f"unknown aggregation {aggregation!r}; allowed: whole, per_condition")
+        raise UserError(f"unknown aggregation {aggregation!r}; allowed: whole, per_condition")
     per = []
     for condition in sorted(set(data.conditions.tolist())):
         mask = data.conditions == condition

@@ -15,9 +15,11 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from controversial.errors import UserError
 from controversial.records.manifest import read_manifest
 from controversial.records.names import Scheme, StimulusName, parse_name
 from controversial.records.responses import write_model_responses
+from controversial.records.runs import find_manifests, newest_rows
 from controversial.synthesis.stimuli import DisplayConvention, Inversion, display_convention, load_png
 from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import CalibratedModel
@@ -38,6 +40,8 @@ def stimuli_from_folder(folder: str | Path, naming: Scheme = "project") -> list[
     """Every PNG in ``folder`` (sorted), named by ``naming``. A repeated presentation (``_repeated``) must
     hold the same pixels as its first presentation and is listed once; differing pixels are an error."""
     folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder}: {'a file, not a folder' if folder.exists() else 'no such folder'}")
     paths = sorted(p for p in folder.glob("*.png") if p.name not in _NOT_STIMULI)
     if not paths:
         raise FileNotFoundError(f"{folder}: no PNG images")
@@ -52,27 +56,29 @@ def stimuli_from_folder(folder: str | Path, naming: Scheme = "project") -> list[
     for path, name in repeats:
         original = first.get(name.image)
         if original is None:
-            raise ValueError(
+            raise UserError(
                 f"{path}: a repeated presentation, but its first presentation {name.image}.png is not in {folder}"
             )
         if not np.array_equal(load_png(path), load_png(original.path)):
-            raise ValueError(f"{path}: a repeated presentation whose pixels differ from {original.path}")
+            raise UserError(f"{path}: a repeated presentation whose pixels differ from {original.path}")
     if repeats:
         log.info("%s: %d repeated presentations (same pixels) listed once", folder, len(repeats))
     return list(first.values())
 
 
 def stimuli_from_manifest(path: str | Path, include_rejected: bool = False) -> list[StimulusImage]:
-    """The images a synthesis manifest lists (accepted ones unless ``include_rejected``)."""
+    """The images a synthesis manifest lists (accepted ones unless ``include_rejected``); a folder stands for
+    the manifests of the runs in it (a run, a sweep, or a folder of them: ``records.runs``)."""
     path = Path(path)
-    rows = [r for r in read_manifest(path) if r.image_file and (r.accepted or include_rejected)]
+    found = newest_rows(find_manifests(path))[0] if path.is_dir() else [(path, r) for r in read_manifest(path)]
+    rows = [(m, r) for m, r in found if r.image_file and (r.accepted or include_rejected)]
     if not rows:
-        raise ValueError(f"{path}: no {'' if include_rejected else 'accepted '}images listed")
+        raise UserError(f"{path}: no {'' if include_rejected else 'accepted '}images listed")
     return [
         StimulusImage(
-            Path(r.image_file).name, path.parent / r.image_file, (r.model_a, r.model_b, r.class_a_name, r.class_b_name)
+            Path(r.image_file).name, m.parent / r.image_file, (r.model_a, r.model_b, r.class_a_name, r.class_b_name)
         )
-        for r in rows
+        for m, r in rows
     ]
 
 
@@ -82,7 +88,7 @@ def load_images(stimuli: Sequence[StimulusImage], invert: Inversion = "auto") ->
     images = [load_png(s.path) for s in stimuli]
     shapes = {im.shape for im in images}
     if len(shapes) > 1:
-        raise ValueError(f"stimuli differ in shape ({sorted(shapes)}); evaluate one dataset's images at a time")
+        raise UserError(f"stimuli differ in shape ({sorted(shapes)}); evaluate one dataset's images at a time")
     convention = display_convention(images, invert)
     pixels = np.stack(images)
     return (1.0 - pixels if convention.invert else pixels), convention
@@ -101,6 +107,33 @@ def probabilities(models: Sequence[CalibratedModel], images: np.ndarray, batch_s
     return np.stack(out)
 
 
+def implausible_accuracies(
+    models: Sequence[CalibratedModel], stimuli: Sequence[StimulusImage], p: np.ndarray, margin: float = 0.25
+) -> list[str]:
+    """One line per model whose arg-max accuracy on the natural test images among ``stimuli`` is more than
+    ``margin`` below its model card's test accuracy: the usual sign of images in the wrong display convention
+    (inverted or not), which otherwise only shows as a model that predicts people badly."""
+    natural = [
+        (n, s.name.true_class)
+        for n, s in enumerate(stimuli)
+        if s.name is not None and s.name.kind == "natural" and s.name.true_class
+    ]
+    lines = []
+    for m, model in enumerate(models):
+        known = [(n, model.class_names.index(c)) for n, c in natural if c in model.class_names]
+        if model.test_accuracy is None or len(known) < 5:
+            continue
+        index, truth = np.array(known).T
+        accuracy = float((p[m, index].argmax(axis=1) == truth).mean())
+        if accuracy < model.test_accuracy - margin:
+            lines.append(
+                f"{model.name}: {100 * accuracy:.0f}% correct on the {len(known)} natural images here, "
+                f"{100 * model.test_accuracy:.0f}% on its model card's test set; are the images inverted "
+                "the wrong way (see invert=)?"
+            )
+    return lines
+
+
 def write_responses(
     path: str | Path,
     models: Sequence[CalibratedModel],
@@ -111,13 +144,13 @@ def write_responses(
     """Evaluate every model on every stimulus and write the PNAS model-format CSV atomically."""
     names = [m.name for m in models]
     if len(set(names)) != len(names):
-        raise ValueError(f"model names must be unique; got {', '.join(names)}")
+        raise UserError(f"model names must be unique; got {', '.join(names)}")
     classes = {tuple(m.class_names) for m in models}
     if len(classes) != 1:
-        raise ValueError(f"models disagree on class names: {sorted(classes)}")
+        raise UserError(f"models disagree on class names: {sorted(classes)}")
     images = [s.image for s in stimuli]
     if len(set(images)) != len(images):
-        raise ValueError("two stimuli share an image name; the image column would be ambiguous")
+        raise UserError("two stimuli share an image name; the image column would be ambiguous")
     class_names = classes.pop()
     images, convention = load_images(stimuli, invert)
     p = probabilities(models, images, batch_size)

@@ -9,13 +9,13 @@ downstream notebooks read one typed structure.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
 
-from controversial.analysis.bootstrap import LOWER, pairwise_tests, percentile_ci, pooled_bootstrap
+from controversial.analysis.bootstrap import LOWER, Distributions, pairwise_tests, percentile_ci, pooled_bootstrap
 from controversial.analysis.ceilings import noise_ceiling
-from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.correlation import participant_model_correlations
 from controversial.analysis.decisions import decide
 from controversial.analysis.error_consistency import (
@@ -26,6 +26,7 @@ from controversial.analysis.error_consistency import (
     group_mean_ci,
     null_band,
 )
+from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.results import (
     BootstrapResult,
     CategoricalConsistency,
@@ -43,7 +44,9 @@ from controversial.analysis.results import (
     StudySummary,
     SubsetResult,
 )
-from controversial.analysis.study import NATURAL, Study
+from controversial.analysis.study import NATURAL, Exclusion, Study
+from controversial.errors import UserError
+from controversial.records.csvfile import InputError
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +57,66 @@ def _matrix(x: np.ndarray) -> list:
     return np.where(np.isfinite(x), x, np.nan).tolist()
 
 
+def _differences(dist: Distributions, names: Sequence[str], level: float) -> tuple[np.ndarray, ...]:
+    """Row minus column mean r for every pair of ``names``, with the percentile CI of its resampled values, so a
+    p-value is read next to the size of the difference it tests."""
+    columns = [dist.names.index(n) for n in names]
+    estimates = dist.estimates[columns]
+    low, high = np.full((len(names),) * 2, np.nan), np.full((len(names),) * 2, np.nan)
+    for i, a in enumerate(columns):
+        for j, b in enumerate(columns):
+            if i != j:
+                low[i, j], high[i, j] = percentile_ci((dist.samples[:, a] - dist.samples[:, b])[:, None], level)[0]
+    return estimates[:, None] - estimates[None, :], low, high
+
+
+def _undefined_rule(subs: Sequence[Study], name: str) -> tuple[list[Study], list[Exclusion], str | None]:
+    """The stated rule for correlations a subset leaves undefined (a constant pattern correlates with nothing).
+
+    A participant whose ratings are the same for every (image, category) of the subset is left out of that
+    subset only (recorded as an exclusion naming them and the N that remains), so no NaN reaches a mean, a rank
+    or a CI. The subset is not scored at all, with the reason returned, when a model's probabilities are constant
+    on it or fewer than two participants of a replication remain (a noise ceiling needs two).
+    """
+    constant_models = [m for i, m in enumerate(subs[0].models) if any(np.ptp(s.model[i]) == 0 for s in subs)]
+    kept, exclusions = [], []
+    for s in subs:
+        flat = s.human.reshape(len(s.participants), -1)
+        varying = np.ptp(flat, axis=1) > 0
+        if not varying.all():
+            dropped = [p for p, v in zip(s.participants, varying) if not v]
+            exclusions.append(
+                Exclusion(
+                    f"participant (subset {name})",
+                    "same rating for every (image, category) of the subset, so their correlations are undefined; "
+                    "left out of this subset only",
+                    len(dropped),
+                    f"{', '.join(dropped)}; N = {int(varying.sum())} remain",
+                )
+            )
+        kept.append(
+            replace(s, participants=tuple(p for p, v in zip(s.participants, varying) if v), human=s.human[varying])
+        )
+    reason = None
+    if constant_models:
+        reason = (
+            f"model(s) {', '.join(constant_models)} give the same probability to every (image, category) of this "
+            "subset, so their correlations are undefined"
+        )
+    elif min(len(s.participants) for s in kept) < 2:
+        reason = (
+            f"{min(len(s.participants) for s in kept)} participant(s) with varying ratings remain "
+            "(a noise ceiling needs two)"
+        )
+    return kept, exclusions, reason
+
+
 def evaluate_subset(
-    parts: Sequence[tuple[Study, np.ndarray]], measures: tuple[str, ...], n_resamples: int, options: AnalysisOptions
+    parts: Sequence[tuple[Study, np.ndarray]],
+    measures: tuple[str, ...],
+    n_resamples: int,
+    options: AnalysisOptions,
+    name: str = "all",
 ) -> SubsetResult:
     """Correlations, ceilings and (if ``n_resamples``) bootstrap inference on one stimulus subset.
 
@@ -63,9 +124,15 @@ def evaluate_subset(
     stimuli, e.g. the PNAS Experiment 2a and 2b): every participant is scored on their own replication's
     stimuli and the replications are pooled, each resampled on its own (participants, and stimuli stratified
     by condition within the replication; replication i uses seed + i), so a pooled resample is the
-    participant-weighted mean of the replications' resamples.
+    participant-weighted mean of the replications' resamples. Undefined correlations follow ``_undefined_rule``.
     """
-    subs = [study.subset(mask) for study, mask in parts]
+    subs, exclusions, not_scored = _undefined_rule([study.subset(mask) for study, mask in parts], name)
+    n_stimuli = int(sum(mask.sum() for _, mask in parts))
+    n_participants = sum(len(s.participants) for s in subs)
+    left_out = [e.__dict__ for e in exclusions]
+    if not_scored:
+        log.warning("subset %s is not scored: %s", name, not_scored)
+        return SubsetResult(n_stimuli, n_participants, {}, {}, left_out=left_out, not_scored=not_scored)
     models = parts[0][0].models
     correlations, ceilings = {}, {}
     for measure in measures:
@@ -78,6 +145,10 @@ def evaluate_subset(
         per_part = [noise_ceiling(s.human, measure) for s in subs]  # type: ignore[arg-type]
         lower = np.concatenate([c.lower_per_participant for c in per_part])
         upper = np.concatenate([c.upper_per_participant for c in per_part])
+        if not (np.isfinite(r).all() and np.isfinite(lower).all()):  # e.g. the others' mean pattern is constant
+            reason = f"a {measure} correlation or lower ceiling is undefined after leaving out constant participants"
+            log.warning("subset %s is not scored: %s", name, reason)
+            return SubsetResult(n_stimuli, n_participants, {}, {}, left_out=left_out, not_scored=reason)
         correlations[measure] = MeasureResult(
             mean=dict(zip(models, r.mean(axis=0).tolist())),
             per_participant={m: r[:, i].tolist() for i, m in enumerate(models)},
@@ -101,6 +172,7 @@ def evaluate_subset(
         ci = percentile_ci(dist.samples, options.bootstrap.ci_level)
         ranked = sorted(models, key=lambda m: -dist.estimates[dist.names.index(m)])
         tests = pairwise_tests(dist, include=ranked + [LOWER], alpha=options.bootstrap.alpha)
+        difference, low, high = _differences(dist, tests.names, options.bootstrap.ci_level)
         boot = BootstrapResult(
             measure="pearson",
             n_resamples=n_resamples,
@@ -118,13 +190,18 @@ def evaluate_subset(
                 p_two_tailed=_matrix(tests.p_two_tailed),
                 p_corrected=_matrix(tests.p_corrected),
                 significance=tests.significance.tolist(),
+                difference=_matrix(difference),
+                difference_low=_matrix(low),
+                difference_high=_matrix(high),
             ),
         )
     return SubsetResult(
-        n_stimuli=int(sum(mask.sum() for _, mask in parts)),
+        n_stimuli=n_stimuli,
+        n_participants=n_participants,
         measures=correlations,
         noise_ceiling=ceilings,
         bootstrap=boot,
+        left_out=left_out,
     )
 
 
@@ -133,7 +210,7 @@ def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> P
     studies are independent replications, pooled (see ``evaluate_subset``)."""
     studies = [study] if isinstance(study, Study) else list(study)
     if len({(s.models, s.categories) for s in studies}) > 1:
-        raise ValueError("replications to pool must have the same models and categories")
+        raise UserError("replications to pool must have the same models and categories")
     subsets = [s.subsets() for s in studies]
     prediction = {}
     for name, mask in subsets[0].items():
@@ -151,7 +228,9 @@ def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> P
             log.info("subset %s is not in every replication; left out", name)
             continue
         log.debug("subset %s: %d stimuli, %d resamples", name, mask.sum(), resamples)
-        prediction[name] = evaluate_subset(parts, measures, resamples, options)
+        prediction[name] = evaluate_subset(parts, measures, resamples, options, name)
+    if prediction["all"].not_scored:
+        raise InputError(f"the study cannot be scored on all stimuli: {prediction['all'].not_scored}")
     means = prediction["all"].measures["pearson"].mean
     conditions = np.concatenate([s.conditions for s in studies])
     summary = StudySummary(
@@ -161,7 +240,8 @@ def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> P
         categories=list(studies[0].categories),
         replications=len(studies),
         conditions={c: int(n) for c, n in zip(*np.unique(conditions, return_counts=True))},
-        exclusions=[e.__dict__ for s in studies for e in s.exclusions],
+        exclusions=[e.__dict__ for s in studies for e in s.exclusions]
+        + [row for subset in prediction.values() for row in subset.left_out],
     )
     return PredictionResults(study=summary, ranking=sorted(means, key=means.get, reverse=True), prediction=prediction)
 

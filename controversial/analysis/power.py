@@ -18,6 +18,7 @@ import numpy as np
 from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests
 from controversial.analysis.correlation import participant_model_correlations
 from controversial.analysis.simulate import ParticipantNoise, simulate_participants
+from controversial.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +62,9 @@ def power_curve(
     mean r in a reference panel of ``reference_participants`` simulated participants.
     """
     if correction not in ("holm-sidak", "none"):
-        raise ValueError(f"unknown correction {correction!r}; allowed: holm-sidak, none")
+        raise UserError(f"unknown correction {correction!r}; allowed: holm-sidak, none")
     if min(participant_counts) < 2:
-        raise ValueError("participant_counts must all be >= 2 (a noise ceiling needs two participants)")
+        raise UserError("participant_counts must all be >= 2 (a noise ceiling needs two participants)")
     names = tuple(names)
     seeds = np.random.SeedSequence(seed).spawn(1 + len(participant_counts) * n_simulations)
     panel = simulate_participants(truth, reference_participants, noise, seed=seeds[0])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from controversial.analysis.benchmark_report import benchmark_section
 from controversial.analysis.bootstrap import LOWER, UPPER
 from controversial.analysis.results import (
     AnalysisResults,
@@ -42,67 +43,111 @@ def _p(p: float | None, n_resamples: int) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
+    """A markdown table; a ``|`` inside a cell (the subset ``pair a|b``) is escaped so it stays one cell."""
+
+    def line(cells: list[str]) -> str:
+        return "| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |"
+
+    return [line(header), "|" + "---|" * len(header)] + [line(r) for r in rows]
 
 
 def ranking_table(subset: SubsetResult) -> list[str]:
-    """Models ranked by mean Pearson r on this subset, with CIs, rank measures and both ceilings."""
-    measures = subset.measures
-    pearson = measures["pearson"].mean
+    """Models ranked by mean Pearson r on this subset, with its bootstrap CI, and both ceilings.
+
+    Only Pearson r is resampled, so the rank measures (Spearman, Kendall), which would stand here without a CI,
+    are left to ``rank_measures_table``."""
+    pearson = subset.measures["pearson"].mean
     ranking = sorted(pearson, key=pearson.get, reverse=True)
-    ceiling = subset.noise_ceiling
+    ceiling = subset.noise_ceiling["pearson"]
     boot = subset.bootstrap
-    others = [m for m in measures if m != "pearson"]
-    header = ["rank", "model", "mean Pearson r"] + ([f"{100 * boot.ci_level:g}% CI"] if boot else []) + others
+    header = ["rank", "model", "mean Pearson r"] + ([f"{100 * boot.ci_level:g}% CI"] if boot else [])
     rows = []
     for i, model in enumerate(ranking, start=1):
         row = [str(i), model, _f(pearson[model])]
         if boot:
             row.append("[{}, {}]".format(*(_f(v) for v in boot.ci[model])))
-        row += [_f(measures[m].mean[model]) for m in others]
         rows.append(row)
     for label, key, entity in (
         ("noise ceiling, lower (leave one out)", "lower", LOWER),
         ("noise ceiling, upper (best possible)", "upper", UPPER),
     ):
-        row = ["", label, _f(getattr(ceiling["pearson"], key))]
+        row = ["", label, _f(getattr(ceiling, key))]
         if boot:
             row.append("[{}, {}]".format(*(_f(v) for v in boot.ci[entity])))
-        row += [_f(getattr(ceiling[m], key)) for m in others]
         rows.append(row)
     return _table(header, rows)
 
 
+def rank_measures_table(subset: SubsetResult) -> list[str]:
+    """Spearman and Kendall means beside Pearson, as a robustness check of the ranking (no CIs: the bootstrap
+    resamples Pearson r only)."""
+    measures = subset.measures
+    others = [m for m in measures if m != "pearson"]
+    if not others:
+        return []
+    pearson = measures["pearson"].mean
+    ranking = sorted(pearson, key=pearson.get, reverse=True)
+    rows = [[model] + [_f(measures[m].mean[model]) for m in ["pearson", *others]] for model in ranking]
+    rows.append(["noise ceiling, lower"] + [_f(subset.noise_ceiling[m].lower) for m in ["pearson", *others]])
+    return _table(["model", *(f"mean {m}" for m in ["pearson", *others])], rows) + [
+        "",
+        "Rank measures are shown without CIs (the bootstrap resamples Pearson r only): read them as a check that "
+        "the ranking does not hinge on the measure, not as estimates to compare.",
+    ]
+
+
 def significance_table(boot: BootstrapResult) -> list[str]:
+    """Every pair once, in ranking order, named: the difference in mean r with its CI next to its p-value."""
     tests = boot.pairwise
     names = tests.names
     sig, p = np.asarray(tests.significance), tests.p_corrected
+    level = f"{100 * boot.ci_level:g}% CI"
     rows = []
     for i, a in enumerate(names):
-        cells = []
-        for j in range(len(names)):
-            if i == j:
-                cells.append("")
-            else:
-                mark = {1: "**>**", -1: "**<**", 0: "n.s."}[int(sig[i, j])]
-                cells.append(f"{mark} ({_p(p[i][j], boot.n_resamples)})")
-        rows.append([a] + cells)
-    return _table(["row vs column"] + [f"c{j + 1}" for j in range(len(names))], rows) + [
+        for j in range(i + 1, len(names)):
+            verdict = {1: f"{a} higher", -1: f"{names[j]} higher", 0: "n.s."}[int(sig[i, j])]
+            rows.append(
+                [
+                    a,
+                    names[j],
+                    _f(tests.difference[i][j]),
+                    "[{}, {}]".format(_f(tests.difference_low[i][j]), _f(tests.difference_high[i][j])),
+                    _p(p[i][j], boot.n_resamples),
+                    verdict,
+                ]
+            )
+    return _table(["model", "vs", "difference in mean r", level, "p (Holm-Sidak)", f"at alpha {tests.alpha}"], rows) + [
         "",
-        "Columns c1.. follow the row order. Holm-Sidak corrected two-tailed bootstrap p-values in brackets; "
-        f"**>** row significantly higher at alpha {tests.alpha}, **<** lower, n.s. not significant.",
+        f"Two-tailed bootstrap p-values, Holm-Sidak corrected over all {len(rows)} pairs; the difference is the "
+        "first model's mean Pearson r minus the second's, with the percentile CI of its resampled values."
+        + (
+            " Against the lower noise ceiling that interval need not contain the difference of the point "
+            "estimates: the resampled lower ceiling sits below its estimate (see its CI above)."
+            if LOWER in names
+            else ""
+        ),
     ]
+
+
+def _subset_note(subset: SubsetResult) -> str:
+    """Why a subset is not scored, or who it leaves out (see the exclusions table)."""
+    if subset.not_scored:
+        return f"not scored: {subset.not_scored}"
+    return "; ".join(f"left out {e['detail']} (constant ratings)" for e in subset.left_out)
 
 
 def subset_table(prediction: dict[str, SubsetResult], ranking: list[str]) -> list[str]:
     rows = []
     for name, subset in prediction.items():
-        mean = subset.measures["pearson"].mean
-        ceiling = subset.noise_ceiling["pearson"]
-        rows.append(
-            [name, str(subset.n_stimuli)] + [_f(mean[m]) for m in ranking] + [_f(ceiling.lower), _f(ceiling.upper)]
-        )
-    return _table(["subset", "stimuli"] + ranking + ["lower ceiling", "upper ceiling"], rows)
+        if subset.not_scored:
+            scores = ["-"] * (len(ranking) + 2)
+        else:
+            mean = subset.measures["pearson"].mean
+            ceiling = subset.noise_ceiling["pearson"]
+            scores = [_f(mean[m]) for m in ranking] + [_f(ceiling.lower), _f(ceiling.upper)]
+        rows.append([name, str(subset.n_stimuli), str(subset.n_participants)] + scores + [_subset_note(subset)])
+    header = ["subset", "stimuli", "participants"] + ranking + ["lower ceiling", "upper ceiling", "note"]
+    return _table(header, rows)
 
 
 def _group_table(group_means: dict[str, GroupMean]) -> list[str]:
@@ -142,6 +187,8 @@ def write_report(path: str | Path, results: AnalysisResults, figures: dict[str, 
         lines += _prediction_sections(results)
     if results.error_consistency:
         lines += consistency_section(results.error_consistency, "Error consistency (from ratings)") + [""]
+    if results.benchmark:
+        lines += benchmark_section(results.benchmark)
     for dataset, block in (results.choices or {}).items():
         lines += consistency_section(block, f"Error consistency (trial-level choices): {dataset}") + [""]
     if figures:
@@ -165,6 +212,9 @@ def _prediction_sections(results: AnalysisResults) -> list[str]:
     else:
         lines.append("None: every rating was analysed.")
     lines += ["", "## Which model predicts people best? (all stimuli)", ""] + ranking_table(prediction["all"]) + [""]
+    rank_measures = rank_measures_table(prediction["all"])
+    if rank_measures:
+        lines += ["### The same ranking under rank measures", ""] + rank_measures + [""]
     boot = prediction["all"].bootstrap
     if boot:
         copies = "include" if boot.lower_ceiling_includes_own_copies else "exclude"
@@ -178,6 +228,8 @@ def _prediction_sections(results: AnalysisResults) -> list[str]:
         ]
         lines += significance_table(boot) + [""]
     for name in ("natural", "controversial"):
-        if name in prediction and prediction[name].bootstrap:
+        if name in prediction and prediction[name].not_scored:
+            lines += [f"## {name.capitalize()} stimuli only", "", f"Not scored: {prediction[name].not_scored}.", ""]
+        elif name in prediction and prediction[name].bootstrap:
             lines += [f"## {name.capitalize()} stimuli only", ""] + ranking_table(prediction[name]) + [""]
     return lines + ["## All subsets (mean Pearson r)", ""] + subset_table(prediction, ranking) + [""]

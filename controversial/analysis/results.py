@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from controversial.analysis.benchmark import BenchmarkResults
 
 Matrix = list[list[float]]  # NaN where undefined; written as null
 
@@ -47,6 +50,9 @@ class PairwiseResult:
     p_two_tailed: Matrix
     p_corrected: Matrix
     significance: list[list[int]]
+    difference: Matrix  # row's mean r minus column's
+    difference_low: Matrix  # percentile CI of the resampled difference, at the bootstrap's ci_level
+    difference_high: Matrix
 
 
 @dataclass(frozen=True)
@@ -65,12 +71,20 @@ class BootstrapResult:
 
 @dataclass(frozen=True)
 class SubsetResult:
-    """Correlations, noise ceilings and (where resampled) bootstrap inference on one stimulus subset."""
+    """Correlations, noise ceilings and (where resampled) bootstrap inference on one stimulus subset.
+
+    ``left_out``: participants whose correlations the subset leaves undefined (constant ratings on it), as
+    exclusions; ``not_scored``: why the subset has no scores at all (then ``measures`` and ``noise_ceiling`` are
+    empty), so a reader shows the reason instead of a blank.
+    """
 
     n_stimuli: int
+    n_participants: int  # those scored on this subset, after ``left_out``
     measures: dict[str, MeasureResult]
     noise_ceiling: dict[str, CeilingResult]
     bootstrap: BootstrapResult | None = _optional()
+    left_out: list[dict[str, Any]] = field(default_factory=list)  # rows of the exclusions table
+    not_scored: str | None = _optional()
 
 
 @dataclass(frozen=True)
@@ -181,7 +195,7 @@ class Inputs:
     human_ratings: str | list[str] | dict[str, Any] | None = _optional()
     model_responses: str | list[str] | dict[str, Any] | None = _optional()
     replications: list[str] | None = _optional()
-    choices: str | None = _optional()
+    choices: str | list[str] | None = _optional()
     simulated: bool
     config: dict[str, Any]
 
@@ -200,6 +214,7 @@ class AnalysisResults:
     inputs: Inputs
     error_consistency: RatingsConsistency | None = _optional()
     choices: dict[str, ConsistencyBlock] | None = _optional()
+    benchmark: BenchmarkResults | None = _optional()  # the model-vs-human benchmark on the choices
     figures: dict[str, str] = field(default_factory=dict)
 
 

@@ -8,21 +8,21 @@ per-participant gain and noise level, then quantised to the five-point scale.
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
-from controversial.options import Count, Options, ordered_range
-
 from dataclasses import dataclass
 from itertools import combinations
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+from pydantic import Field, field_validator
 from scipy import special
 
-from controversial.records.responses import RATING_SCALE, write_human_ratings, write_model_responses
 from controversial.analysis.study import Stimulus
 from controversial.datasets import DATASETS
+from controversial.errors import UserError
+from controversial.options import Count, Options, ordered_range
 from controversial.records.names import natural_filename, stimulus_filename
+from controversial.records.responses import RATING_SCALE, write_human_ratings, write_model_responses
 
 CLASS_NAMES: dict[str, tuple[str, ...]] = {info.display_name: info.class_names for info in DATASETS.values()}
 _DATASET_KEYS = {info.display_name: name for name, info in DATASETS.items()}
@@ -61,7 +61,7 @@ def simulate_models(
     ``stimuli_per_pair`` controversial images per model pair (each class targeted twice per side
     when 20) where model A sees class a and not b and model B the reverse, plus natural images."""
     if dataset not in CLASS_NAMES:
-        raise ValueError(f"unknown dataset {dataset!r}; allowed: {', '.join(CLASS_NAMES)}")
+        raise UserError(f"unknown dataset {dataset!r}; allowed: {', '.join(CLASS_NAMES)}")
     categories = CLASS_NAMES[dataset]
     K = len(categories)
     rng = np.random.default_rng(seed)
@@ -101,7 +101,7 @@ def true_probabilities(
     probabilities = models.probabilities if isinstance(models, SimulatedModels) else np.asarray(models)
     unknown = [m for m in weights if m not in names]
     if unknown or not weights:
-        raise ValueError(f"unknown true model(s) {unknown}; known: {', '.join(names)}")
+        raise UserError(f"unknown true model(s) {unknown}; known: {', '.join(names)}")
     total = sum(weights.values())
     return sum(w / total * probabilities[list(names).index(m)] for m, w in weights.items())
 
@@ -121,7 +121,7 @@ def shared_deviation(probabilities: np.ndarray, sd: float, seed: int | np.random
     whose gain then scales the deviation with the logit. ``sd = 0`` returns the probabilities.
     """
     if sd < 0:
-        raise ValueError(f"shared deviation sd must be >= 0, got {sd}")
+        raise UserError(f"shared deviation sd must be >= 0, got {sd}")
     if sd == 0:
         return np.asarray(probabilities, dtype=np.float64)
     mean = logit(probabilities)
@@ -218,7 +218,7 @@ def shared_moments(
     the 0-1 rating scale, not to machine precision.
     """
     if shared_sd < 0:
-        raise ValueError(f"shared deviation sd must be >= 0, got {shared_sd}")
+        raise UserError(f"shared deviation sd must be >= 0, got {shared_sd}")
     rng = np.random.default_rng(seed)
     gain, sd = _participants(n_participants, noise, rng)
     base = logit(probabilities)[None]
@@ -332,9 +332,9 @@ def parse_mixture(spec: str) -> dict[str, float]:
         try:
             weights[name] = float(weight) if weight else 1.0
         except ValueError:
-            raise ValueError(f"weight {weight!r} of {name!r} is not a number; use e.g. sim3:0.7+sim5:0.3") from None
+            raise UserError(f"weight {weight!r} of {name!r} is not a number; use e.g. sim3:0.7+sim5:0.3") from None
         if not name or not weights[name] >= 0:
-            raise ValueError(f"{part!r} needs a model name and a weight >= 0; use e.g. sim3:0.7+sim5:0.3")
+            raise UserError(f"{part!r} needs a model name and a weight >= 0; use e.g. sim3:0.7+sim5:0.3")
     if sum(weights.values()) <= 0:
-        raise ValueError("the weights sum to 0; give at least one positive weight")
+        raise UserError("the weights sum to 0; give at least one positive weight")
     return weights

@@ -24,12 +24,13 @@ from typing import Any, Literal, Sequence
 import numpy as np
 
 from controversial.analysis.bootstrap import LOWER, Distributions, pairwise_tests, pooled_bootstrap
-from controversial.design.noise_fit import NoiseFit, fit_noise, fit_shared_sd
-from controversial.design.separation import ReferencePanel
 from controversial.analysis.simulate import ParticipantNoise
 from controversial.design.constraints import DesignConstraints, Pool
+from controversial.design.noise_fit import NoiseFit, fit_noise, fit_shared_sd
 from controversial.design.optimiser import Design, select_design
 from controversial.design.options import AdaptiveSettings
+from controversial.design.separation import ReferencePanel
+from controversial.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ class Evidence:
         "fit": the one the batches so far show. The fitted own noise keeps what that deviation does not explain."""
         shared = self.shared_sd if shared_sd == "fit" else float(shared_sd)
         if np.isnan(shared):
-            raise ValueError(
+            raise UserError(
                 "shared_sd=fit: the batches so far give no shared deviation to fit (each needs two participants "
                 "whose ratings vary and who agree no more than some shared deviation explains; see the log); give a "
                 "number instead (0: none)"
@@ -81,7 +82,7 @@ def final_alpha(alpha: float, interim_alpha: float, interim_looks: int) -> float
     a ValueError when nothing is left."""
     left = alpha - interim_alpha * interim_looks
     if left <= 0:
-        raise ValueError(
+        raise UserError(
             f"{interim_looks} interim looks at alpha {interim_alpha:g} spend all of the study's alpha {alpha:g}: "
             "lower the interim alpha or stop after fewer batches"
         )

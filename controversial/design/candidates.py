@@ -11,10 +11,10 @@ from typing import Sequence
 
 import numpy as np
 
-from controversial.datasets import dataset_info
-from controversial.records.names import natural_filename
 from controversial.analysis.study import NATURAL
+from controversial.datasets import dataset_info
 from controversial.design.constraints import Pool
+from controversial.records.names import natural_filename
 from controversial.study.display import png_to_uint8
 from controversial.study.selection import (
     SelectionError,

@@ -18,8 +18,9 @@ from scipy.optimize import brentq, minimize
 from scipy.special import log_ndtr
 
 from controversial.analysis.correlation import participant_model_correlations
-from controversial.records.responses import RATING_SCALE
 from controversial.analysis.simulate import LOGIT_BOUND, ParticipantNoise, logit, rating_cuts, rating_moments
+from controversial.errors import UserError
+from controversial.records.responses import RATING_SCALE
 
 
 @dataclass(frozen=True)
@@ -119,14 +120,14 @@ def fit_shared_sd(
     human = np.asarray(human, dtype=np.float64)
     flat = human.reshape(human.shape[0], -1)
     if len(flat) != len(fit.gain):
-        raise ValueError(f"fit_shared_sd: ratings of {len(flat)} participants, a noise fit of {len(fit.gain)}")
+        raise UserError(f"fit_shared_sd: ratings of {len(flat)} participants, a noise fit of {len(fit.gain)}")
     latent = logit(np.asarray(model, dtype=np.float64)[fit.reference]).ravel()
     points, weights = np.polynomial.hermite_e.hermegauss(nodes)
     weights = weights / weights.sum()
     varies = flat.std(axis=1) > 0
     expected_to_vary = _rating_variance(fit.gain[:, None] * latent, fit.sd[:, None], scale) > VARIANCE_FLOOR
     if (varies & expected_to_vary).sum() < 2:
-        raise ValueError(
+        raise UserError(
             f"fit_shared_sd needs at least two participants whose ratings vary and whom the fitted noise model "
             f"expects to vary; of {len(flat)}, {int((~varies).sum())} gave one rating throughout and "
             f"{int((varies & ~expected_to_vary).sum())} more are fitted with too little gain and noise to vary"
@@ -158,7 +159,7 @@ def fit_shared_sd(
         return 0.0
     most = agreement(high)
     if most <= observed:
-        raise ValueError(
+        raise UserError(
             f"the {int(keep.sum())} participants agree more (mean r {observed:.3f}) than the noise model allows even "
             f"with all of their fitted noise shared (shared sd {high:.1f}: r {most:.3f}), so no shared deviation "
             "fits; with few participants this is chance"

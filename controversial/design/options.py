@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from controversial.errors import UserError
 from controversial.options import Count, Fraction, Options, ordered_range
 
 
@@ -28,12 +29,12 @@ class DesignBudget(Options):
     @model_validator(mode="after")
     def _fits(self) -> DesignBudget:
         if self.natural_candidates_per_class < self.natural_per_class:
-            raise ValueError(
+            raise UserError(
                 f"natural_candidates_per_class={self.natural_candidates_per_class} is below natural_per_class="
                 f"{self.natural_per_class}: the design needs at least as many candidates as it chooses"
             )
         if self.trials <= self.n_repeats + self.n_attention:
-            raise ValueError(
+            raise UserError(
                 f"trials={self.trials} leaves no rated stimuli after {self.n_repeats} repeats and "
                 f"{self.n_attention} attention checks"
             )
@@ -91,13 +92,13 @@ class DesignPlan(Options):
         except (TypeError, ValueError):
             number = -1.0
         if not number >= 0:
-            raise ValueError(f"{value!r} is neither a number >= 0 (logit units) nor 'fit'")
+            raise UserError(f"{value!r} is neither a number >= 0 (logit units) nor 'fit'")
         return number
 
     @model_validator(mode="after")
     def _pilot(self) -> DesignPlan:
         if (self.pilot_ratings is None) != (self.pilot_model_responses is None):
-            raise ValueError("plan.pilot_ratings and plan.pilot_model_responses go together: pass both or neither")
+            raise UserError("plan.pilot_ratings and plan.pilot_model_responses go together: pass both or neither")
         return self
 
 

@@ -24,6 +24,7 @@ from controversial.analysis.model_responses import probabilities as model_probab
 from controversial.analysis.study import NATURAL
 from controversial.atomic import atomic_write
 from controversial.design.constraints import Pool
+from controversial.errors import UserError
 from controversial.synthesis.engine import noise_images, synthesize_batch
 from controversial.synthesis.options import SynthesisOptions
 from controversial.zoo.readout import CalibratedModel
@@ -35,7 +36,7 @@ SEED_STRIDE = 100  # seed index k of pair i starts from seed + SEED_STRIDE * k +
 def pair_cells(offsets: Sequence[int]) -> list[tuple[int, int]]:
     """Ten ordered class pairs per offset: each class is each side's target once per offset."""
     if list(offsets[:2]) != [1, 5] or not set(offsets) <= set(range(1, 10)):
-        raise ValueError(f"offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {offsets}")
+        raise UserError(f"offsets must start with 1 5 (the paper's balanced cells) and lie in 1..9, got {offsets}")
     return [(a, (a + d) % 10) for d in offsets for a in range(10)]
 
 

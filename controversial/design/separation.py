@@ -43,6 +43,7 @@ import numpy as np
 from scipy.stats import norm
 
 from controversial.analysis.simulate import ParticipantNoise, shared_moments, simulate_participants
+from controversial.errors import UserError
 
 
 class _Sums(NamedTuple):
@@ -153,11 +154,11 @@ class ReferencePanel:
         self.M, self.N, self.K = p.shape
         self.truths = tuple(range(self.M)) if truths is None else tuple(int(t) for t in truths)
         if shared_sd < 0:
-            raise ValueError(f"shared_sd must be >= 0, got {shared_sd}")
+            raise UserError(f"shared_sd must be >= 0, got {shared_sd}")
         if len(conditions) != self.N:
-            raise ValueError(f"conditions has {len(conditions)} entries for {self.N} stimuli")
+            raise UserError(f"conditions has {len(conditions)} entries for {self.N} stimuli")
         if n_panel < 2:
-            raise ValueError("n_panel must be at least 2 (a participant variance needs two)")
+            raise UserError("n_panel must be at least 2 (a participant variance needs two)")
         names, codes = np.unique(np.asarray(conditions), return_inverse=True)
         self.strata = codes  # (N,) stratum index
         self.n_strata = len(names)
@@ -306,7 +307,7 @@ class ReferencePanel:
         """Effect and variance components of every (truth, rival) pair for the stimulus set ``weights``."""
         weights = np.asarray(weights, dtype=np.float64)
         if weights.shape != (self.N,) or weights.sum() < 2:
-            raise ValueError("weights must be one 0/1 value per pool stimulus, at least two stimuli chosen")
+            raise UserError("weights must be one 0/1 value per pool stimulus, at least two stimuli chosen")
         d = self._pairs(self._r(*(np.asarray(x) for x in self._totals(weights, self.expected))))  # (T, R, M)
         average = tuple(np.asarray(x) for x in self._totals(weights, self.average))
         own_noise = self._noise_variance(*average, *self._noise_totals(weights, self.noise))

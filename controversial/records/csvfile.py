@@ -95,11 +95,13 @@ def open_rows(
     case_insensitive: bool = False,
     error: type[Exception] = InputError,
     kind: str = "",
+    mistaken: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[int, dict[str, str]]]:
     """Check the header, then yield (line, record) pairs; header names are stripped, ``aliases`` renamed
     (e.g. ``subject code`` -> ``subject``) and, with ``case_insensitive``, lower-cased first.
 
-    A missing column (with the delimiter found when the header reads as one column), text that is not
+    An empty file, a missing column (with the delimiter found when the header reads as one column, or, when a
+    ``mistaken`` column is there, the other kind of file it reveals: column -> what), text that is not
     UTF-8, or a row with more or fewer fields than the header raises ``error`` naming the file and row;
     the header is read eagerly, so a bad header fails at the call, not at the first iteration.
     """
@@ -125,6 +127,16 @@ def open_rows(
         name = name.strip().lower() if case_insensitive else name.strip()
         header.append(aliases.get(name, name))
     missing = [c for c in required if c not in header]
+    if not fieldnames:
+        handle.close()
+        raise error(f"{path}: empty file (not even a header row); expected a CSV with columns {', '.join(required)}")
+    revealed = [what for column, what in (mistaken or {}).items() if column in header]
+    if missing and revealed:
+        handle.close()
+        raise error(
+            f"{path}: this is {revealed[0]} (it has column(s) {', '.join(c for c in mistaken or {} if c in header)} "
+            f"and lacks {', '.join(missing)}): were two input files swapped?"
+        )
     if missing:
         handle.close()
         what = f"{kind} " if kind else ""

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from controversial.atomic import atomic_write_text
+from controversial.errors import UserError
 from controversial.records.csvfile import csv_text, read_records
 
 MANIFEST_NAME = "manifest.csv"
@@ -88,14 +89,14 @@ def _parse(column: str, raw: str, path: Path, line: int) -> bool | int | float |
     try:
         if column in _BOOL_COLUMNS:
             if raw not in {"true", "false"}:
-                raise ValueError("expected 'true' or 'false'")
+                raise UserError("expected 'true' or 'false'")
             return raw == "true"
         if column in _INT_COLUMNS:
             return int(raw)
         if column in _FLOAT_COLUMNS:
             return float(raw)
     except ValueError as error:
-        raise ValueError(f"{path}, row {line}, column '{column}': cannot read {raw!r} ({error})") from None
+        raise UserError(f"{path}, row {line}, column '{column}': cannot read {raw!r} ({error})") from None
     return raw
 
 

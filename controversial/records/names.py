@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from controversial.datasets import DATASETS
+from controversial.errors import UserError
 
 Scheme = Literal["project", "pnas2020"]
 SCHEMES: tuple[str, ...] = ("project", "pnas2020")
@@ -53,7 +54,7 @@ PNAS_MODELS: dict[str, dict[str, str]] = {
 PNAS_DATASET_LABELS = {"mnist": "MNIST", "cifar10": "CIFAR_10_test"}
 
 
-class StimulusNameError(ValueError):
+class StimulusNameError(UserError):
     """A stimulus file name that no accepted pattern reads; the message names the file and the patterns."""
 
 
@@ -202,7 +203,7 @@ def parse_name(filename: str, scheme: Scheme = "project", dataset: str | None = 
     """Read a stimulus file name (directory part ignored). ``dataset`` restricts the classes and handles to
     one dataset's; a name no pattern reads is a ``StimulusNameError`` listing the accepted patterns."""
     if scheme not in _PATTERNS:
-        raise ValueError(f"unknown naming scheme {scheme!r}; allowed: {', '.join(SCHEMES)}")
+        raise UserError(f"unknown naming scheme {scheme!r}; allowed: {', '.join(SCHEMES)}")
     name = Path(filename).name
     stem, suffix = name[:-4], name[-4:]
     if suffix.lower() == ".png":

@@ -146,7 +146,8 @@ def read_human_ratings(path: str | Path, scale: Sequence[float] = RATING_SCALE) 
     allowed = ", ".join(f"{v:g}" for v in scale)
     rows: list[Rating] = []
     seen: dict[tuple, int] = {}
-    for line, record in open_rows(path, HUMAN_REQUIRED, SUBJECT_ALIASES):
+    mistaken = {"model": "a model responses file (model_responses=), not human ratings"}
+    for line, record in open_rows(path, HUMAN_REQUIRED, SUBJECT_ALIASES, mistaken=mistaken):
         rating = number(path, line, record, "category_rating")
         if not any(abs(rating - v) < 1e-9 for v in scale):
             raise InputError(
@@ -181,7 +182,8 @@ def read_model_responses(path: str | Path) -> ModelTable:
     path = Path(path)
     rows: list[ModelResponse] = []
     seen: dict[tuple, int] = {}
-    for line, record in open_rows(path, MODEL_COLUMNS):
+    mistaken = {"subject": "a human ratings file (human_ratings=), not model responses"}
+    for line, record in open_rows(path, MODEL_COLUMNS, SUBJECT_ALIASES, mistaken=mistaken):
         probability = number(path, line, record, "category_rating")
         if not 0.0 <= probability <= 1.0:
             raise InputError(

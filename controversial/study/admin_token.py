@@ -12,13 +12,15 @@ import secrets
 import string
 from pathlib import Path
 
+from controversial.errors import UserError
+
 MIN_LENGTH = 32
 MIN_DISTINCT = 12  # a crude guard against "aaaa..." or "1234..." tokens that pass the length check
 ENV_VAR = "STUDY_ADMIN_TOKEN"
 _ALLOWED = set(string.ascii_letters + string.digits + "-_.~+/=")
 
 
-class AdminTokenError(ValueError):
+class AdminTokenError(UserError):
     """An admin token that is missing, too weak or unreadable; the message says how to make a good one."""
 
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from controversial.atomic import atomic_write_bytes, atomic_write_text
+from controversial.errors import UserError
 from controversial.records.study import KeyEntry, TrialSpec, key_text, read_key, read_trial_list, trial_list_text
 from controversial.study.display import uniform_pngs
 
@@ -51,7 +52,7 @@ _VERSION = re.compile(r"^v(\d+)$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-class BundleError(ValueError):
+class BundleError(UserError):
     """A study bundle that is missing, malformed or inconsistent; the message names the file."""
 
 
@@ -73,6 +74,10 @@ class StudySpec:
     provenance: dict = field(default_factory=dict)
     format: int = BUNDLE_FORMAT
     pilot: bool = False  # exported with placeholder consent/instruction text: not for real participants
+    # How the images are stored and shown, so no reader has to guess (None: a bundle written before this was
+    # recorded). stimuli/ holds the rated images as the models see them; images/ holds what participants saw.
+    stimuli_invert: bool | None = None  # must stimuli/ be inverted (1 - x) before a model sees it?
+    display_inverted: bool | None = None  # are the display images inverted (MNIST dark on light)?
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,16 @@ class StudyBundle:
 
     def image_path(self, stimulus_id: str) -> Path:
         return self.root / IMAGES_DIR / f"{stimulus_id}.png"
+
+
+def recorded_inversion(folder: str | Path) -> bool | None:
+    """Whether a bundle's ``stimuli/`` folder must be inverted for the models, as its ``study.json`` records;
+    None when ``folder`` is not a bundle's stimuli folder or the bundle predates the record."""
+    study_path = Path(folder).resolve().parent / STUDY_FILE
+    if Path(folder).resolve().name != STIMULI_DIR or not study_path.is_file():
+        return None
+    value = json.loads(study_path.read_text(encoding="utf-8")).get("stimuli_invert")
+    return None if value is None else bool(value)
 
 
 def existing_versions(study_root: Path) -> list[int]:

@@ -7,17 +7,18 @@ The paper showed MNIST as a dark digit on a light background and upsampled both 
 
 from __future__ import annotations
 
-from typing import Literal
-from pydantic import Field
-from controversial.options import Options
-
 import io
 import struct
 import zlib
 from collections.abc import Mapping
+from typing import Literal
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
+from pydantic import Field
+
+from controversial.errors import UserError
+from controversial.options import Options
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 # Empty deflate blocks that end on a byte boundary, by their size in bytes: m empty fixed-Huffman blocks
@@ -36,12 +37,12 @@ RESAMPLING = {
 def display_png(image: np.ndarray, size: int, resample: str = "bicubic", invert: bool = False) -> bytes:
     """PNG bytes of a uint8 (H,W) or (H,W,3) image scaled to ``size`` x ``size`` pixels."""
     if resample not in RESAMPLING:
-        raise ValueError(f"unknown resample '{resample}'; known: {', '.join(RESAMPLING)}")
+        raise UserError(f"unknown resample '{resample}'; known: {', '.join(RESAMPLING)}")
     if size <= 0:
-        raise ValueError(f"display size must be positive, got {size}")
+        raise UserError(f"display size must be positive, got {size}")
     array = np.asarray(image)
     if array.dtype != np.uint8:
-        raise ValueError(f"expected a uint8 image, got {array.dtype}")
+        raise UserError(f"expected a uint8 image, got {array.dtype}")
     if invert:
         array = 255 - array
     picture = Image.fromarray(array).resize((size, size), RESAMPLING[resample])
@@ -66,7 +67,7 @@ def attention_png(instruction: str, size: int, colour: bool = False) -> bytes:
     ``colour`` gives an RGB PNG like the colour stimuli, so the PNG header does not single it out.
     """
     if size <= 0:
-        raise ValueError(f"display size must be positive, got {size}")
+        raise UserError(f"display size must be positive, got {size}")
     picture = Image.new("L", (size, size), 255)
     draw = ImageDraw.Draw(picture)
     margin = max(4, size // 16)
@@ -112,7 +113,7 @@ def uniform_pngs(images: Mapping[str, bytes]) -> dict[str, bytes]:
         if header is None:
             header = ihdr
         elif ihdr != header:
-            raise ValueError(
+            raise UserError(
                 f"display image {name!r} differs from the others in size, bit depth or colour type; every image "
                 "of a bundle must share one PNG header so that none stands out"
             )
@@ -134,16 +135,16 @@ def uniform_pngs(images: Mapping[str, bytes]) -> dict[str, bytes]:
 def png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
     """(type, data) of every chunk of a PNG, in order; a truncated file or bad checksum is an error."""
     if not data.startswith(PNG_SIGNATURE):
-        raise ValueError("not a PNG (no PNG signature)")
+        raise UserError("not a PNG (no PNG signature)")
     chunks, at = [], len(PNG_SIGNATURE)
     while at < len(data):
         if at + 8 > len(data):
-            raise ValueError(f"truncated PNG: a chunk header at byte {at}")
+            raise UserError(f"truncated PNG: a chunk header at byte {at}")
         (size,) = struct.unpack(">I", data[at : at + 4])
         kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + size]
         crc = data[at + 8 + size : at + 12 + size]
         if len(body) != size or len(crc) != 4 or struct.unpack(">I", crc)[0] != zlib.crc32(kind + body):
-            raise ValueError(f"corrupt PNG: chunk {kind!r} at byte {at} is truncated or fails its CRC")
+            raise UserError(f"corrupt PNG: chunk {kind!r} at byte {at} is truncated or fails its CRC")
         chunks.append((kind, body))
         at += 12 + size
     return chunks
@@ -154,7 +155,7 @@ def _ihdr_and_scanlines(name: str, data: bytes) -> tuple[bytes, bytes]:
     kinds = [kind for kind, _ in chunks]
     extra = sorted({k.decode("latin-1") for k in kinds} - {"IHDR", "IDAT", "IEND"})
     if not kinds or kinds[0] != b"IHDR" or kinds[-1] != b"IEND" or extra:
-        raise ValueError(
+        raise UserError(
             f"display image {name!r}: expected IHDR, IDAT chunks and IEND only (as PIL writes grey and RGB "
             f"images), found {', '.join(extra) or 'another order'}"
         )
@@ -171,7 +172,7 @@ def _empty_blocks(length: int) -> bytes:
     Empty blocks decode to nothing, so they lengthen the compressed stream without touching a pixel.
     """
     if length < MIN_TAIL and length not in EMPTY_BLOCK_UNITS:
-        raise ValueError(f"cannot pad a deflate stream by {length} bytes (allowed: 5-7 or at least {MIN_TAIL})")
+        raise UserError(f"cannot pad a deflate stream by {length} bytes (allowed: 5-7 or at least {MIN_TAIL})")
     units = []
     while length not in EMPTY_BLOCK_UNITS:
         step = 6 if length == 13 else 5  # 13 = 6 + 7: never leave 8, which no unit makes

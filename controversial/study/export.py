@@ -24,6 +24,7 @@ from PIL import Image
 from pydantic import Field, model_validator
 
 from controversial.datasets import dataset_info
+from controversial.errors import UserError
 from controversial.options import Options, Seed
 from controversial.records.names import natural_filename
 from controversial.records.study import KeyEntry, TrialSpec
@@ -87,7 +88,7 @@ class ExportOptions(BundleOptions, TrialCounts):
     @model_validator(mode="after")
     def _prompt_names_the_category(self) -> ExportOptions:
         if self.n_attention and "{category}" not in self.attention_prompt:
-            raise ValueError("attention_prompt must contain {category}, the category participants are told to pick")
+            raise UserError("attention_prompt must contain {category}, the category participants are told to pick")
         return self
 
 
@@ -262,6 +263,8 @@ def write_selection(
         display_size=settings.display.size,
         attention_prompt=settings.attention_prompt,
         pilot=settings.pilot,
+        stimuli_invert=False,  # originals are the native stimuli, as synthesised and as the test set stores them
+        display_inverted=invert,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         provenance={
             "sweep_dir": str(Path(sweep_dir).resolve()),

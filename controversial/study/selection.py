@@ -18,12 +18,14 @@ import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import lil_matrix
 
-from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
+from controversial.errors import UserError
+from controversial.records.manifest import ManifestRow
+from controversial.records.runs import find_manifests, newest_rows
 
 log = logging.getLogger(__name__)
 
 
-class SelectionError(ValueError):
+class SelectionError(UserError):
     """A selection request the sweep cannot satisfy; the message names the pair and class."""
 
 
@@ -48,33 +50,22 @@ class SweepStimulus:
 
 
 def collect_sweep(sweep_dir: str | Path) -> list[SweepStimulus]:
-    """Every attempt in every ``manifest.csv`` under ``sweep_dir`` (a single run dir works too), once.
+    """Every attempt in every run under ``sweep_dir`` (a run, a sweep, or a folder of them: ``records.runs``), once.
 
-    A sweep's overview folder holds a combined manifest of the pair manifests beside it, so the same
-    attempt (source, models, classes, seed, initialisation) can be listed twice; the first is kept.
+    The same attempt (source, models, classes, seed, initialisation) listed by two runs, e.g. a pair re-run,
+    is taken from the newer run.
     """
-    sweep_dir = Path(sweep_dir)
-    manifests = sorted(sweep_dir.rglob(MANIFEST_NAME))
-    if not manifests:
-        raise SelectionError(f"no {MANIFEST_NAME} under {sweep_dir}; point sweep_dir at a synthesize run or sweep")
-    stimuli: dict[tuple, SweepStimulus] = {}
-    n_rows = 0
-    for manifest in manifests:
-        for row in read_manifest(manifest):
-            n_rows += 1
-            path = (manifest.parent / row.image_file) if row.image_file else manifest.parent
-            stimuli.setdefault(
-                (row.source, row.dataset, row.model_a, row.model_b, *row.cell, row.seed, row.init),
-                SweepStimulus(row, path.resolve()),
-            )
-    log.info(
-        "read %d manifest rows from %d manifests under %s: %d distinct attempts",
-        n_rows,
-        len(manifests),
-        sweep_dir,
-        len(stimuli),
-    )
-    return list(stimuli.values())
+    try:
+        manifests = find_manifests(sweep_dir)
+    except FileNotFoundError as error:
+        raise SelectionError(str(error)) from None
+    rows, _ = newest_rows(manifests)
+    stimuli = [
+        SweepStimulus(row, ((path.parent / row.image_file) if row.image_file else path.parent).resolve())
+        for path, row in rows
+    ]
+    log.info("read %d distinct attempts from %d manifests under %s", len(stimuli), len(manifests), sweep_dir)
+    return stimuli
 
 
 def _eligible(stimuli: Iterable[SweepStimulus], sources: Sequence[str]) -> list[SweepStimulus]:
@@ -112,7 +103,7 @@ def best_per_cell(
     cell's first is the one the paper's selection takes). More than one gives an optimiser more stimuli for the
     pairs it needs most, each a distinct image (another seed's start)."""
     if per_cell < 1:
-        raise ValueError(f"per_cell must be >= 1, got {per_cell}")
+        raise UserError(f"per_cell must be >= 1, got {per_cell}")
     ranked = _ranked_per_cell(_eligible(stimuli, sources))
     return [stim for key in sorted(ranked) for stim in ranked[key][:per_cell]]
 

@@ -16,6 +16,11 @@ score, or the smooth objective) has not risen by ``stall_gain`` above its best f
 a cell stuck in a poor local optimum is better retried from a new start (the task's next attempt)
 than run on to ``max_steps``. The smooth score suits starts far from the data (noise), where the
 hard score sits near zero for tens of steps while the objective is still climbing.
+
+Optionally (``precision``), the models' forward and backward in the optimisation steps run under
+bfloat16 autocast, each model only if its family allows it (``bfloat16_synthesis``); the image
+parameters and the optimiser stay in float32, and the final scores, on which acceptance rests, are
+always computed in float32 on the 8-bit image.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from dataclasses import dataclass
 
 import torch
 
+from controversial.errors import UserError
 from controversial.synthesis.objectives import hard_score
 from controversial.synthesis.options import OBJECTIVES, Objective, OptimizerFactory, OptimizerOptions, SynthesisOptions
 from controversial.synthesis.parametrization import Parametrization, jitter, level_change, parametrization, quantize
@@ -51,15 +57,57 @@ class BatchResult:
     total_seconds: float
 
 
-def _model_logits(models: Sequence[SynthesisModel], images: torch.Tensor) -> list[torch.Tensor]:
-    return [model(images) for model in models]
+@dataclass(frozen=True)
+class Finished:
+    """An element that left the batch before the end: its 8-bit image will not change any more, so a caller
+    can keep it if the batch is interrupted (``on_finished``)."""
+
+    image: torch.Tensor  # (C, H, W), the quantised best image, on the CPU
+    steps: int
+    converged: bool
+    stalled: bool
+    failure: str
+
+
+PRECISIONS = ("fp32", "bf16", "auto")
+
+
+def bfloat16_native(device: torch.device) -> bool:
+    """Whether ``device`` has bfloat16 arithmetic in hardware (a GPU that supports it, a CPU with
+    AVX-512 BF16 or AMX); elsewhere oneDNN emulates it, slower than float32."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def bfloat16_models(models: Sequence[SynthesisModel], precision: str, device: torch.device) -> list[bool]:
+    """Per model, whether its synthesis steps run under bfloat16 autocast: ``precision`` asks for it
+    (``auto``: where the device has it natively) and the model's family does not declare
+    ``bfloat16_synthesis = False`` (numerics measured to break)."""
+    if precision not in PRECISIONS:
+        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    wanted = precision == "bf16" or (precision == "auto" and bfloat16_native(device))
+    return [wanted and getattr(getattr(model, "net", model), "bfloat16_synthesis", True) for model in models]
+
+
+def _model_logits(
+    models: Sequence[SynthesisModel], images: torch.Tensor, bfloat16: Sequence[bool] | None = None
+) -> list[torch.Tensor]:
+    """Every model's logits, in float32; ``bfloat16[i]`` runs model i under bfloat16 autocast (None: none
+    does, whatever autocast the caller has on)."""
+    logits = []
+    for model, low in zip(models, bfloat16 or [False] * len(models)):
+        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=low):
+            logits.append(model(images).float())
+    return logits
 
 
 @scoring()
 def score_images(
     models: Sequence[SynthesisModel], images: torch.Tensor, targets: torch.Tensor, options: SynthesisOptions
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Hard score, objective and the (N, m, m) target probabilities of fixed images."""
+    """Hard score, objective and the (N, m, m) target probabilities of fixed images, in float32 (autocast
+    off, whatever the caller has on): the scores acceptance rests on."""
     for model in models:
         model.reset_state()
     logits = _model_logits(models, images)
@@ -125,11 +173,12 @@ def _forward_backward(
     options: SynthesisOptions,
     objective: Objective,
     generator: torch.Generator,
+    bfloat16: Sequence[bool],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The models' forward and backward pass of one step: the objective (detached), the hard score, and
     which elements have a finite objective; the gradient of the summed finite objective is left in the
     parameters behind ``images``."""
-    logits = _model_logits(models, jitter(images, options.jitter, generator))
+    logits = _model_logits(models, jitter(images, options.jitter, generator), bfloat16)
     value = objective(logits, targets, options)
     hard = hard_score([l.detach() for l in logits], targets)
     finite = torch.isfinite(value)
@@ -191,6 +240,20 @@ def _still_running(
     return ~(newly_converged | reached | newly_stalled | ~finite)
 
 
+def _report_finished(records: _Records, rows: torch.Tensor, on_finished: Callable[[int, Finished], None]) -> None:
+    """Hand each element leaving the batch to ``on_finished`` with its final 8-bit image (it changes no more)."""
+    for index in rows.tolist():
+        image = quantize(records.best_images[index : index + 1])[0].cpu()
+        finished = Finished(
+            image,
+            int(records.steps[index]),
+            bool(records.converged[index]),
+            bool(records.stalled[index]),
+            records.failures[index],
+        )
+        on_finished(index, finished)
+
+
 def synthesize_batch(
     models: Sequence[SynthesisModel],
     targets: torch.Tensor,
@@ -200,6 +263,7 @@ def synthesize_batch(
     on_step: Callable[[int, int], None] | None = None,
     on_scores: Callable[[int, torch.Tensor], None] | None = None,
     optimizer: OptimizerFactory | None = None,
+    on_finished: Callable[[int, Finished], None] | None = None,
 ) -> BatchResult:
     """Maximise the objective ``options.objective`` of every element at once.
 
@@ -209,6 +273,7 @@ def synthesize_batch(
     ``on_scores(step, hard)`` receives a CPU copy of the hard scores of the elements optimised in
     that step (for tracking; it costs a device sync per step, so pass it only when needed).
     ``optimizer(params)`` builds the optimiser (default: the paper's, ``OptimizerOptions()``).
+    ``on_finished(index, finished)`` is called for each element as it leaves the batch early.
     """
     start_time = time.perf_counter()
     model_seconds = 0.0
@@ -223,6 +288,7 @@ def synthesize_batch(
     rows = torch.arange(len(targets), device=initial_images.device)
     quiet_steps = torch.zeros(len(targets), dtype=torch.long, device=initial_images.device)
     active = _Active(rows, params, make_optimizer([params]), records.best_images.clone(), quiet_steps)
+    bfloat16 = bfloat16_models(models, options.precision, initial_images.device)
 
     for step in range(options.max_steps):
         if len(active.rows) == 0:
@@ -232,13 +298,17 @@ def synthesize_batch(
         active.optimizer.zero_grad(set_to_none=False)
         images = param.to_images(active.params)
         model_start = time.perf_counter()
-        value, hard, finite = _forward_backward(models, images, targets[active.rows], options, objective, generator)
+        value, hard, finite = _forward_backward(
+            models, images, targets[active.rows], options, objective, generator, bfloat16
+        )
         model_seconds += time.perf_counter() - model_start
         with torch.no_grad():
             finite = _record_best(records, active, step, images, value, finite)
             active.optimizer.step()
             newly_converged = _converged(records, active, param, options, finite)
             keep = _still_running(records, active.rows, step, options, hard, value, finite, newly_converged)
+            if on_finished is not None and not bool(keep.all()):
+                _report_finished(records, active.rows[~keep], on_finished)
             if not bool(keep.all()):
                 active = active.keep(keep, make_optimizer)
         if on_scores is not None:

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-import matplotlib
+import matplotlib.pyplot as plt
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from controversial.atomic import atomic_write_bytes  # noqa: E402
+from controversial.figure_style import DOUBLE_COLUMN, save, styled
 
 
 def show_image(axis, image: np.ndarray) -> None:
@@ -22,13 +18,26 @@ def show_image(axis, image: np.ndarray) -> None:
         axis.imshow(np.transpose(image, (1, 2, 0)), interpolation="nearest")
 
 
-def save_figure(figure, path: str | Path, dpi: int = 150) -> None:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight")
-    plt.close(figure)
-    atomic_write_bytes(path, buffer.getvalue())
+def save_figure(figure, path: str | Path) -> None:
+    """The PNG and a PDF beside it, in the project's figure style (``figure_style.save``)."""
+    save(figure, path)
 
 
+def image_matrix(n_rows: int, n_cols: int, width: float = 0.8 * DOUBLE_COLUMN):
+    """A figure of image cells with almost no gap between them or below the title (constrained layout)."""
+    figure, axes = plt.subplots(
+        n_rows, n_cols, figsize=(width, width * n_rows / n_cols + 0.4), squeeze=False, layout="constrained"
+    )
+    figure.get_layout_engine().set(w_pad=0.01, h_pad=0.01, wspace=0.02, hspace=0.02)
+    for axis in axes.flat:  # an empty cell shows nothing, not an axis frame
+        axis.set_xticks([])
+        axis.set_yticks([])
+        for spine in axis.spines.values():
+            spine.set_visible(False)
+    return figure, axes
+
+
+@styled
 def plot_stimulus_grid(
     images: dict[tuple[int, int], np.ndarray],
     accepted: dict[tuple[int, int], bool],
@@ -39,23 +48,19 @@ def plot_stimulus_grid(
 ) -> None:
     """Rows: model A's target class; columns: model B's. Failed cells are crossed out in red."""
     n = len(class_names)
-    figure, axes = plt.subplots(n, n, figsize=(n * 0.9 + 1, n * 0.9 + 1))
+    figure, axes = image_matrix(n, n)
     for a in range(n):
         for b in range(n):
             axis = axes[a, b]
-            axis.set_xticks([])
-            axis.set_yticks([])
-            for spine in axis.spines.values():
-                spine.set_visible(False)
             if (a, b) in images:
                 show_image(axis, images[(a, b)])
                 if not accepted.get((a, b), False):
-                    axis.plot([0, 1], [0, 1], color="red", lw=1.5, transform=axis.transAxes)
-                    axis.plot([0, 1], [1, 0], color="red", lw=1.5, transform=axis.transAxes)
+                    axis.plot([0, 1], [0, 1], color="red", lw=1, transform=axis.transAxes)
+                    axis.plot([0, 1], [1, 0], color="red", lw=1, transform=axis.transAxes)
             if b == 0:
-                axis.set_ylabel(class_names[a], rotation=0, ha="right", va="center")
+                axis.set_ylabel(class_names[a], rotation=0, ha="right", va="center", fontsize=7)
             if a == n - 1:
-                axis.set_xlabel(class_names[b])
+                axis.set_xlabel(class_names[b], fontsize=7)
     figure.supylabel(f"{model_a} target (class a)")
     figure.supxlabel(f"{model_b} target (class b)")
     figure.suptitle(f"{model_a} vs {model_b}: {sum(accepted.values())}/{len(images)} cells accepted")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from controversial.errors import UserError
 from controversial.synthesis.objectives import hard_score, smooth_score
 from controversial.zoo.protocol import SynthesisModel, scoring
 
@@ -76,7 +77,7 @@ def top_natural(
 ) -> list[NaturalPick]:
     """The ``top_k`` highest-scoring images of every cell; ties go to the lower test index."""
     if top_k < 1:
-        raise ValueError(f"top_k must be at least 1, got {top_k}")
+        raise UserError(f"top_k must be at least 1, got {top_k}")
     table = hard_score_table(logits_a, logits_b, cells)
     k = min(top_k, len(table))
     picks = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from controversial.errors import UserError
 from controversial.synthesis.options import OBJECTIVES, SynthesisOptions
 
 
@@ -21,7 +22,7 @@ def controversy_terms(logits: list[torch.Tensor], targets: torch.Tensor) -> torc
     """
     n_models = len(logits)
     if targets.shape[1] != n_models:
-        raise ValueError(f"targets has {targets.shape[1]} columns for {n_models} models")
+        raise UserError(f"targets has {targets.shape[1]} columns for {n_models} models")
     terms = []
     for i, model_logits in enumerate(logits):
         for j in range(n_models):
@@ -39,7 +40,7 @@ def smooth_score(logits: list[torch.Tensor], targets: torch.Tensor, sharpness: f
     """Eq. 4: ``-(1/a) log sum exp(-a * terms)`` with sharpness ``a`` (the paper's alpha), a smooth minimum of
     the terms; maximised."""
     if sharpness <= 0:
-        raise ValueError(f"sharpness must be positive, got {sharpness}")
+        raise UserError(f"sharpness must be positive, got {sharpness}")
     terms = controversy_terms(logits, targets)
     return -torch.logsumexp(-sharpness * terms, dim=1) / sharpness
 

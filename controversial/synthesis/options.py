@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Callable, Literal, Protocol
 
 from pydantic import ConfigDict, Field, field_validator
 
+from controversial.errors import UserError
 from controversial.options import Count, Options, Probability
 from controversial.registry import Registry
 
@@ -80,6 +81,12 @@ class SynthesisOptions(Options):
     )
     fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
     jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")
+    precision: Literal["fp32", "bf16", "auto"] = Field(
+        "fp32",
+        description="fp32 | bf16 (the models' forward/backward in the steps under bfloat16 autocast; families "
+        "that declare bfloat16_synthesis = False stay fp32; scores for acceptance always fp32) | auto (bf16 where "
+        "the device has bfloat16 in hardware)",
+    )
 
     @field_validator("objective")
     @classmethod
@@ -113,7 +120,7 @@ class OptimizerOptions(Options):
         try:
             getattr(importlib.import_module(module), name)
         except (ImportError, AttributeError, ValueError):
-            raise ValueError(f"{value!r} is not an importable class; e.g. torch.optim.Adam") from None
+            raise UserError(f"{value!r} is not an importable class; e.g. torch.optim.Adam") from None
         return value
 
     def factory(self) -> OptimizerFactory:

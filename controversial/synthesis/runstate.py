@@ -14,16 +14,22 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from PIL import Image
 
 from controversial.atomic import atomic_write_text
+from controversial.datasets import DatasetInfo
 from controversial.errors import UserError
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
+from controversial.records.names import stimulus_filename
+from controversial.synthesis.engine import BatchResult
+from controversial.synthesis.stimuli import save_png
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +100,20 @@ def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
             )
         return
     atomic_write_text(path, json.dumps(current, indent=2, sort_keys=True) + "\n")
+
+
+def forget_empty_run(run_dir: Path, fresh: bool) -> bool:
+    """After a run that stopped before writing its manifest: remove what it made (lock, settings, orphan PNGs,
+    its offline wandb record), so a failed run leaves no folder behind. Only a ``fresh`` run dir (its settings
+    written by this run) is touched. Returns whether the run dir was forgotten."""
+    if not fresh or (run_dir / MANIFEST_NAME).exists() or not run_dir.is_dir():
+        return False
+    for path in [run_dir / SETTINGS_NAME, run_dir / LOCK_NAME, *run_dir.glob("*.png"), *run_dir.glob(".*.tmp")]:
+        path.unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "wandb", ignore_errors=True)
+    if not any(run_dir.iterdir()):
+        run_dir.rmdir()
+    return True
 
 
 def _png_decodes(path: Path) -> bool:
@@ -179,3 +199,61 @@ def best_rows(rows: list[ManifestRow]) -> dict[Cell, ManifestRow]:
         ):
             best[key] = row
     return best
+
+
+@dataclass
+class Element:
+    """One element of a synthesis batch: a cell and the seed of this attempt at it."""
+
+    class_a: int
+    class_b: int
+    seed: int
+
+
+def manifest_row(
+    info: DatasetInfo,
+    names: tuple[str, str],
+    threshold: float,
+    out_dir: Path,
+    element: Element,
+    init: str,
+    result: BatchResult,
+    i: int,
+    per_image_time: float,
+) -> ManifestRow:
+    """Batch element ``i``'s manifest row, after writing its PNG (unless it failed)."""
+    name_a, name_b = names
+    failure = result.failures[i]
+    hard = float(result.hard[i])
+    accepted = not failure and hard >= threshold
+    filename = ""
+    if not failure:
+        filename = stimulus_filename(
+            name_a, info.class_names[element.class_a], name_b, info.class_names[element.class_b], element.seed
+        )
+        save_png(out_dir / filename, result.images[i].cpu().numpy())
+    probabilities = result.probabilities[i].cpu()
+    return ManifestRow(
+        dataset=info.name,
+        model_a=name_a,
+        model_b=name_b,
+        class_a=element.class_a,
+        class_b=element.class_b,
+        class_a_name=info.class_names[element.class_a],
+        class_b_name=info.class_names[element.class_b],
+        seed=element.seed,
+        source="synthetic",
+        init=init,
+        steps=int(result.steps[i]),
+        converged=bool(result.converged[i]),
+        hard_score=hard,
+        smooth_score=float(result.smooth[i]),
+        p_model_a_class_a=float(probabilities[0, 0]),
+        p_model_a_class_b=float(probabilities[0, 1]),
+        p_model_b_class_a=float(probabilities[1, 0]),
+        p_model_b_class_b=float(probabilities[1, 1]),
+        accepted=accepted,
+        status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
+        image_file=filename,
+        wall_time_s=round(per_image_time, 4),
+    )

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 
 from controversial.atomic import atomic_write_bytes
+from controversial.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,7 @@ def display_convention(images: Sequence[np.ndarray], invert: Inversion = "auto")
     inverts greyscale images whose frames are light, keeps colour images as they are, and warns when the
     frames disagree or are neither light nor dark (then the majority decides)."""
     if invert not in INVERSIONS:
-        raise ValueError(f"invert={invert!r}; allowed: {', '.join(INVERSIONS)}")
+        raise UserError(f"invert={invert!r}; allowed: {', '.join(INVERSIONS)}")
     grey = [im for im in images if np.asarray(im).shape[0] == 1]
     frames = np.array([border_brightness(im) for im in grey])
     light, dark = int((frames >= _LIGHT).sum()), int((frames <= _DARK).sum())

@@ -1,7 +1,8 @@
 """An experiment at a glance: one manifest for a whole sweep, the paper's Fig. 2 and Fig. 3, and
 a model x model matrix of acceptance rates and median scores.
 
-A sweep dir holds one run dir per model pair (``<a>_vs_<b>/manifest.csv``). The combined manifest
+A sweep dir holds one run dir per model pair (``<a>_vs_<b>/manifest.csv``); any folder of runs, or one run,
+is read by the same rule as everywhere (``records.runs``). The combined manifest
 keeps every row and rewrites ``image_file`` relative to the overview folder, so it can be exported
 like any other manifest. A sweep of unordered pairs fills both triangles of the matrices: pair
 (a, b) with classes (i, j) is the same stimulus as pair (b, a) with classes (j, i).
@@ -19,9 +20,12 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from controversial.synthesis.grids import plot_stimulus_grid, save_figure, show_image
+from controversial.errors import UserError
+from controversial.figure_style import DOUBLE_COLUMN, SINGLE_COLUMN, styled
+from controversial.records.manifest import ManifestRow, read_manifest
+from controversial.records.runs import attempt_key, find_manifests, newest_rows
+from controversial.synthesis.grids import image_matrix, plot_stimulus_grid, save_figure, show_image
 from controversial.synthesis.runstate import best_rows
-from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
 from controversial.synthesis.stimuli import load_png
 
 log = logging.getLogger(__name__)
@@ -45,41 +49,41 @@ class PairSummary:
 
 
 def pair_manifests(sweep_dir: Path, exclude: Path | None = None) -> list[Path]:
-    """``<sweep_dir>/*/manifest.csv`` in name order, without the overview's own manifest."""
-    found = sorted(
-        p for p in sweep_dir.glob(f"*/{MANIFEST_NAME}") if exclude is None or p.parent.resolve() != exclude.resolve()
-    )
-    if not found:
-        replications = sorted({p.parent.parent.name for p in sweep_dir.glob(f"*/*/{MANIFEST_NAME}")})
-        hint = (
-            (
-                f" It holds the replications {', '.join(replications)}: summarise one at a time, "
-                f"e.g. sweep_dir={sweep_dir / replications[0]}"
+    """The runs' manifests under ``sweep_dir`` (a run, a sweep, or a folder of them: ``records.runs``), without
+    the overview's own. Replications (the same pair run twice with other seeds, in folders of their own) are
+    summarised one at a time: pooled, a pair's matrix would count each cell twice."""
+    manifests = find_manifests(sweep_dir, exclude)
+    _refuse_replications(sweep_dir, manifests)
+    return manifests
+
+
+def _refuse_replications(sweep_dir: Path, manifests: Sequence[Path]) -> None:
+    """Runs of one pair that share no attempt (other seeds) are replications, not a re-run: name them."""
+    attempts: dict[tuple[str, str], list[tuple[Path, set[tuple]]]] = {}
+    for path in manifests:
+        rows = read_manifest(path)
+        for pair in {(row.model_a, row.model_b) for row in rows}:
+            keys = {attempt_key(row) for row in rows if (row.model_a, row.model_b) == pair}
+            attempts.setdefault(pair, []).append((path, keys))
+    for runs in attempts.values():
+        if len(runs) > 1 and all(a.isdisjoint(b) for i, (_, a) in enumerate(runs) for _, b in runs[i + 1 :]):
+            tops = sorted({path.relative_to(sweep_dir).parts[0] for path, _ in runs})
+            raise UserError(
+                f"{sweep_dir} holds the replications {', '.join(tops)} (the same pair with other seeds): summarise "
+                f"one at a time, e.g. sweep_dir={sweep_dir / tops[0]}"
             )
-            if replications
-            else ""
-        )
-        raise FileNotFoundError(
-            f"no {sweep_dir}/<pair>/{MANIFEST_NAME}: is {sweep_dir} a synthesize.py sweep dir "
-            f"(-m ... sweep_dir=...)?{hint}"
-        )
-    return found
 
 
 def collect_rows(manifests: Sequence[Path], out_dir: Path) -> list[ManifestRow]:
-    """All rows of all pairs, with image paths relative to ``out_dir``; a pair found twice is an error."""
-    rows: list[ManifestRow] = []
-    owner: dict[Pair, Path] = {}
-    for path in manifests:
-        for row in read_manifest(path):
-            pair = (row.model_a, row.model_b)
-            if owner.setdefault(pair, path.parent) != path.parent:
-                raise ValueError(
-                    f"{pair[0]} vs {pair[1]} appears in both {owner[pair]} and {path.parent}; keep one of them"
-                )
-            image = os.path.relpath(path.parent / row.image_file, out_dir) if row.image_file else ""
-            rows.append(replace(row, image_file=image))
-    return rows
+    """All rows of all runs (an attempt listed by two runs taken from the newer, with a printed note), with
+    image paths relative to ``out_dir``."""
+    found, notes = newest_rows(manifests)
+    for note in notes:
+        print(note)
+    return [
+        replace(row, image_file=os.path.relpath(path.parent / row.image_file, out_dir) if row.image_file else "")
+        for path, row in found
+    ]
 
 
 def image_path(folder: Path, row: ManifestRow) -> Path:
@@ -127,11 +131,13 @@ def acceptance_markdown(summaries: dict[Pair, PairSummary], models: Sequence[str
     return "\n".join(lines) + "\n"
 
 
+@styled
 def plot_acceptance_matrix(summaries: dict[Pair, PairSummary], models: Sequence[str], path: Path) -> None:
     """Heatmap of acceptance rates; each cell is annotated with the rate and the median best hard score."""
     n = len(models)
     rates = np.full((n, n), np.nan)
-    figure, axis = plt.subplots(figsize=(1.0 * n + 2, 1.0 * n + 1))
+    side = min(DOUBLE_COLUMN, max(SINGLE_COLUMN, 0.55 * n + 1.2))
+    figure, axis = plt.subplots(figsize=(side + 0.8, side))
     for i, a in enumerate(models):
         for j, b in enumerate(models):
             s = None if i == j else _oriented(summaries, a, b)
@@ -143,13 +149,17 @@ def plot_acceptance_matrix(summaries: dict[Pair, PairSummary], models: Sequence[
                     f"{100 * s.acceptance_rate:.0f}%\n{s.median_best_hard:.2f}",
                     ha="center",
                     va="center",
-                    fontsize=8,
+                    fontsize=6,
+                    color="w" if s.acceptance_rate < 0.6 else "k",
                 )
     image = axis.imshow(rates, vmin=0, vmax=1, cmap="viridis")
     axis.set_xticks(range(n), models, rotation=45, ha="right")
     axis.set_yticks(range(n), models)
-    figure.colorbar(image, ax=axis, label="cells accepted")
-    axis.set_title("acceptance rate (top) and median best hard score (bottom)")
+    axis.tick_params(length=0)
+    for spine in axis.spines.values():
+        spine.set_visible(False)
+    figure.colorbar(image, ax=axis, label="cells accepted", fraction=0.046, pad=0.02)
+    axis.set_title("acceptance rate (top), median best hard score (bottom)")
     save_figure(figure, path)
 
 
@@ -160,6 +170,7 @@ def _best_by_cell(rows: Sequence[ManifestRow]) -> dict[Pair, dict[tuple[int, int
     return {pair: best_rows(pair_rows) for pair, pair_rows in by_pair.items()}
 
 
+@styled
 def plot_class_pair_matrix(
     rows: Sequence[ManifestRow], models: Sequence[str], class_a: int, class_b: int, out_dir: Path, path: Path
 ) -> None:
@@ -167,29 +178,24 @@ def plot_class_pair_matrix(
     best = _best_by_cell(rows)
     names = {r.class_a: r.class_a_name for r in rows} | {r.class_b: r.class_b_name for r in rows}
     n = len(models)
-    figure, axes = plt.subplots(n, n, figsize=(n * 1.1 + 1, n * 1.1 + 1), squeeze=False)
+    figure, axes = image_matrix(n, n, min(DOUBLE_COLUMN, 0.75 * n + 0.8))
     for i, a in enumerate(models):
         for j, b in enumerate(models):
             axis = axes[i, j]
-            axis.set_xticks([])
-            axis.set_yticks([])
             row = best.get((a, b), {}).get((class_a, class_b)) or best.get((b, a), {}).get((class_b, class_a))
             if row is not None:
                 show_image(axis, load_png(image_path(out_dir, row)))
                 if not row.accepted:
-                    axis.plot([0, 1], [0, 1], color="red", lw=1.5, transform=axis.transAxes)
-                    axis.plot([0, 1], [1, 0], color="red", lw=1.5, transform=axis.transAxes)
+                    axis.plot([0, 1], [0, 1], color="red", lw=1, transform=axis.transAxes)
+                    axis.plot([0, 1], [1, 0], color="red", lw=1, transform=axis.transAxes)
             if j == 0:
-                axis.set_ylabel(a, rotation=0, ha="right", va="center")
+                axis.set_ylabel(a, rotation=0, ha="right", va="center", fontsize=7)
             if i == 0:
-                axis.set_title(b, fontsize=9)
+                axis.set_title(b, fontsize=7)
     label_a, label_b = names.get(class_a, str(class_a)), names.get(class_b, str(class_b))
     figure.suptitle(
         f"'{label_a}' vs '{label_b}' for every model pair\nrows: the model that should see '{label_a}'; "
         f"columns: the one that should see '{label_b}'",
-        fontsize=10,
-        y=1.0,
-        va="bottom",
     )
     save_figure(figure, path)
 

@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from controversial.errors import UserError
+
 PAIR_SEPARATOR = "__"
 
 
@@ -27,7 +29,7 @@ def unordered_pairs(models: Sequence[str]) -> list[tuple[str, str]]:
     names = list(models)
     duplicates = sorted({m for m in names if names.count(m) > 1})
     if duplicates:
-        raise ValueError(f"models lists {', '.join(duplicates)} more than once; list each model once")
+        raise UserError(f"models lists {', '.join(duplicates)} more than once; list each model once")
     return list(itertools.combinations(names, 2))
 
 

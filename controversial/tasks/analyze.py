@@ -7,23 +7,37 @@ consistency, and writes ``report.md``, ``results.json`` and figures into the Hyd
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
-from typing import Any
-from controversial.options import Fraction
-import re
-from controversial.analysis.options import AnalysisOptions
-from controversial.analysis.simulate import SimulatedStudyOptions
-from controversial.tasks import Invocation
-
-
 import glob
 import logging
+import re
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+from pydantic import Field, field_validator, model_validator
 
 from controversial.analysis import figures
+from controversial.analysis.benchmark import OVERALL, BenchmarkResults, run_benchmark
+from controversial.analysis.benchmark_options import BenchmarkOptions
+from controversial.analysis.benchmark_report import console_table
 from controversial.analysis.error_consistency import decisions_from_trials
+from controversial.analysis.options import AnalysisOptions
+from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
+from controversial.analysis.report import write_report, write_results
+from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
+from controversial.analysis.simulate import (
+    ParticipantNoise,
+    SimulatedStudyOptions,
+    parse_mixture,
+    simulate_models,
+    simulate_participants,
+    true_probabilities,
+    write_study,
+)
+from controversial.analysis.study import Study, build_study
+from controversial.errors import UserError
+from controversial.options import Fraction
 from controversial.records.choices import read_trials
 from controversial.records.csvfile import InputError
 from controversial.records.responses import (
@@ -34,19 +48,8 @@ from controversial.records.responses import (
     split_replications,
 )
 from controversial.records.study import read_attention, read_quality_flags
-from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
-from controversial.analysis.report import write_report, write_results
-from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
-from controversial.analysis.simulate import (
-    parse_mixture,
-    ParticipantNoise,
-    simulate_models,
-    simulate_participants,
-    true_probabilities,
-    write_study,
-)
-from controversial.analysis.study import Study, build_study
 from controversial.study.quality import FLAGS
+from controversial.tasks import Invocation
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +65,10 @@ class AnalyzeSettings(AnalysisOptions):
     model_responses: str | list[str] | dict[str, str | list[str]] | None = Field(
         None, description="PNAS model-format CSV, a list (merged), or a mapping replication -> file(s)"
     )
-    choices: str | None = Field(
+    choices: str | list[str] | None = Field(
         None,
         description="folder (one dataset), folder of dataset folders, or glob of "
-        "model-vs-human trial CSVs for error consistency",
+        "model-vs-human trial CSVs for error consistency, or a list of these (joined by dataset name)",
     )
     choices_humans: str = Field("^subject", description="regex on `subj` marking the human decision makers")
     rating_scale: list[float] = Field(
@@ -84,6 +87,9 @@ class AnalyzeSettings(AnalysisOptions):
     simulate: SimulatedStudyOptions = Field(
         default_factory=SimulatedStudyOptions, description="used only when human_ratings is null"
     )
+    benchmark: BenchmarkOptions = Field(
+        default_factory=BenchmarkOptions, description="the model-vs-human benchmark on choices"
+    )
 
     @field_validator("choices_humans")
     @classmethod
@@ -91,27 +97,27 @@ class AnalyzeSettings(AnalysisOptions):
         try:
             re.compile(value)
         except re.error as error:
-            raise ValueError(f"not a regular expression: {error}") from None
+            raise UserError(f"not a regular expression: {error}") from None
         return value
 
     @field_validator("rating_scale")
     @classmethod
     def _scale(cls, value: list[float]) -> list[float]:
         if len(value) < 2 or sorted(set(value)) != list(value) or not 0 <= value[0] <= value[-1] <= 1:
-            raise ValueError("needs at least two distinct ascending levels in [0, 1], e.g. [0, 0.25, 0.5, 0.75, 1]")
+            raise UserError("needs at least two distinct ascending levels in [0, 1], e.g. [0, 0.25, 0.5, 0.75, 1]")
         return value
 
     @field_validator("human_ratings", "model_responses")
     @classmethod
     def _not_empty(cls, value: Any) -> Any:
         if isinstance(value, (list, dict)) and not value:
-            raise ValueError("an empty list or mapping; give at least one file (or null)")
+            raise UserError("an empty list or mapping; give at least one file (or null)")
         return value
 
     @model_validator(mode="after")
     def _inputs(self) -> AnalyzeSettings:
         if self.human_ratings is not None and self.model_responses is None:
-            raise ValueError("human_ratings is set but model_responses is not; pass model_responses=PATH")
+            raise UserError("human_ratings is set but model_responses is not; pass model_responses=PATH")
         return self
 
 
@@ -142,13 +148,20 @@ def _known_flags(flags: list[str]) -> tuple[str, ...]:
     """``exclude_flags`` checked against the study server's flag names."""
     unknown = [f for f in flags if f not in FLAGS]
     if unknown:
-        raise ValueError(f"exclude_flags: unknown flag(s) {', '.join(unknown)}; known: {', '.join(FLAGS)}")
+        raise UserError(f"exclude_flags: unknown flag(s) {', '.join(unknown)}; known: {', '.join(FLAGS)}")
     return tuple(flags)
 
 
-def choice_datasets(spec: str) -> dict[str, list[Path]]:
+def choice_datasets(spec: str | list[str]) -> dict[str, list[Path]]:
     """Trial files by dataset: a folder of CSVs is one dataset (named by the folder), a folder of such
-    folders (the benchmark's ``raw-data/``) one dataset each, a glob is grouped by the files' folders."""
+    folders (the benchmark's ``raw-data/``) one dataset each, a glob is grouped by the files' folders; a list
+    (the humans' raw-data and ``evaluate.py``'s decisions) joins the datasets of the same name."""
+    if isinstance(spec, list):
+        joined: dict[str, list[Path]] = {}
+        for part in spec:
+            for dataset, files in choice_datasets(str(part)).items():
+                joined.setdefault(dataset, []).extend(files)
+        return joined
     path = Path(spec)
     if path.is_dir():
         files = sorted(path.glob("*.csv")) or sorted(path.glob("*/*.csv"))
@@ -165,11 +178,16 @@ def choice_datasets(spec: str) -> dict[str, list[Path]]:
     return datasets
 
 
+def _choices(spec: object) -> str | list[str]:
+    """``choices``: a path, or a list of paths."""
+    return [str(p) for p in spec] if isinstance(spec, list) else str(spec)
+
+
 def analyze_choice_files(cfg: AnalyzeSettings) -> dict[str, ConsistencyBlock]:
     """Error consistency of every dataset of trial-level choices; the humans are the observers whose ``subj``
     matches ``choices_humans`` (the benchmark's rule: ``subject-``)."""
     out = {}
-    for dataset, files in choice_datasets(str(cfg.choices)).items():
+    for dataset, files in choice_datasets(_choices(cfg.choices)).items():
         data = decisions_from_trials(read_trials(files))
         humans = {n for n in data.names if re.search(cfg.choices_humans, n)}
         log.info(
@@ -177,6 +195,16 @@ def analyze_choice_files(cfg: AnalyzeSettings) -> dict[str, ConsistencyBlock]:
         )
         out[dataset] = replace(analyze_choices(data, humans, cfg), files=[str(f) for f in files])
     return out
+
+
+def benchmark_choice_files(cfg: AnalyzeSettings) -> BenchmarkResults | None:
+    """The model-vs-human benchmark on ``choices`` (five numbers, shape bias, kappa tests); None when disabled."""
+    if not cfg.benchmark.enabled:
+        return None
+    datasets = {name: read_trials(files) for name, files in choice_datasets(_choices(cfg.choices)).items()}
+    return run_benchmark(
+        datasets, cfg.choices_humans, cfg.benchmark, cfg.c_exp_one, int(cfg.seed), float(cfg.bootstrap.ci_level)
+    )
 
 
 def _container(value: object) -> str | list | dict:
@@ -198,13 +226,13 @@ def build_studies(
     release's models next to ours), or a mapping replication -> file(s) when replications reuse image names.
     """
     if isinstance(human_spec, dict):
-        raise ValueError("human_ratings is a file or a list of files; replications are read from the subject codes")
+        raise UserError("human_ratings is a file or a list of files; replications are read from the subject codes")
     paths = [human_spec] if isinstance(human_spec, str) else list(human_spec)
     tables = split_replications([read_human_ratings(str(p), tuple(cfg.rating_scale)) for p in paths])
     if isinstance(model_spec, dict):
         missing = sorted(set(tables) - set(model_spec))
         if missing:
-            raise ValueError(
+            raise UserError(
                 f"model_responses has no entry for replication(s) {', '.join(missing)}; given: {', '.join(model_spec)}"
             )
         models = {name: _model_table(model_spec[name]) for name in tables}
@@ -278,6 +306,7 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
     elif cfg.error_consistency.enabled:
         log.warning("error consistency from ratings is computed for one replication at a time; run each on its own")
     choices = analyze_choice_files(cfg) if cfg.choices is not None else None
+    benchmark = benchmark_choice_files(cfg) if cfg.choices is not None else None
     results = AnalysisResults(
         study=prediction.study,
         ranking=prediction.ranking,
@@ -291,6 +320,7 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
         ),
         error_consistency=ratings_consistency,
         choices=choices,
+        benchmark=benchmark,
     )
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)
@@ -302,8 +332,9 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
 def _run_choices_only(cfg: AnalyzeSettings, out: Path, start: float, command: str) -> AnalysisResults:
     """Error consistency alone, from trial-level choices: no ratings, no simulated study."""
     results = AnalysisResults(
-        inputs=Inputs(choices=str(cfg.choices), simulated=False, config=cfg.model_dump()),
+        inputs=Inputs(choices=_choices(cfg.choices), simulated=False, config=cfg.model_dump()),
         choices=analyze_choice_files(cfg),
+        benchmark=benchmark_choice_files(cfg),
     )
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)
@@ -319,6 +350,8 @@ def _run_choices_only(cfg: AnalyzeSettings, out: Path, start: float, command: st
             f"{dataset:<14} {len(block.names):>9} {block.n_trials:>6}  {whole.mean if whole else nan:>26.3f}  "
             f"{per.mean if per else nan:>15.3f}"
         )
+    if results.benchmark and OVERALL in results.benchmark.tables:
+        print("\n".join(console_table(results.benchmark.tables[OVERALL])))
     print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  ({elapsed:.1f} s)")
     return results
 

@@ -15,7 +15,7 @@ from controversial.analysis.simulate import ParticipantNoise
 from controversial.analysis.study import build_study
 from controversial.atomic import atomic_write_text
 from controversial.data import load_uint8
-from controversial.records.responses import read_human_ratings, read_model_responses
+from controversial.datasets import DataOptions
 from controversial.design.adaptive import Batch, Evidence, evidence, final_alpha
 from controversial.design.candidates import Balanced, Candidates, balanced_design, build_candidates
 from controversial.design.constraints import DesignConstraints, DesignError
@@ -24,9 +24,9 @@ from controversial.design.objectives import participants_plan, ratio_to_baseline
 from controversial.design.optimiser import Design, design_weights, held_out_panel, select_design
 from controversial.design.options import AdaptiveSettings, DesignBudget, DesignPlan, PreviousBatch
 from controversial.design.separation import ReferencePanel, Separation
-from controversial.datasets import DataOptions
+from controversial.errors import UserError
 from controversial.options import Count
-from controversial.tasks import Invocation
+from controversial.records.responses import read_human_ratings, read_model_responses
 from controversial.study.bundle import load_bundle
 from controversial.study.export import (
     DEFAULT_WEB_SOURCE,
@@ -36,6 +36,7 @@ from controversial.study.export import (
     write_selection,
 )
 from controversial.study.selection import SelectionError, SweepStimulus, collect_sweep
+from controversial.tasks import Invocation
 from controversial.tasks.export_study import bundle_provenance
 from controversial.zoo.bundled import load_model
 
@@ -59,13 +60,13 @@ class DesignStudySettings(BundleOptions):
     def _truths(self) -> DesignStudySettings:
         names = [Path(m).stem for m in self.models]
         if len(set(names)) < len(names):
-            raise ValueError(f"models lists a model twice: {self.models}")
+            raise UserError(f"models lists a model twice: {self.models}")
         unknown = [t for t in self.plan.truths if t not in names]
         if unknown:
-            raise ValueError(f"plan.truths: {', '.join(unknown)} not among models ({', '.join(names)})")
+            raise UserError(f"plan.truths: {', '.join(unknown)} not among models ({', '.join(names)})")
         looks = len(self.adaptive.previous)
         if self.adaptive.interim_alpha * max(looks, 1) >= self.plan.alpha:
-            raise ValueError(
+            raise UserError(
                 f"adaptive.interim_alpha={self.adaptive.interim_alpha:g} over {max(looks, 1)} interim look(s) leaves "
                 f"nothing of plan.alpha={self.plan.alpha:g} for the final test: each look's alpha is spent out of it"
             )

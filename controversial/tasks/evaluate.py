@@ -2,25 +2,28 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
-from controversial.options import Count, Options
-from controversial.datasets import ModelDataOptions
-from controversial.records.names import Scheme
-from controversial.synthesis.stimuli import Inversion, parse_inversion
-from controversial.tasks import Invocation
-
-
 import logging
 import time
 from pathlib import Path
 
+from pydantic import Field, field_validator, model_validator
+
+from controversial.analysis.decision_options import DecisionsOptions
+from controversial.analysis.model_decisions import labelled_images, write_decisions
 from controversial.analysis.model_responses import (
     StimulusImage,
+    implausible_accuracies,
     stimuli_from_folder,
     stimuli_from_manifest,
     write_responses,
 )
-from controversial.synthesis.stimuli import INVERSIONS
+from controversial.datasets import ModelDataOptions
+from controversial.errors import UserError
+from controversial.options import Count, Options
+from controversial.records.names import Scheme
+from controversial.study.bundle import recorded_inversion
+from controversial.synthesis.stimuli import INVERSIONS, Inversion, parse_inversion
+from controversial.tasks import Invocation
 from controversial.zoo.bundled import load_model
 
 log = logging.getLogger(__name__)
@@ -38,20 +41,30 @@ class EvaluateSettings(Options):
     naming: Scheme = Field(
         "project", description="file-name scheme of images: project | pnas2020 (the PNAS 2020 release)"
     )
-    invert: Inversion = Field("auto", description="greyscale stored dark-on-light (as displayed)? auto | true | false")
+    invert: Inversion = Field(
+        "auto",
+        description="greyscale stored dark-on-light (as displayed)? auto | true | false; a study bundle's stimuli/ "
+        "follow its study.json, and a contradicting value is an error",
+    )
     manifests: list[str] = Field(
-        default_factory=list, description="synthesis manifest.csv files; their accepted images"
+        default_factory=list,
+        description="synthesis manifest.csv files, or run/sweep folders (every run in them); their accepted images",
     )
     include_rejected: bool = Field(False, description="also evaluate manifest rows below the acceptance threshold")
     batch_size: Count = Field(256, description="images per forward pass")
     data: ModelDataOptions = Field(default_factory=ModelDataOptions)
+    decisions: DecisionsOptions = Field(
+        default_factory=DecisionsOptions, description="benchmark raw-data decisions on labelled images"
+    )
 
     _invert = field_validator("invert", mode="before")(lambda value: parse_inversion(value))
 
     @model_validator(mode="after")
     def _stimuli(self) -> EvaluateSettings:
         if self.images is None and not self.manifests:
-            raise ValueError("no stimuli: pass images=FOLDER or manifests=[PATH,...]")
+            raise UserError("no stimuli: pass images=FOLDER or manifests=[PATH,...]")
+        if self.decisions.enabled and (self.images is None or self.manifests):
+            raise UserError("decisions.enabled=true reads labelled images from images=FOLDER only (no manifests)")
         return self
 
 
@@ -59,13 +72,34 @@ def _inversion(value: object) -> Inversion:
     """``invert=auto|true|false`` (Hydra reads true/false as booleans)."""
     text = str(value).lower()
     if text not in INVERSIONS:
-        raise ValueError(f"invert={value!r}; allowed: {', '.join(INVERSIONS)}")
+        raise UserError(f"invert={value!r}; allowed: {', '.join(INVERSIONS)}")
     return text  # type: ignore[return-value]
 
 
+def _bundle_inversion(images: str | None, invert: Inversion) -> tuple[Inversion, str | None]:
+    """A study bundle's ``stimuli/`` says how it is stored: use that (no guess), and refuse an ``invert=`` that
+    contradicts it; anything else keeps ``invert`` as given."""
+    recorded = recorded_inversion(images) if images is not None else None
+    if recorded is None:
+        return invert, None
+    bundle = Path(images).resolve().parent  # type: ignore[arg-type]
+    stored = "stored inverted (dark on light)" if recorded else "stored as the models see them"
+    if invert != "auto" and (invert == "true") != recorded:
+        raise UserError(
+            f"invert={invert} contradicts {bundle / 'study.json'}: its stimuli/ are {stored} "
+            f"(stimuli_invert={str(recorded).lower()}); drop invert= and the bundle's record is used"
+        )
+    return ("true" if recorded else "false"), f"{bundle.name} of study {bundle.parent.name}: stimuli/ {stored} " + (
+        "(study.json), inverting them" if recorded else "(study.json), used as stored"
+    )
+
+
 def run(cfg: EvaluateSettings, invocation: Invocation) -> Path:
-    """Every model's responses to every stimulus, as ``model_responses.csv`` in ``invocation.out_dir``."""
+    """Every model's responses to every stimulus, as ``model_responses.csv`` in ``invocation.out_dir`` (with
+    ``decisions.enabled``: each model's decisions as benchmark raw-data CSVs; returns their folder)."""
     out = invocation.out_dir
+    if cfg.decisions.enabled:
+        return _decisions(cfg, out)
     stimuli: list[StimulusImage] = []
     if cfg.images is not None:
         stimuli += stimuli_from_folder(cfg.images, cfg.naming)
@@ -74,8 +108,28 @@ def run(cfg: EvaluateSettings, invocation: Invocation) -> Path:
     models = [load_model(ref, cfg.dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
     start = time.perf_counter()
     path = out / "model_responses.csv"
-    _, convention = write_responses(path, models, stimuli, cfg.batch_size, _inversion(cfg.invert))
+    invert, recorded = _bundle_inversion(cfg.images, _inversion(cfg.invert))
+    p, convention = write_responses(path, models, stimuli, cfg.batch_size, invert)
     elapsed = time.perf_counter() - start
-    print(f"display convention: {convention.note}")
+    print(f"display convention: {recorded or convention.note}")
+    for line in implausible_accuracies(models, stimuli, p):
+        log.warning(line)
+        print(f"WARNING: {line}")
     print(f"{len(models)} models x {len(stimuli)} images -> {path} ({elapsed:.1f} s)")
     return path
+
+
+def _decisions(cfg: EvaluateSettings, out: Path) -> Path:
+    """Decisions on labelled images in the benchmark's raw-data format, one CSV per model."""
+    assert cfg.images is not None  # checked by EvaluateSettings
+    images = labelled_images(cfg.images, cfg.decisions.label_pattern)
+    dataset = cfg.decisions.dataset or Path(cfg.images).resolve().name
+    models = [load_model(ref, cfg.dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
+    start = time.perf_counter()
+    paths, convention = write_decisions(
+        out, models, images, dataset, cfg.decisions.readout, cfg.batch_size, _inversion(cfg.invert)
+    )
+    print(f"display convention: {convention.note}")
+    print(f"{len(models)} models x {len(images)} images -> {out / dataset} ({time.perf_counter() - start:.1f} s)")
+    print(f"into the benchmark: python analyze.py 'choices=[<humans raw-data folder>,{out}]'")
+    return out / dataset

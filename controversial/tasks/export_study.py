@@ -2,21 +2,21 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from controversial.datasets import DataOptions
-from controversial.options import Options
-from controversial.tasks import Invocation
-
 import logging
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
+
 from controversial import __version__
 from controversial.data import load_uint8
+from controversial.datasets import DataOptions
+from controversial.options import Options
 from controversial.study.bundle import load_bundle
 from controversial.study.export import DEFAULT_WEB_SOURCE, ExportOptions, export_study
+from controversial.tasks import Invocation
 
 log = logging.getLogger(__name__)
 

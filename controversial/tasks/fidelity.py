@@ -7,24 +7,22 @@ Models not trained yet are listed and left out, with the stimuli that need them.
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator, model_validator
-from controversial.options import Count, Options
-from controversial.datasets import ModelDataOptions
-from controversial.records.names import Scheme
-from controversial.synthesis.stimuli import Inversion, parse_inversion
-from controversial.tasks import Invocation
-
-
 import logging
 import time
 from pathlib import Path
 
+from pydantic import Field, field_validator, model_validator
+
 from controversial.analysis.fidelity import model_fidelity, report_lines
 from controversial.analysis.model_responses import load_images, probabilities, stimuli_from_folder
 from controversial.atomic import atomic_write_text
+from controversial.datasets import ModelDataOptions
 from controversial.errors import UserError
+from controversial.options import Count, Options
 from controversial.records.fidelity import write_fidelity
-from controversial.records.names import PNAS_MODELS
+from controversial.records.names import PNAS_MODELS, Scheme
+from controversial.synthesis.stimuli import Inversion, parse_inversion
+from controversial.tasks import Invocation
 from controversial.tasks.evaluate import _inversion
 from controversial.zoo.bundled import list_checkpoints, load_model
 
@@ -48,13 +46,13 @@ class FidelitySettings(Options):
     @classmethod
     def _some(cls, value: list[str] | None) -> list[str] | None:
         if value is not None and not value:
-            raise ValueError("an empty list; name at least one model, or null for all")
+            raise UserError("an empty list; name at least one model, or null for all")
         return value
 
     @model_validator(mode="after")
     def _stimuli(self) -> FidelitySettings:
         if self.images is None:
-            raise ValueError("no stimuli: pass images=FOLDER (e.g. the release's experiment_1 or experiment_2 images)")
+            raise UserError("no stimuli: pass images=FOLDER (e.g. the release's experiment_1 or experiment_2 images)")
         return self
 
 

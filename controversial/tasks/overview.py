@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from typing import Annotated
-from controversial.options import Options
-from controversial.tasks import Invocation
-
-
 import logging
 from pathlib import Path
+from typing import Annotated
 
 from omegaconf import DictConfig, OmegaConf
+from pydantic import Field
 
 from controversial.atomic import atomic_write_text
 from controversial.errors import UserError
+from controversial.options import Options
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, write_manifest
 from controversial.synthesis import sweep_overview as overview
+from controversial.tasks import Invocation
 
 log = logging.getLogger(__name__)
 

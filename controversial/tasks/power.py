@@ -2,24 +2,29 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-from typing import Annotated, Literal
-from controversial.options import Count, Seed
-from controversial.analysis.simulate import NoiseOptions, SimulatedModelsOptions
-from controversial.tasks import Invocation
-
-
 import json
 import logging
 from dataclasses import asdict
 from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import Field
 
 from controversial.analysis import figures
-from controversial.records.responses import read_model_responses
 from controversial.analysis.power import power_curve
-from controversial.analysis.simulate import ParticipantNoise, parse_mixture, simulate_models, true_probabilities
+from controversial.analysis.simulate import (
+    NoiseOptions,
+    ParticipantNoise,
+    SimulatedModelsOptions,
+    parse_mixture,
+    simulate_models,
+    true_probabilities,
+)
 from controversial.analysis.study import stimulus_set
 from controversial.atomic import atomic_write_text
+from controversial.options import Count, Seed
+from controversial.records.responses import read_model_responses
+from controversial.tasks import Invocation
 
 log = logging.getLogger(__name__)
 

@@ -7,25 +7,23 @@ synthetic stimuli.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
-from typing import Literal
-from controversial.options import DEVICE_PATTERN, Count, Options, Probability
-from controversial.config import ModelOptions, check_pair
-from controversial.datasets import DataOptions
-from controversial.tasks import Invocation
-
-
 import logging
 import time
+from typing import Literal
 
+from pydantic import Field, model_validator
+
+from controversial.config import ModelOptions, check_pair
 from controversial.data import load_uint8
-from controversial.datasets import dataset_info
+from controversial.datasets import DataOptions, dataset_info
+from controversial.options import DEVICE_PATTERN, Count, Options, Probability
 from controversial.progress import Progress
-from controversial.synthesis.engine import ordered_class_pairs
-from controversial.synthesis.natural import calibrated_logits, top_natural
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
 from controversial.records.names import natural_controversial_filename
+from controversial.synthesis.engine import ordered_class_pairs
+from controversial.synthesis.natural import calibrated_logits, top_natural
 from controversial.synthesis.stimuli import save_png
+from controversial.tasks import Invocation
 from controversial.zoo.loading import load_models, resolve_device
 
 log = logging.getLogger(__name__)

@@ -7,23 +7,24 @@ import gc
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import uvicorn
+from sqlalchemy.engine import make_url
 
 from controversial.atomic import atomic_write
 from controversial.cli import report
 from controversial.errors import UserError
-from controversial.study.admin_token import ENV_VAR, AdminTokenError, read_admin_token, write_admin_token
-from controversial.tasks import Invocation
-from controversial.study.bundle import load_bundle
 from controversial.records.csvfile import csv_chunks
-from controversial.study.db import default_database_url
+from controversial.study.admin_token import ENV_VAR, AdminTokenError, read_admin_token, write_admin_token
+from controversial.study.bundle import load_bundle
+from controversial.study.db import default_database_url, is_in_memory
 from controversial.study.guards import MaskTokens
 from controversial.study.pnas_export import TABLES, snapshot
 from controversial.study.quality import QualitySettings
 from controversial.study.server import ServeStudySettings, create_app
+from controversial.tasks import Invocation
 
 log = logging.getLogger(__name__)
 
@@ -36,20 +37,43 @@ def export_csvs(
     quality: QualitySettings = QualitySettings(),
 ) -> dict[str, Path]:
     """Write responses.csv (PNAS format), attention.csv and participants.csv from one database snapshot,
-    readable by the owner only (Prolific ids are personal data).
+    readable by the owner only (Prolific ids are personal data), and print what each holds.
 
-    Reads through the read-only engine, so exporting next to a running server does not block it.
+    Reads through the read-only engine, so exporting next to a running server does not block it. A study that
+    was never served has no database: that is an error, and nothing is created (no empty database, no
+    header-only files).
     """
     bundle = load_bundle(study_dir)
     out_dir = Path(out_dir)
-    written = {}
-    with snapshot(database_url or default_database_url(bundle.root)) as session:
+    url = database_url or default_database_url(bundle.root)
+    _check_database_exists(url, bundle.label, database_url is None)
+    written, counts = {}, {}
+    with snapshot(url) as session:
         for name, (columns, rows) in TABLES.items():
+            subjects: set[str] = set()
+            n = 0
+
+            def counted(items: Iterator[list]) -> Iterator[list]:
+                nonlocal n
+                for row in items:
+                    n += 1
+                    subjects.add(str(row[0]))
+                    yield row
+
             with atomic_write(out_dir / name, "w", private=True, encoding="utf-8", newline="") as handle:
-                for chunk in csv_chunks(columns, rows(session, bundle, include_incomplete, quality)):
+                for chunk in csv_chunks(columns, counted(rows(session, bundle, include_incomplete, quality))):
                     handle.write(chunk)
-            written[name] = out_dir / name
-    log.info("exported %s to %s", ", ".join(written), out_dir)
+            written[name], counts[name] = out_dir / name, (n, len(subjects))
+    (ratings, raters), (checks, _), (participants, _) = (counts[name] for name in TABLES)
+    print(f"exported {ratings} rating rows from {raters} participant(s) to {written['responses.csv']}")
+    print(f"  {checks} attention-check rows to attention.csv, {participants} participant(s) to participants.csv")
+    if not ratings:
+        scope = (
+            ""
+            if include_incomplete
+            else " (only completed participants are exported; export.include_incomplete=true adds the others)"
+        )
+        print(f"  no ratings yet{scope}")
     return written
 
 
@@ -66,6 +90,20 @@ def before_hydra(argv: Sequence[str] | None = None) -> None:
             )
             raise SystemExit(report(error, "serve_study"))
     os.umask(0o077)
+
+
+def _check_database_exists(url: str, label: str, default: bool) -> None:
+    """A SQLite file that is not there means the study was never served (or the path is wrong): say so, before
+    opening it would create an empty one."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or is_in_memory(url) or Path(parsed.database).is_file():
+        return
+    where = "the bundle's default database" if default else "database_url"
+    raise UserError(
+        f"{parsed.database}: no database yet ({where}): study {label} has not been served, so there is nothing "
+        "to export; serve it first (python serve_study.py study_dir=... completion_code=...), or pass the "
+        "database_url= it was served with"
+    )
 
 
 def run(cfg: ServeStudySettings, invocation: Invocation) -> None:

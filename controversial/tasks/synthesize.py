@@ -11,36 +11,41 @@ folder (a sweep, or ``output_dir=``) resumes: see :mod:`controversial.synthesis.
 
 from __future__ import annotations
 
-from pydantic import Field, model_validator
-from typing import Literal
-from controversial.options import DEVICE_PATTERN, Count, Options, Seed
-from controversial.config import ModelOptions, check_pair
-from controversial.datasets import DataOptions
-from controversial.synthesis.options import OptimizerOptions, SynthesisOptions
-from controversial.tracking import WandbOptions
-from controversial.tasks import Invocation
-
-
 import hashlib
 import logging
+import shlex
 import statistics
+import sys
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
+from pydantic import Field, model_validator
 
+from controversial.config import ModelOptions, check_pair
 from controversial.data import load_uint8
-from controversial.datasets import dataset_info
+from controversial.datasets import DataOptions, DatasetInfo, dataset_info
+from controversial.errors import UserError
+from controversial.options import DEVICE_PATTERN, Count, Options, Seed
 from controversial.progress import Progress
-from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
-from controversial.records.names import stimulus_filename
+from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest, write_manifest
 from controversial.synthesis import runstate
-from controversial.synthesis.engine import BatchResult, noise_images, ordered_class_pairs, synthesize_batch
+from controversial.synthesis.engine import (
+    BatchResult,
+    Finished,
+    noise_images,
+    ordered_class_pairs,
+    score_images,
+    synthesize_batch,
+)
 from controversial.synthesis.grids import plot_stimulus_grid
-from controversial.synthesis.stimuli import load_png, save_png
-from controversial.tracking import Tracker, start_tracking
+from controversial.synthesis.options import OptimizerOptions, SynthesisOptions
+from controversial.synthesis.runstate import Element, manifest_row
+from controversial.synthesis.stimuli import load_png
+from controversial.tasks import Invocation
+from controversial.tracking import Tracker, WandbOptions, start_tracking
 from controversial.zoo.loading import load_models, resolve_device
 from controversial.zoo.readout import CalibratedModel
 
@@ -109,13 +114,9 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
     }
 
 
-@dataclass
-class Element:
-    """One element of a synthesis batch: a cell and the seed of this attempt at it."""
-
-    class_a: int
-    class_b: int
-    seed: int
+def _row_context(cfg: SynthesizeSettings) -> tuple[DatasetInfo, tuple[str, str], float]:
+    """What every manifest row of this pair shares: the dataset, the model names, the acceptance threshold."""
+    return dataset_info(cfg.model_a.dataset), (cfg.model_a.name, cfg.model_b.name), cfg.synthesis.threshold
 
 
 def _start_seed(element: Element, pair_names: tuple[str, str]) -> int:
@@ -145,7 +146,7 @@ def _initial_images(
             for c in elements
         ]
         return images[picks].float() / 255, [f"test_image:{i}" for i in picks]
-    raise ValueError(f"init={init!r} is not known; allowed: noise, test_image")
+    raise UserError(f"init={init!r} is not known; allowed: noise, test_image")
 
 
 def _callbacks(bar: Progress, tracker: Tracker, attempt: int, step_offset: int):
@@ -170,7 +171,56 @@ def _callbacks(bar: Progress, tracker: Tracker, attempt: int, step_offset: int):
 
 
 def run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
-    """One model pair into ``invocation.out_dir`` (resumed when it holds an earlier run of the same settings)."""
+    """One model pair into ``invocation.out_dir`` (resumed when it holds an earlier run of the same settings).
+
+    A run that fails before its first manifest leaves no folder; Ctrl-C keeps what had finished and prints one
+    line saying what was kept and the command that resumes (exit status 130).
+    """
+    fresh = not (invocation.out_dir / runstate.SETTINGS_NAME).exists()
+    try:
+        return _run(cfg, invocation)
+    except KeyboardInterrupt:
+        forgotten = runstate.forget_empty_run(invocation.out_dir, fresh)
+        if forgotten:
+            from controversial.cli import remove_fresh_run_dir  # Hydra's records, when nothing else is left
+
+            remove_fresh_run_dir(invocation.out_dir)
+        print(_interrupted(cfg, invocation, forgotten), file=sys.stderr)
+        raise SystemExit(130) from None
+    except BaseException:
+        runstate.forget_empty_run(invocation.out_dir, fresh)
+        raise
+
+
+def _interrupted(cfg: SynthesizeSettings, invocation: Invocation, forgotten: bool) -> str:
+    """The one line an interrupt prints: what was kept, and the exact command that resumes."""
+    out_dir = invocation.out_dir
+    manifest = out_dir / MANIFEST_NAME
+    if invocation.multirun:
+        again = f"rerun the same -m command: sweep_dir={out_dir.parent} resumes, finished cells are skipped"
+    elif forgotten:
+        again = f"start again with: {invocation.command}"
+    elif "output_dir=" in invocation.command:
+        again = f"resume with: {invocation.command}"
+    else:
+        again = f"resume with: {invocation.command} output_dir={shlex.quote(str(out_dir))}"
+    if forgotten or not manifest.is_file():
+        return f"interrupted: nothing had finished, so no folder was kept; {again}"
+    rows = read_manifest(manifest)
+    cells = len(ordered_class_pairs(len(dataset_info(cfg.model_a.dataset).class_names)))
+    accepted = len({r.cell for r in rows if r.accepted})
+    return f"interrupted: kept {accepted}/{cells} cells accepted ({len(rows)} attempts) in {manifest}; {again}"
+
+
+class _Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a batch, carrying the rows of the elements that had already finished."""
+
+    def __init__(self, kept: list[ManifestRow]) -> None:
+        super().__init__()
+        self.kept = kept
+
+
+def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
     models = [m.to(device) for m in load_models([cfg.model_a, cfg.model_b], cfg.data.root, ["model_a", "model_b"])]
@@ -230,7 +280,12 @@ def _synthesize_pair(
             continue
         attempts = f"{attempt + 1}" if last_attempt == attempt else f"{attempt + 1}-{last_attempt + 1}"
         elements = [Element(a, b, seed) for (a, b), seed in work]
-        new_rows, result = _attempt(cfg, models, device, out_dir, elements, attempts, tracker, attempt, global_step)
+        try:
+            new_rows, result = _attempt(cfg, models, device, out_dir, elements, attempts, tracker, attempt, global_step)
+        except _Interrupted as stop:  # the finished elements join the manifest, then the interrupt goes on
+            if stop.kept:
+                write_manifest(out_dir / MANIFEST_NAME, rows + stop.kept)
+            raise
         global_step += cfg.synthesis.max_steps
         rows = rows + new_rows
         n_new_rows += len(new_rows)
@@ -261,71 +316,76 @@ def _attempt(
     )
     on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
     base = cfg.seed + attempt * cfg.seeds_per_cell
-    result = synthesize_batch(
-        models,
-        targets,
-        initial.to(device),
-        cfg.synthesis,
-        seed=base,
-        on_step=on_step,
-        on_scores=on_scores,
-        optimizer=cfg.optimizer.factory(),
-    )
+    finished: dict[int, Finished] = {}
+    batch_start = time.perf_counter()
+    try:
+        result = synthesize_batch(
+            models,
+            targets,
+            initial.to(device),
+            cfg.synthesis,
+            seed=base,
+            on_step=on_step,
+            on_scores=on_scores,
+            optimizer=cfg.optimizer.factory(),
+            on_finished=finished.__setitem__,
+        )
+    except KeyboardInterrupt:  # keep the elements that had already finished: their 8-bit images are final
+        bar.close()
+        kept = []
+        if finished:
+            index, partial = _finished_result(models, targets, finished, cfg, time.perf_counter() - batch_start)
+            kept = [
+                manifest_row(
+                    *_row_context(cfg),
+                    out_dir,
+                    elements[n],
+                    inits[n],
+                    partial,
+                    i,
+                    partial.total_seconds / len(elements),
+                )
+                for i, n in enumerate(index)
+            ]
+        raise _Interrupted(kept) from None
     bar.close()
     per_image_time = result.total_seconds / len(elements)
     new_rows = [
-        _manifest_row(cfg, out_dir, element, init, result, i, per_image_time)
+        manifest_row(*_row_context(cfg), out_dir, element, init, result, i, per_image_time)
         for i, (element, init) in enumerate(zip(elements, inits))
     ]
     return new_rows, result
 
 
-def _manifest_row(
+def _finished_result(
+    models: list[CalibratedModel],
+    targets: torch.Tensor,
+    finished: dict[int, Finished],
     cfg: SynthesizeSettings,
-    out_dir: Path,
-    element: Element,
-    init: str,
-    result: BatchResult,
-    i: int,
-    per_image_time: float,
-) -> ManifestRow:
-    """Element ``i``'s row, after writing its PNG (unless it failed)."""
-    info = dataset_info(cfg.model_a.dataset)
-    name_a, name_b = cfg.model_a.name, cfg.model_b.name
-    failure = result.failures[i]
-    hard = float(result.hard[i])
-    accepted = not failure and hard >= cfg.synthesis.threshold
-    filename = ""
-    if not failure:
-        filename = stimulus_filename(
-            name_a, info.class_names[element.class_a], name_b, info.class_names[element.class_b], element.seed
-        )
-        save_png(out_dir / filename, result.images[i].cpu().numpy())
-    probabilities = result.probabilities[i].cpu()
-    return ManifestRow(
-        dataset=info.name,
-        model_a=name_a,
-        model_b=name_b,
-        class_a=element.class_a,
-        class_b=element.class_b,
-        class_a_name=info.class_names[element.class_a],
-        class_b_name=info.class_names[element.class_b],
-        seed=element.seed,
-        source="synthetic",
-        init=init,
-        steps=int(result.steps[i]),
-        converged=bool(result.converged[i]),
-        hard_score=hard,
-        smooth_score=float(result.smooth[i]),
-        p_model_a_class_a=float(probabilities[0, 0]),
-        p_model_a_class_b=float(probabilities[0, 1]),
-        p_model_b_class_a=float(probabilities[1, 0]),
-        p_model_b_class_b=float(probabilities[1, 1]),
-        accepted=accepted,
-        status="accepted" if accepted else (f"failed: {failure}" if failure else "below_threshold"),
-        image_file=filename,
-        wall_time_s=round(per_image_time, 4),
+    seconds: float,
+) -> tuple[list[int], BatchResult]:
+    """The elements that finished before an interrupt, scored on their 8-bit images as a whole batch would."""
+    index = sorted(finished)
+    images = torch.stack([finished[i].image for i in index]).to(targets.device)
+    hard, smooth, probabilities = score_images(models, images, targets[index], cfg.synthesis)
+    failures = [
+        finished[i].failure
+        or ("" if torch.isfinite(h) and torch.isfinite(m) else "non-finite score of the 8-bit image")
+        for i, h, m in zip(index, hard, smooth)
+    ]
+    result = BatchResult(
+        images,
+        hard,
+        smooth,
+        probabilities,
+        torch.tensor([finished[i].steps for i in index]),
+        torch.tensor([finished[i].converged for i in index]),
+        torch.tensor([finished[i].stalled for i in index]),
+        failures,
+        0.0,
+        seconds,
     )
+    return index, result
 
 
 def _report_attempt(

@@ -2,23 +2,22 @@
 
 from __future__ import annotations
 
-from pydantic import Field, field_validator
-from controversial.options import Options, one_of
-from controversial.config import REPO_ROOT, ModelOptions
-from controversial.datasets import DataOptions
-from controversial.tasks import Invocation
-
-
 import logging
 import sys
 import time
 from pathlib import Path
 
 import torch
+from pydantic import Field, field_validator
 
+from controversial.config import REPO_ROOT, ModelOptions
+from controversial.data import load_uint8
+from controversial.datasets import DataOptions
+from controversial.errors import UserError
+from controversial.options import Options, one_of
+from controversial.tasks import Invocation
 from controversial.zoo.attacks import module_device
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
-from controversial.data import load_uint8
 from controversial.zoo.model_card import write_model_card
 from controversial.zoo.readout import MirrorAveraged
 from controversial.zoo.registry import arch_spec
@@ -27,9 +26,9 @@ from controversial.zoo.train_options import TRAINING_METHODS, TrainOptions
 from controversial.zoo.training import (
     TrainOutcome,
     collect_logits,
+    energy_metrics,
     evaluate_and_calibrate,
     evenly_spaced,
-    energy_metrics,
     robustness_metrics,
 )
 
@@ -109,11 +108,11 @@ def _device(name: str, method_name: str, any_device: bool) -> torch.device:
     if name == "cpu":
         return torch.device("cpu")
     if name != "cuda":
-        raise ValueError(f"device '{name}' unknown; allowed: cpu, cuda")
+        raise UserError(f"device '{name}' unknown; allowed: cpu, cuda")
     if not any_device:
-        raise ValueError(f"device=cuda: training method '{method_name}' runs on the CPU only; use device=cpu")
+        raise UserError(f"device=cuda: training method '{method_name}' runs on the CPU only; use device=cpu")
     if not torch.cuda.is_available():
-        raise ValueError("device=cuda, but PyTorch sees no CUDA GPU here; use device=cpu")
+        raise UserError("device=cuda, but PyTorch sees no CUDA GPU here; use device=cpu")
     return torch.device("cuda")
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import torch
 
-from controversial.errors import UserError
 from controversial.config import ModelOptions
+from controversial.errors import UserError
 from controversial.zoo.checkpoints import load_checkpoint
 from controversial.zoo.readout import CalibratedModel
 

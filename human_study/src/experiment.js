@@ -96,7 +96,11 @@
         fetchText("static/text/instructions.html"),
       ]);
     } catch (error) {
-      showMessage(`The study could not start: ${error.message}. Please reload the page in a minute.`);
+      // A refusal (4xx: e.g. this Prolific ID is being taken in another browser) does not pass with time, so
+      // only a failure of the server or the network asks for a reload.
+      showMessage(error.status >= 400 && error.status < 500
+        ? `The study could not start: ${error.message}.`
+        : `The study could not start: ${error.message}. Please reload the page in a minute.`);
       return;
     }
     if (state.status === "completed") {

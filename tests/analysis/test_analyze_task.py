@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ANALYZE_SMALL as SMALL
+from helpers import run_analyze
 
 from controversial.records.choices import write_trials
 from controversial.records.csvfile import InputError
-from helpers import ANALYZE_SMALL as SMALL, run_analyze
 
 
 def test_default_run_is_a_labelled_simulated_study(tmp_path, capsys):
@@ -132,7 +133,7 @@ def test_choices_alone_run_error_consistency_without_ratings(tmp_path, capsys):
         assert set(aggregate.group_means) >= {"human-human", "model-model", "model-human", "resnet-human"}
     assert block.whole.kappa_bootstrap_ci is not None and block.null_band is not None
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert "prediction" not in saved and list(saved) == ["inputs", "choices", "figures"]
+    assert "prediction" not in saved and list(saved) == ["inputs", "choices", "benchmark", "figures"]
     assert saved["choices"]["toy"]["files"][0].endswith("toy_resnet_session_1.csv")
     report = (tmp_path / "run" / "report.md").read_text()
     assert "SIMULATED" not in report and "Error consistency (trial-level choices): toy" in report

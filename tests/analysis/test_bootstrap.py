@@ -10,8 +10,10 @@ from controversial.analysis.bootstrap import (
     LOWER,
     UPPER,
     Distributions,
+    SufficientStatistics,
     bootstrap,
     counts,
+    float32_unit,
     iter_blocks,
     pairwise_tests,
     percentile_ci,
@@ -145,3 +147,34 @@ def test_pooled_parts_weight_participants_and_one_part_is_the_plain_bootstrap():
     np.testing.assert_allclose(pooled.samples, (3 * alone[0].samples + 4 * alone[1].samples) / 7)
     single = pooled_bootstrap([(h1, m1, c1)], names, 300, seed=5)
     np.testing.assert_array_equal(single.samples, alone[0].samples)
+
+
+@pytest.mark.parametrize("S, K", [(4, 5), (10, 1)])
+def test_both_ceiling_paths_match_reference(S, K):
+    # S + 1 <= 8 K takes the table of participant pairs, more participants the pooled products.
+    human, model, conditions = small_study(seed=4, S=S, K=K)
+    stats = SufficientStatistics(human, model)
+    assert stats.pairwise == (S + 1 <= 8 * K)
+    fast = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=40, seed=3)
+    reference = reference_bootstrap(human, model, conditions, 40, seed=3)
+    np.testing.assert_allclose(fast.samples, reference, rtol=0, atol=1e-9)
+
+
+def test_pair_table_runs_in_float32_only_when_exact():
+    human, model, conditions = small_study(seed=5, S=6)  # ratings on the 0, .25, ..., 1 grid
+    grid = SufficientStatistics(human, model)
+    assert grid.pairs.dtype == np.float32 and float32_unit(human) == 0.25
+    block = next(iter_blocks(200, 1, 6, conditions))
+    stimulus_counts, participant_counts = counts(block.stimuli, len(conditions)), counts(block.participants, 6)
+    in_float32 = grid.evaluate(stimulus_counts, participant_counts)
+    grid.pairs = grid.pairs.astype(np.float64)  # the float64 product of the same table
+    np.testing.assert_array_equal(in_float32, grid.evaluate(stimulus_counts, participant_counts))
+    off_grid = SufficientStatistics(human + 1e-3 * np.random.default_rng(0).random(human.shape), model)
+    assert off_grid.pairs.dtype == np.float64 and float32_unit(off_grid.pairs) is None
+
+
+def test_resamples_for_a_seed_never_change():
+    # Pinned draws: a change here changes every published bootstrap result for the same seed.
+    block = next(iter_blocks(2, 0, 5, ["a", "a", "b", "b", "b"]))
+    np.testing.assert_array_equal(block.participants, [[4, 4, 0, 1, 3], [3, 1, 0, 4, 2]])
+    np.testing.assert_array_equal(block.stimuli, [[0, 0, 3, 3, 3], [0, 1, 3, 3, 3]])

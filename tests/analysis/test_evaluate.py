@@ -8,17 +8,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from helpers import run_task
 
-from controversial.records.responses import read_model_responses
 from controversial.analysis.model_responses import load_images, stimuli_from_folder, stimuli_from_manifest
+from controversial.records.manifest import ManifestRow, write_manifest
+from controversial.records.names import StimulusNameError, stimulus_filename
+from controversial.records.responses import read_model_responses
+from controversial.synthesis.stimuli import display_convention, load_png, save_png
+from controversial.zoo.bundled import load_model
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
-from controversial.records.manifest import ManifestRow, write_manifest
-from controversial.records.names import StimulusNameError, stimulus_filename
-from controversial.synthesis.stimuli import display_convention, load_png, save_png
-from controversial.zoo.bundled import load_model
-from helpers import run_task
 
 
 @pytest.fixture()

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
+from helpers import run_task
+
 from controversial.analysis.fidelity import model_fidelity
 from controversial.analysis.model_responses import stimuli_from_folder
 from controversial.records.fidelity import FIDELITY_COLUMNS
@@ -12,7 +13,6 @@ from controversial.synthesis.stimuli import save_png
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
-from helpers import run_task
 
 NAMES = (
     "Gaussian_KDE_0_Wen_Global_PCN_E4_8.png",

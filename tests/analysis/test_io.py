@@ -7,6 +7,7 @@ import csv
 import numpy as np
 import pytest
 
+from controversial.analysis.study import build_study
 from controversial.records.choices import read_trials, write_trials
 from controversial.records.csvfile import InputError, csv_chunks, csv_text
 from controversial.records.responses import (
@@ -19,7 +20,6 @@ from controversial.records.responses import (
     write_model_responses,
 )
 from controversial.records.study import PARTICIPANT_COLUMNS, QUALITY_COLUMNS, read_attention, read_quality_flags
-from controversial.analysis.study import build_study
 
 CATEGORIES = ("1", "3", "7")
 IMAGES = {

@@ -7,12 +7,12 @@ import csv
 
 import numpy as np
 import pytest
+from helpers import ANALYZE_SMALL as SMALL
+from helpers import run_analyze
 
+from controversial.datasets import DATASETS
 from controversial.records.csvfile import InputError
 from controversial.records.responses import HUMAN_COLUMNS, MODEL_COLUMNS, replication
-from controversial.datasets import DATASETS
-
-from helpers import ANALYZE_SMALL as SMALL, run_analyze
 
 CLASSES = DATASETS["cifar10"].class_names
 IMAGES = {  # the same names in both replications (different pixels in the release)

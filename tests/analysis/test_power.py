@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from helpers import run_task
 
 from controversial.analysis.power import power_curve
 from controversial.analysis.simulate import simulate_models, true_probabilities
-from helpers import run_task
 
 
 def test_power_grows_with_participants_and_finds_the_top_two():

@@ -8,7 +8,6 @@ from scipy.special import ndtr
 
 from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import participant_model_correlations
-from controversial.records.responses import RATING_SCALE, read_human_ratings, read_model_responses
 from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.pipeline import analyze_ratings_consistency, analyze_study
 from controversial.analysis.simulate import (
@@ -24,6 +23,7 @@ from controversial.analysis.simulate import (
     write_study,
 )
 from controversial.analysis.study import build_study
+from controversial.records.responses import RATING_SCALE, read_human_ratings, read_model_responses
 
 FAST = AnalysisOptions(
     bootstrap={"n_resamples": 500, "subset_resamples": 200},

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
 from conftest import require_component
 
 DAEMONS = ("munged", "slurmctld", "slurmd")

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from helpers import write_tiny_checkpoints
 
 from controversial.records.manifest import read_manifest, without_timing
-from helpers import write_tiny_checkpoints
 
 pytestmark = pytest.mark.cluster
 

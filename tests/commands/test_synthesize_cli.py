@@ -5,9 +5,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import write_tiny_checkpoints
 
 from controversial.records.manifest import MANIFEST_COLUMNS, read_manifest, without_timing
-from helpers import write_tiny_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow  # every test here runs the entry point in a subprocess

@@ -9,19 +9,19 @@ import numpy as np
 import pytest
 import torch
 
-from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.errors import UserError
-from controversial.zoo.readout import Calibration
-from controversial.zoo.registry import create_arch
 from controversial.records.manifest import read_manifest, without_timing
-from controversial.synthesis.stimuli import save_png
-from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.engine import (
     noise_images,
     ordered_class_pairs,
     synthesize_batch,
 )
+from controversial.synthesis.options import SynthesisOptions
+from controversial.synthesis.stimuli import save_png
 from controversial.tracking import Tracker, start_tracking
+from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.zoo.readout import Calibration
+from controversial.zoo.registry import create_arch
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,27 +9,25 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from helpers import DIGITS, WEB_SOURCE, fake_mnist_test, make_sweep, run_task
 
 from controversial.analysis.bootstrap import LOWER, bootstrap, pairwise_tests
 from controversial.analysis.results import AnalysisResults
-from controversial.design.separation import ReferencePanel
 from controversial.analysis.simulate import ParticipantNoise, simulate_models, simulate_participants
-from controversial.records.responses import write_model_responses
-from controversial.design.options import PreviousBatch
-from controversial.design.noise_fit import NoiseFit
 from controversial.design.adaptive import Batch, Evidence, confirmed_best, evidence, final_alpha, next_batch
-from controversial.study.bundle import load_bundle
 from controversial.design.candidates import build_candidates
 from controversial.design.constraints import DesignConstraints
+from controversial.design.noise_fit import NoiseFit
 from controversial.design.optimiser import select_design
+from controversial.design.options import PreviousBatch
+from controversial.design.separation import ReferencePanel
+from controversial.records.responses import write_model_responses
+from controversial.study.bundle import load_bundle
 from controversial.study.export import ExportOptions, write_selection
 from controversial.study.scripted_participants import instructions, take_study
 from controversial.study.selection import collect_sweep
 from controversial.study.server import ServeStudySettings, create_app
 from controversial.tasks.design_study import previous_batch
-from helpers import run_task
-
-from helpers import DIGITS, WEB_SOURCE, fake_mnist_test, make_sweep
 
 TOKEN = "adaptive-admin-token-abcdefghijklmnopqrstuvwxyz"
 MODELS = ("abs", "kde", "vgg")
@@ -99,7 +97,6 @@ def test_two_batch_adaptive_study_through_the_server_recovers_the_true_model(tmp
             n_demo=0,
             display={"size": 56},
             pilot=True,
-            provenance={"design": {"batch": batch}},
         )
         return write_selection(
             sweep,
@@ -111,6 +108,7 @@ def test_two_batch_adaptive_study_through_the_server_recovers_the_true_model(tmp
             test_set,
             WEB_SOURCE,
             np.random.default_rng(batch),
+            {"design": {"batch": batch}},
         )
 
     panel = ReferencePanel(P, candidates.pool.conditions, ParticipantNoise(), 8, seed=0)

@@ -11,10 +11,8 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from controversial.design.separation import ReferencePanel, softmin
-from controversial.analysis.simulate import ParticipantNoise, simulate_models
 import controversial.design.optimiser as design_module
-from controversial.progress import Progress
+from controversial.analysis.simulate import ParticipantNoise, simulate_models
 from controversial.design.constraints import DesignConstraints, DesignError, Pool, check_design
 from controversial.design.objectives import (
     TotalNeed,
@@ -24,6 +22,8 @@ from controversial.design.objectives import (
     total_need,
 )
 from controversial.design.optimiser import HELD_OUT_SEED_OFFSET, design_weights, held_out_panel, select_design
+from controversial.design.separation import ReferencePanel, softmin
+from controversial.progress import Progress
 
 
 def pool_of(models) -> Pool:  # type: ignore[no-untyped-def]

@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import fake_mnist_test, make_sweep, run_task, settings_for, write_tiny_checkpoints
 from pydantic import ValidationError
 
 from controversial.analysis.simulate import (
@@ -17,15 +18,12 @@ from controversial.analysis.simulate import (
     write_study,
 )
 from controversial.cli import describe_validation_error
-from controversial.records.responses import write_human_ratings
-from controversial.design.options import DesignPlan
-from controversial.study.bundle import load_bundle
 from controversial.design.candidates import balanced_design, build_candidates
+from controversial.design.options import DesignPlan
+from controversial.records.responses import write_human_ratings
+from controversial.study.bundle import load_bundle
 from controversial.study.selection import collect_sweep
 from controversial.tasks import design_study
-from helpers import run_task, settings_for, write_tiny_checkpoints
-
-from helpers import fake_mnist_test, make_sweep
 
 MODELS = ("abs", "kde", "vgg")
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import fake_mnist_test, write_tiny_checkpoints
 
 from controversial.design.constraints import DesignConstraints, check_design
 from controversial.design.pool import CandidatePool, best_seed_per_cell, pair_cells, synthesize_pool
 from controversial.zoo.checkpoints import load_checkpoint
-from helpers import fake_mnist_test, write_tiny_checkpoints
 
 MODELS = ("abs", "kde", "vgg")
 

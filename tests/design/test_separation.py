@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from controversial.analysis.bootstrap import bootstrap
+from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_models, simulate_participants
 from controversial.design.noise_fit import NoiseFit, fit_noise, fit_shared_sd
 from controversial.design.separation import ReferencePanel, critical_z, softmin
-from controversial.analysis.simulate import ParticipantNoise, shared_deviation, simulate_models, simulate_participants
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
 
 from controversial.study.export import ExportOptions, export_study
-from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
 
 SMALL = dict(per_pair=10, natural_per_class=1, n_repeats=3, n_attention=2, n_demo=1, display={"size": 56}, pilot=True)
 

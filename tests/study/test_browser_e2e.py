@@ -27,13 +27,12 @@ from pathlib import Path
 
 import httpx
 import pytest
+from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
 
 from controversial.records.responses import read_human_ratings
 from controversial.study.bundle import load_bundle
 from controversial.study.export import ExportOptions, export_study
 from controversial.study.scripted_participants import instructions
-
-from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
 
 pytestmark = pytest.mark.browser
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import CIFAR_CLASSES, WEB_SOURCE, fake_mnist_test, make_run, make_sweep
 from PIL import Image
 
 from controversial.study.bundle import BundleError, load_bundle
@@ -18,7 +19,6 @@ from controversial.study.display import display_png
 from controversial.study.export import ExportOptions, export_study
 
 from .conftest import SMALL
-from helpers import CIFAR_CLASSES, WEB_SOURCE, fake_mnist_test, make_run, make_sweep
 
 
 def _digest(folder):

@@ -9,21 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
+from helpers import WEB_SOURCE, make_sweep, run_task, settings_for
 from PIL import Image
 
-from controversial.records.responses import read_human_ratings, read_model_responses
 from controversial.analysis.model_responses import stimuli_from_folder
 from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.pipeline import analyze_study
 from controversial.analysis.study import build_study
-from controversial.study.bundle import load_bundle
-from controversial.records.study import RESPONSE_COLUMNS
-from controversial.study.server import ServeStudySettings, create_app
-from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
 from controversial.errors import UserError
-from helpers import run_task, settings_for
-
-from helpers import WEB_SOURCE, make_sweep
+from controversial.records.responses import read_human_ratings, read_model_responses
+from controversial.records.study import RESPONSE_COLUMNS
+from controversial.study.bundle import load_bundle
+from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
+from controversial.study.server import ServeStudySettings, create_app
 
 REPO = Path(__file__).resolve().parents[2]
 MODEL_COLUMNS = (

@@ -19,26 +19,25 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from helpers import WEB_SOURCE, fake_mnist_test, make_sweep, run_task
 from hydra import compose, initialize_config_dir
 from hydra.errors import ConfigCompositionException
 from omegaconf import OmegaConf
 from sqlalchemy import func, select, text
 
+from controversial.analysis.study import build_study
 from controversial.records.responses import ModelResponse, ModelTable, read_human_ratings
 from controversial.records.study import read_quality_flags
-from controversial.analysis.study import build_study
 from controversial.study.admin_token import AdminTokenError, check_admin_token, read_admin_token, write_admin_token
 from controversial.study.bundle import BundleError, load_bundle
 from controversial.study.db import Participant, Response, make_read_engine, session_factory
 from controversial.study.export import ExportOptions, export_study
 from controversial.study.guards import RateLimiter
 from controversial.study.pnas_export import response_rows
-from controversial.study.server import RateLimitSettings, ServeStudySettings, create_app
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
-from helpers import run_task
+from controversial.study.server import RateLimitSettings, ServeStudySettings, create_app
 
 from .conftest import SMALL
-from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "security-test-admin-token-0123456789abcdefghij"

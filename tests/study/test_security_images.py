@@ -20,7 +20,6 @@ from controversial.study.bundle import load_bundle
 from controversial.study.display import attention_png, display_png, png_chunks, uniform_pngs
 from controversial.study.order import participant_order
 
-
 CHROMIUM = "/usr/bin/chromium"  # Debian's, as in test_browser_e2e.py
 DECODE_ALL = """async () => {
   const out = {};

@@ -22,9 +22,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from controversial.study.bundle import load_bundle
 from controversial.study.db import Participant, Response
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
-from controversial.study.bundle import load_bundle
 from controversial.study.server import RateLimitSettings, ServeStudySettings, create_app
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,6 +7,7 @@ from itertools import permutations
 
 import numpy as np
 import pytest
+from helpers import make_run, make_sweep
 from scipy.optimize import linear_sum_assignment
 
 from controversial.study.selection import (
@@ -18,8 +19,6 @@ from controversial.study.selection import (
     select_natural,
     select_repeats,
 )
-
-from helpers import make_run, make_sweep
 
 
 def test_each_class_is_each_models_target_n_over_10_times(tmp_path):
@@ -146,8 +145,8 @@ def test_repeats_are_a_subset_and_bounded():
 
 
 def test_an_overview_manifest_inside_the_sweep_does_not_double_the_stimuli(tmp_path):
-    from controversial.synthesis.sweep_overview import collect_rows, pair_manifests
     from controversial.records.manifest import write_manifest
+    from controversial.synthesis.sweep_overview import collect_rows, pair_manifests
 
     sweep = make_sweep(tmp_path)
     before = collect_sweep(sweep)

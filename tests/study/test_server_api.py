@@ -11,16 +11,15 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, func, select, text
 
+from controversial.records.csvfile import csv_text
 from controversial.records.responses import read_human_ratings
-from controversial.records.study import read_attention
+from controversial.records.study import RESPONSE_COLUMNS, read_attention
 from controversial.study.bundle import load_bundle
 from controversial.study.db import Base, Response
-from controversial.records.study import RESPONSE_COLUMNS
-from controversial.study.server import ServeStudySettings, create_app
 from controversial.study.pnas_export import TABLES
 from controversial.study.quality import QualitySettings
-from controversial.records.csvfile import csv_text
 from controversial.study.scripted_participants import instructions
+from controversial.study.server import ServeStudySettings, create_app
 
 TOKEN = "test-admin-token-0123456789-abcdefghijkl"
 CODE = "C0DE42"

@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import compose_synthesize, run_task, write_tiny_checkpoints
 from omegaconf import OmegaConf
 
 from controversial.errors import UserError
 from controversial.records.manifest import read_manifest
-from helpers import compose_synthesize, run_task, write_tiny_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 SEVEN = ["vgg16", "wrn", "pcn_cifar10", "robust_linf", "robust_l2", "kde_cifar10", "jem"]  # the paper's, its order

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import softmax_score
 
 from controversial.registry import UnknownNameError
 from controversial.synthesis.engine import noise_images, ordered_class_pairs, score_images, synthesize_batch
 from controversial.synthesis.objectives import hard_score, smooth_score
 from controversial.synthesis.options import OBJECTIVES, PARAMETRIZATIONS, SynthesisOptions
-from helpers import softmax_score
 
 
 def _problem(n_cells: int = 4) -> tuple[torch.Tensor, torch.Tensor]:

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.records.manifest import read_manifest
+from controversial.synthesis.engine import ordered_class_pairs
 from controversial.synthesis.natural import calibrated_logits, hard_score_table, top_natural
 from controversial.synthesis.objectives import hard_score
+from controversial.synthesis.stimuli import load_png
+from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.readout import Calibration
 from controversial.zoo.registry import create_arch
-from controversial.records.manifest import read_manifest
-from controversial.synthesis.stimuli import load_png
-from controversial.synthesis.engine import ordered_class_pairs
 
 ROOT = Path(__file__).resolve().parents[2]
 

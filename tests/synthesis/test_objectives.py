@@ -2,9 +2,9 @@ import math
 
 import pytest
 import torch
+from helpers import softmax_score
 
 from controversial.synthesis.objectives import controversy_terms, hard_score, smooth_score
-from helpers import softmax_score
 
 
 def _sigmoid(v: float) -> float:

@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import compose_synthesize, write_tiny_checkpoints
 from omegaconf import OmegaConf
 
-from controversial.synthesis import runstate
 from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow, read_manifest, without_timing, write_manifest
+from controversial.synthesis import runstate
 from controversial.synthesis.stimuli import save_png
 from controversial.synthesis.sweeps import unordered_pairs
-from helpers import compose_synthesize, write_tiny_checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 CELLS = {(a, b) for a in range(10) for b in range(10) if a != b}

@@ -1,11 +1,8 @@
 import pytest
 import torch
+from conftest import MNIST_CLASSES, make_tiny_model
 from torch import nn
 
-from conftest import MNIST_CLASSES, make_tiny_model
-from controversial.synthesis.objectives import hard_score
-from controversial.zoo.readout import Calibration, CalibratedModel
-from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.engine import (
     _compact,
     noise_images,
@@ -13,6 +10,9 @@ from controversial.synthesis.engine import (
     score_images,
     synthesize_batch,
 )
+from controversial.synthesis.objectives import hard_score
+from controversial.synthesis.options import SynthesisOptions
+from controversial.zoo.readout import CalibratedModel, Calibration
 
 FAST = dict(max_steps=60, stop_score=None)
 

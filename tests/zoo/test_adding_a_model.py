@@ -5,10 +5,10 @@ from dataclasses import dataclass
 
 import pytest
 import torch
-from torch import nn
-
 from conftest import make_tiny_model
 from helpers import train_in
+from torch import nn
+
 from controversial.config import load_model_config
 from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
 from controversial.synthesis.options import SynthesisOptions

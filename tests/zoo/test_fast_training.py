@@ -9,9 +9,14 @@ import torch
 import torch.nn.functional as F
 
 from controversial.zoo import fast_training
-from controversial.zoo.fast_training import AdversarialSettings, FastRecipe, batch_augment, single_step_attack
+from controversial.zoo.fast_training import (
+    AdversarialSettings,
+    FastRecipe,
+    batch_augment,
+    single_step_attack,
+    train_fast,
+)
 from controversial.zoo.registry import create_arch
-from controversial.zoo.fast_training import train_fast
 from controversial.zoo.train_options import TrainOptions
 
 TINY_VGG = dict(widths=(4, 4, 8, 8, 8), fc=(8, 8), dropout=0.0)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import MNIST_CLASSES, make_tiny_model
+
+from controversial.references.kde import FullSumKDE, full_sum_log_likelihoods
 from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
 from controversial.synthesis.options import SynthesisOptions
 from controversial.zoo.archs.kde import GaussianKDE
-from controversial.zoo.readout import Calibration, CalibratedModel
-from controversial.references.kde import FullSumKDE, full_sum_log_likelihoods
+from controversial.zoo.readout import CalibratedModel, Calibration
 
 RTOL = 1e-6
 

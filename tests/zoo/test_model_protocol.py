@@ -3,12 +3,12 @@ the models satisfy it, and the loop calls it as declared."""
 
 import pytest
 import torch
+from conftest import make_tiny_model
 from torch import nn
 
-from conftest import make_tiny_model
 from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
-from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.natural import calibrated_logits
+from controversial.synthesis.options import SynthesisOptions
 from controversial.zoo.protocol import StatefulNet, SynthesisModel, require_autograd, scoring
 from controversial.zoo.readout import IDENTITY, CalibratedModel
 from controversial.zoo.registry import create_arch

@@ -1,11 +1,11 @@
 import pytest
 import torch
 
+from controversial.registry import UnknownNameError
+from controversial.zoo.bundled import load_model
 from controversial.zoo.checkpoints import CheckpointInfo, load_checkpoint, read_checkpoint, save_checkpoint
 from controversial.zoo.readout import Calibration
-from controversial.registry import UnknownNameError
 from controversial.zoo.registry import create_arch, list_archs, register_arch
-from controversial.zoo.bundled import load_model
 
 
 def test_unknown_architecture_lists_the_known_ones():

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-
 import pytest
 import torch
+from helpers import settings_for
 
+from controversial.tasks.train import TrainCommandSettings, _resume_file
 from controversial.zoo.registry import create_arch
 from controversial.zoo.resume import ResumeFile, ResumeMismatchError, recorded_progress
-from controversial.tasks.train import _resume_file
-from controversial.tasks.train import TrainCommandSettings
 from controversial.zoo.train_options import TRAINING_METHODS, TrainOptions
-from helpers import settings_for
 
 TINY_WRN = dict(depth=10, widen_factor=1)
 TINY_VGG = dict(widths=(4, 4, 4, 4, 4), fc=(8, 8), dropout=0.5)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import input_gradient, train_in
 
 from controversial.config import ModelOptions
 from controversial.tasks import train
 from controversial.zoo.checkpoints import load_checkpoint, read_checkpoint
 from controversial.zoo.readout import MirrorAveraged
 from controversial.zoo.registry import create_arch
-from helpers import input_gradient, train_in
 
 TINY_WRN = dict(depth=10, widen_factor=1)
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from helpers import input_gradient
 
-from controversial.zoo.archs.kde import GaussianKDE
 from controversial.config import load_model_config, model_config_files
+from controversial.zoo.archs.kde import GaussianKDE
+from controversial.zoo.bundled import MODELS_DIR
 from controversial.zoo.registry import arch_spec, create_arch, list_archs
 from controversial.zoo.train_options import AUGMENTATIONS, TRAINING_METHODS, TrainOptions
 from controversial.zoo.training import augment
-from controversial.zoo.bundled import MODELS_DIR
-from helpers import input_gradient
 
 CIFAR_MODELS = ["vgg16", "wrn", "pcn_cifar10", "robust_linf", "robust_l2", "kde_cifar10", "jem"]
 TINY_WRN = dict(depth=10, widen_factor=1)
@@ -108,10 +108,10 @@ def test_jem_refinement_lowers_the_energy_and_is_deterministic():
 
 
 def test_a_jem_checkpoint_synthesizes_byte_identical_images_with_the_same_seed(tmp_path):
-    from controversial.zoo.checkpoints import CheckpointInfo, load_checkpoint, save_checkpoint
-    from controversial.zoo.readout import Calibration
     from controversial.synthesis.engine import noise_images, synthesize_batch
     from controversial.synthesis.options import SynthesisOptions
+    from controversial.zoo.checkpoints import CheckpointInfo, load_checkpoint, save_checkpoint
+    from controversial.zoo.readout import Calibration
 
     models = []
     for name in ("jem", "wrn"):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers import input_gradient
 
-from controversial.zoo.attacks import pgd, project
 from controversial.zoo.archs.capsnet import route, squash
+from controversial.zoo.attacks import pgd, project
 from controversial.zoo.registry import create_arch
 from controversial.zoo.train_options import TrainOptions
 from controversial.zoo.training_methods import capsule_margin_loss, derive_from_checkpoint, non_digit_images
-from helpers import input_gradient
 
 TINY = {
     "capsnet": dict(conv_channels=4, primary_types=2, primary_dim=4, digit_dim=6, decoder_hidden=(8,)),

@@ -1,3 +1,2 @@
-"""Built-in architectures; importing this package registers them."""
-
-from controversial.zoo.archs import abs_vae, capsnet, jem, kde, madry, pcn, tiny, vgg, wrn  # noqa: F401
+"""Built-in architectures, one module per family; each registers its builders when imported, which
+``zoo/registry.py`` does on the first lookup of a name (it names the module of each)."""

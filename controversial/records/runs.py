@@ -1,0 +1,84 @@
+"""One rule for "a run, a sweep, or a folder of them", shared by every command that reads synthesis runs.
+
+A run is a folder holding a ``manifest.csv`` (``synthesize.py`` or ``rank_natural.py`` wrote it). A path given
+as ``sweep_dir`` (or a folder in ``evaluate.py manifests=``) may be one run, a sweep of runs, or any folder
+that holds runs at any depth; symlinked folders are followed (each real folder read once). Hidden folders
+(``.hydra``) and sweep overviews (their combined manifest sits beside ``acceptance.md``) are not runs. Two runs
+that attempted the same stimulus (source, models, classes, seed, initialisation), e.g. a pair re-run after an
+interrupt, are read once: the newest manifest's row wins, and a note names the runs involved.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
+
+log = logging.getLogger(__name__)
+
+OVERVIEW_MARK = "acceptance.md"  # written by overview.py beside its combined manifest
+
+
+def find_manifests(root: str | Path, exclude: str | Path | None = None) -> list[Path]:
+    """Every run's ``manifest.csv`` at or below ``root`` (following symlinks), in path order; ``exclude`` is a
+    folder never read (e.g. the overview being written)."""
+    root = Path(root)
+    if not root.is_dir():
+        what = "is a file, not a folder" if root.exists() else "does not exist"
+        raise FileNotFoundError(
+            f"{root} {what}: pass a synthesize.py run folder, a sweep (-m ... sweep_dir=...) or a folder of them"
+        )
+    skip = os.path.realpath(exclude) if exclude is not None else None
+    seen: set[str] = set()
+    found = []
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(folder)
+        if real in seen or real == skip:  # a symlink loop, a folder linked twice, or the excluded one
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        if MANIFEST_NAME in files and OVERVIEW_MARK not in files:
+            found.append(Path(folder) / MANIFEST_NAME)
+    if not found:
+        raise FileNotFoundError(
+            f"no {MANIFEST_NAME} in {root} or any folder below it: pass a synthesize.py run folder, a sweep "
+            "(-m ... sweep_dir=...) or a folder of them"
+        )
+    return sorted(found)
+
+
+def attempt_key(row: ManifestRow) -> tuple:
+    """What makes two manifest rows the same attempt (a re-run of it), whatever run folder they are in."""
+    return (row.source, row.dataset, row.model_a, row.model_b, *row.cell, row.seed, row.init)
+
+
+def newest_rows(manifests: Sequence[Path]) -> tuple[list[tuple[Path, ManifestRow]], list[str]]:
+    """Every row of ``manifests`` once per attempt, with the manifest it came from, in manifest order; where two
+    runs list the same attempt the newest manifest (modification time) wins. Notes name each pair read from
+    several runs, so a replaced or combined run is never silent."""
+    newest_first = sorted(manifests, key=lambda p: p.stat().st_mtime, reverse=True)
+    chosen: dict[tuple, Path] = {}
+    rows_of: dict[Path, list[ManifestRow]] = {}
+    runs_of_pair: dict[tuple[str, str], list[Path]] = defaultdict(list)
+    for path in newest_first:
+        rows_of[path] = read_manifest(path)
+        for row in rows_of[path]:
+            chosen.setdefault(attempt_key(row), path)
+            pair = (row.model_a, row.model_b)
+            if path.parent not in runs_of_pair[pair]:
+                runs_of_pair[pair].append(path.parent)
+    out = [(path, row) for path in manifests for row in rows_of[path] if chosen[attempt_key(row)] == path]
+    notes = [
+        f"{a} vs {b}: read from {len(runs)} runs ({', '.join(str(r) for r in runs)}); an attempt (classes, seed) "
+        f"listed by several is taken from the newest, {runs[0]}"
+        for (a, b), runs in runs_of_pair.items()
+        if len(runs) > 1
+    ]
+    for note in notes:
+        log.info(note)
+    return out, notes

@@ -1,0 +1,71 @@
+"""bfloat16 autocast in the synthesis steps: acceptance always rests on float32 scores of the 8-bit image."""
+
+import pytest
+import torch
+from conftest import make_tiny_model
+from helpers import settings_for
+from pydantic import ValidationError
+
+from controversial.synthesis import engine
+from controversial.synthesis.engine import (
+    bfloat16_models,
+    noise_images,
+    ordered_class_pairs,
+    score_images,
+    synthesize_batch,
+)
+from controversial.synthesis.options import SynthesisOptions
+
+FAST = dict(max_steps=30, stop_score=None)
+
+
+def _problem(n_cells: int = 8):
+    pairs = ordered_class_pairs()[:: 90 // n_cells][:n_cells]
+    return torch.tensor(pairs), noise_images(pairs, [0] * len(pairs), (1, 28, 28))
+
+
+def test_a_bf16_found_image_is_rescored_in_fp32(tiny_pair):
+    targets, initial = _problem()
+    low = synthesize_batch(tiny_pair, targets, initial, SynthesisOptions(precision="bf16", **FAST))
+    full = synthesize_batch(tiny_pair, targets, initial, SynthesisOptions(precision="fp32", **FAST))
+    assert not torch.equal(low.images, full.images)  # the steps really ran in bfloat16
+    assert low.images.dtype == torch.float32
+    hard, smooth, probabilities = score_images(tiny_pair, low.images, targets, SynthesisOptions())
+    assert torch.equal(low.hard, hard) and torch.equal(low.smooth, smooth)
+    assert torch.equal(low.probabilities, probabilities)
+    # Scoring ignores any autocast the caller has on: the accepted rule is the float32 rule.
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_autocast, _, _ = score_images(tiny_pair, low.images, targets, SynthesisOptions())
+    assert torch.equal(under_autocast, hard)
+
+
+def test_a_family_that_declares_fp32_stays_fp32(tiny_pair):
+    targets, initial = _problem(4)
+    for model in tiny_pair:
+        model.net.bfloat16_synthesis = False
+    assert bfloat16_models(tiny_pair, "bf16", torch.device("cpu")) == [False, False]
+    low = synthesize_batch(tiny_pair, targets, initial, SynthesisOptions(precision="bf16", **FAST))
+    full = synthesize_batch(tiny_pair, targets, initial, SynthesisOptions(precision="fp32", **FAST))
+    assert torch.equal(low.images, full.images) and torch.equal(low.hard, full.hard)
+
+
+def test_precision_choice_per_model(monkeypatch):
+    fp32_family = make_tiny_model(3)
+    fp32_family.net.bfloat16_synthesis = False
+    models = [make_tiny_model(1), fp32_family]
+    cpu = torch.device("cpu")
+    assert bfloat16_models(models, "fp32", cpu) == [False, False]
+    assert bfloat16_models(models, "bf16", cpu) == [True, False]
+    monkeypatch.setattr(engine, "bfloat16_native", lambda device: False)
+    assert bfloat16_models(models, "auto", cpu) == [False, False]
+    monkeypatch.setattr(engine, "bfloat16_native", lambda device: True)
+    assert bfloat16_models(models, "auto", cpu) == [True, False]
+    with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto"):
+        bfloat16_models(models, "fp16", cpu)
+
+
+def test_the_command_takes_the_precision_and_refuses_others():
+    assert settings_for("synthesize").synthesis.precision == "fp32"
+    assert settings_for("synthesize", ["synthesis.precision=auto"]).synthesis.precision == "auto"
+    with pytest.raises(ValidationError, match="synthesis.precision"):
+        settings_for("synthesize", ["synthesis.precision=fp16"])
