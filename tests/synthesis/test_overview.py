@@ -115,6 +115,9 @@ def test_bad_sweep_dirs_and_class_pairs_are_user_errors(tmp_path, sweep):
 
 
 def test_overview_config_composes():
+    from controversial.cli import register_defaults
+
+    register_defaults("overview", OverviewSettings)
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose("overview", overrides=["sweep_dir=multirun/exp1_mnist"])
     assert cfg.out_dir == "multirun/exp1_mnist/overview" and list(cfg.fig2_class_pairs[0]) == [7, 3]
