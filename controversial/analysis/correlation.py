@@ -14,7 +14,7 @@ from scipy import stats
 from controversial.errors import UserError
 
 Measure = Literal["pearson", "spearman", "kendall"]
-MEASURES: tuple[str, ...] = ("pearson", "spearman", "kendall")
+MEASURES: tuple[Measure, ...] = ("pearson", "spearman", "kendall")
 
 
 def _flat(x: np.ndarray) -> np.ndarray:
