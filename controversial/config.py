@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 from pydantic import Field, field_validator, model_validator
 
 from controversial.datasets import DATASETS
+from controversial.errors import UserError
 from controversial.options import Options, one_of
 from controversial.zoo.train_options import CALIBRATIONS, TRAINING_METHODS, TrainOptions
 
@@ -80,7 +81,7 @@ class ModelOptions(Options):
     @model_validator(mode="after")
     def _flip_only_where_classes_are_symmetric(self) -> ModelOptions:
         if self.test_time_flip and self.dataset not in MIRROR_SYMMETRIC_DATASETS:
-            raise ValueError(
+            raise UserError(
                 f"model {self.name}: test_time_flip is for datasets whose classes look the same mirrored "
                 f"({', '.join(MIRROR_SYMMETRIC_DATASETS)}), not {self.dataset}"
             )
@@ -90,12 +91,12 @@ class ModelOptions(Options):
 def check_pair(a: ModelOptions, b: ModelOptions) -> None:
     """Two different models of one dataset: what a controversial pair needs."""
     if a.name == b.name:
-        raise ValueError(
+        raise UserError(
             f"model_a and model_b are both '{a.name}': a model cannot disagree with itself; "
             f"pick two different models, e.g. model_a={a.name} model_b={'vgg' if a.name != 'vgg' else 'abs'}"
         )
     if a.dataset != b.dataset:
-        raise ValueError(
+        raise UserError(
             f"model_a={a.name} was trained on {a.dataset} but model_b={b.name} on {b.dataset}; "
             "controversial stimuli need two models of the same dataset"
         )
@@ -111,7 +112,7 @@ def load_model_config(path: Path) -> ModelOptions:
         options = ModelOptions.model_validate(OmegaConf.to_container(OmegaConf.load(path), resolve=True))
         TRAINING_METHODS.get(options.train.method).options(options.train.extra)
     except Exception as error:
-        raise ValueError(f"{path}: invalid model config: {error}") from None
+        raise UserError(f"{path}: invalid model config: {error}") from None
     return options
 
 

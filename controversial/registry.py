@@ -41,7 +41,7 @@ class Registry(Generic[T]):
         """Decorator: add the decorated object under ``name``; a name already taken is refused."""
 
         def decorator(entry: E) -> E:
-            self.add(name, entry)  # type: ignore[arg-type]
+            self.add(name, entry)  # type: ignore[arg-type]  # E is a T: a TypeVar cannot be bound by T
             return entry
 
         return decorator
@@ -54,7 +54,7 @@ class Registry(Generic[T]):
             # returns it as it is and this call is the built-in's own registration.
             importlib.import_module(self._builtins[name])
         if name in self._entries:
-            raise ValueError(f"{self.kind} '{name}' is already registered")
+            raise UserError(f"{self.kind} '{name}' is already registered")
         self._entries[name] = entry
 
     def names(self) -> list[str]:
@@ -79,5 +79,5 @@ class Registry(Generic[T]):
         """``name`` if it is registered, else a ValueError listing the known names (a validator for option
         groups: pydantic reports a ValueError as the field's error); imports nothing."""
         if name not in self:
-            raise ValueError(f"unknown {self.kind} '{name}'; known: {', '.join(self.names())}")
+            raise UserError(f"unknown {self.kind} '{name}'; known: {', '.join(self.names())}")
         return name

@@ -101,12 +101,13 @@ def model_fidelity(
     for m, model in enumerate(models):
         outcomes = np.array(seen[model], dtype=bool).reshape(-1, 2)
         accuracy = float(np.mean([decisions[m, n] == k for n, k in natural])) if natural else float("nan")
-        rates = (
-            (outcomes[:, 0].mean(), outcomes[:, 1].mean(), outcomes.all(axis=1).mean())
-            if len(outcomes)
-            else (float("nan"),) * 3
-        )
-        per_model.append(ModelFidelity(model, handles.get(model, ""), len(outcomes), *map(float, rates), accuracy))
+        if len(outcomes):
+            detects, rejects = float(outcomes[:, 0].mean()), float(outcomes[:, 1].mean())
+            both = float(outcomes.all(axis=1).mean())
+        else:
+            detects = rejects = both = float("nan")
+        handle = handles.get(model, "")
+        per_model.append(ModelFidelity(model, handle, len(outcomes), detects, rejects, both, accuracy))
     agreement = (decisions[:, None, :] == decisions[None, :, :]).mean(axis=2)
     return Fidelity(dataset, models, tuple(per_model), tuple(rows), agreement, missing, skipped)
 

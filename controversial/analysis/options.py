@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from controversial.analysis.correlation import MEASURES
+from controversial.analysis.correlation import MEASURES, Measure
 from controversial.options import Count, Options, Seed
 
 
@@ -37,7 +37,7 @@ class AnalysisOptions(Options):
     """Everything the pipeline computes for one study, beside its inputs."""
 
     seed: Seed = 0
-    measures: list[Literal["pearson", "spearman", "kendall"]] = Field(
+    measures: list[Measure] = Field(
         default_factory=lambda: list(MEASURES), min_length=1, description="correlation measures"
     )
     tie_rule: Literal["random", "first", "abstain"] = Field("random", description="arg-max ties in ratings")

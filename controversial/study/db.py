@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -33,8 +34,9 @@ from sqlalchemy import (
     event,
     inspect,
 )
-from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine import Connection, Engine, make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
 
 
 def utcnow() -> datetime:
@@ -102,7 +104,7 @@ def default_database_url(bundle_root: Path) -> str:
 
 def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         dbapi_connection.isolation_level = None  # let the "begin" hook below issue BEGIN itself
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -112,7 +114,7 @@ def _configure_sqlite(engine: Engine) -> None:
         cursor.close()
 
     @event.listens_for(engine, "begin")
-    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+    def _on_begin(connection: Connection) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
@@ -126,8 +128,9 @@ def make_engine(url: str) -> Engine:
     """An engine for ``url`` with the schema created; SQLite gets the durability settings above."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
-        if not is_in_memory(url):
-            path = Path(parsed.database)
+        database = parsed.database
+        if database and not is_in_memory(url):  # a named file (``database`` is empty only in memory)
+            path = Path(database)
             path.parent.mkdir(parents=True, exist_ok=True)
             # Owner-only (Prolific ids, session digests); SQLite gives its -wal and -shm files the same mode.
             os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
@@ -174,7 +177,7 @@ def make_read_engine(url: str, engine: Engine) -> Engine:
     )
 
     @event.listens_for(reader, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
+    def _on_connect(dbapi_connection: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA query_only=ON")
@@ -182,7 +185,7 @@ def make_read_engine(url: str, engine: Engine) -> Engine:
         cursor.close()
 
     @event.listens_for(reader, "begin")
-    def _on_begin(connection) -> None:  # type: ignore[no-untyped-def]
+    def _on_begin(connection: Connection) -> None:
         connection.exec_driver_sql("BEGIN")  # deferred: a WAL snapshot, no write lock
 
     return reader

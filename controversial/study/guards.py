@@ -18,10 +18,14 @@ import logging
 import re
 import threading
 import time
-from typing import Awaitable, Callable, MutableMapping
+from typing import Any, Awaitable, Callable, MutableMapping
 
-Scope = MutableMapping[str, object]
-Message = MutableMapping[str, object]
+from controversial.errors import UserError
+
+# An ASGI scope or message is a dict whose values' types depend on their keys (bytes pairs under "headers",
+# an int under "status"), which a Mapping type cannot say: Any, as in asgiref's and Starlette's own aliases.
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
@@ -82,25 +86,26 @@ class BodyLimit:
             await self.app(scope, receive, send)
             return
         too_big = f"request body larger than {self.max_bytes} bytes; answers are a few hundred bytes"
-        headers = dict(scope["headers"])  # type: ignore[arg-type]
+        headers: dict[bytes, bytes] = dict(scope["headers"])
         declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
             await _reply(send, 413, too_big)
             return
-        chunks, size = [], 0
+        chunks: list[bytes] = []
+        size = 0
         while True:  # buffer the (small) body, so the endpoint never sees more than the limit
             message = await receive()
             if message["type"] == "http.disconnect":
                 return
-            chunk = message.get("body", b"")
-            size += len(chunk)  # type: ignore[arg-type]
+            chunk: bytes = message.get("body", b"")
+            size += len(chunk)
             if size > self.max_bytes:
                 await _reply(send, 413, too_big)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body, replayed = b"".join(chunks), False  # type: ignore[arg-type]
+        body, replayed = b"".join(chunks), False
 
         async def replay() -> Message:
             nonlocal replayed
@@ -186,8 +191,10 @@ class SecurityHeaders:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 names = {name for name, _ in SECURITY_HEADERS}
-                kept = [(k, v) for k, v in message.get("headers", []) if k.lower() not in names]  # type: ignore
-                if message["status"] >= 400 and not any(k.lower() == b"cache-control" for k, _ in kept):  # type: ignore
+                kept: list[tuple[bytes, bytes]] = [
+                    (k, v) for k, v in message.get("headers", []) if k.lower() not in names
+                ]
+                if message["status"] >= 400 and not any(k.lower() == b"cache-control" for k, _ in kept):
                     kept.append((b"cache-control", b"no-store"))
                 message["headers"] = kept + list(SECURITY_HEADERS)
             await send(message)
@@ -206,7 +213,7 @@ class RateLimiter:
         self, per_minute: float, burst: int, max_clients: int = 100_000, clock: Callable[[], float] = time.monotonic
     ) -> None:
         if per_minute <= 0 or burst < 1:
-            raise ValueError(f"rate limit: per_minute={per_minute} must be > 0 and burst={burst} at least 1")
+            raise UserError(f"rate limit: per_minute={per_minute} must be > 0 and burst={burst} at least 1")
         self.rate, self.burst, self.max_clients, self.clock = per_minute / 60.0, float(burst), max_clients, clock
         self.buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last update)
         self.lock = threading.Lock()

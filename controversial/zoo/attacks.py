@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from controversial.errors import UserError
+
 NORMS = ("linf", "l2")
 
 
@@ -30,7 +32,7 @@ def project(delta: torch.Tensor, norm: str, eps: float) -> torch.Tensor:
         return delta.clamp(-eps, eps)
     if norm == "l2":
         return delta * (eps / per_image_norm(delta)).clamp(max=1.0)
-    raise ValueError(f"unknown norm '{norm}'; allowed: {', '.join(NORMS)}")
+    raise UserError(f"unknown norm '{norm}'; allowed: {', '.join(NORMS)}")
 
 
 def ball_start(images: torch.Tensor, norm: str, eps: float, generator: torch.Generator | None) -> torch.Tensor:
@@ -59,7 +61,7 @@ def pgd(
     The network's train/eval mode and its parameters' gradients are left as they were.
     """
     if norm not in NORMS:
-        raise ValueError(f"unknown norm '{norm}'; allowed: {', '.join(NORMS)}")
+        raise UserError(f"unknown norm '{norm}'; allowed: {', '.join(NORMS)}")
     images = images.detach()
     delta = ball_start(images, norm, eps, generator) if random_start else torch.zeros_like(images)
     delta = (images + delta).clamp(0, 1) - images

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from controversial.errors import UserError
 from controversial.registry import UnknownNameError
 from controversial.zoo.checkpoints import load_checkpoint
 from controversial.zoo.readout import CalibratedModel
@@ -38,7 +39,7 @@ def load_model(
         known = ", ".join(f"{p.parent.name}/{n}" for n, paths in available.items() for p in paths) or "none"
         raise UnknownNameError(f"no trained model '{name_or_path}'; bundled checkpoints: {known}")
     if len(candidates) > 1:
-        raise ValueError(
+        raise UserError(
             f"model '{name_or_path}' exists for several datasets "
             f"({', '.join(p.parent.name for p in candidates)}); pass dataset="
         )

@@ -16,6 +16,7 @@ from torch import nn
 from controversial import __version__
 from controversial.atomic import atomic_write_bytes
 from controversial.datasets import dataset_info
+from controversial.errors import UserError
 from controversial.zoo.inference import fold_batch_norms, use_preferred_memory_format
 from controversial.zoo.readout import CalibratedModel, Calibration, MirrorAveraged
 from controversial.zoo.registry import arch_spec
@@ -90,7 +91,7 @@ def read_checkpoint(path: str | Path) -> tuple[CheckpointInfo, dict[str, torch.T
         raise FileNotFoundError(f"no checkpoint at {path}")
     payload = torch.load(path, map_location="cpu", weights_only=True)
     if payload.get("format_version") != FORMAT_VERSION:
-        raise ValueError(
+        raise UserError(
             f"{path}: checkpoint format {payload.get('format_version')!r}, this code reads {FORMAT_VERSION}"
         )
     info = CheckpointInfo(

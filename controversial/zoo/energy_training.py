@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.archs.jem import energy_of_logits, langevin
 
 ENERGY_STARTS = ("uniform", "class_gaussian")
@@ -50,9 +51,9 @@ class EnergySettings:
 
     def __post_init__(self) -> None:
         if self.buffer_init not in ENERGY_STARTS:
-            raise ValueError(f"energy.buffer_init '{self.buffer_init}' unknown; allowed: {', '.join(ENERGY_STARTS)}")
+            raise UserError(f"energy.buffer_init '{self.buffer_init}' unknown; allowed: {', '.join(ENERGY_STARTS)}")
         if self.sgld_steps < 1 or self.buffer_size < 1:
-            raise ValueError("energy.sgld_steps and energy.buffer_size must be >= 1")
+            raise UserError("energy.sgld_steps and energy.buffer_size must be >= 1")
 
 
 def class_gaussian_sampler(

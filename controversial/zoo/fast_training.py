@@ -37,6 +37,7 @@ from timm.utils import ModelEmaV3
 from torch import nn
 from torch.optim.swa_utils import update_bn
 
+from controversial.errors import UserError
 from controversial.zoo.attacks import NORMS, ball_start, module_device, per_image_norm, pgd_accuracy, project
 from controversial.zoo.energy_training import (
     EnergySettings,
@@ -82,11 +83,11 @@ class AdversarialSettings:
 
     def __post_init__(self) -> None:
         if self.norm not in NORMS:
-            raise ValueError(f"adversarial.norm '{self.norm}' unknown; allowed: {', '.join(NORMS)}")
+            raise UserError(f"adversarial.norm '{self.norm}' unknown; allowed: {', '.join(NORMS)}")
         if self.attack not in ATTACKS:
-            raise ValueError(f"adversarial.attack '{self.attack}' unknown; allowed: {', '.join(ATTACKS)}")
+            raise UserError(f"adversarial.attack '{self.attack}' unknown; allowed: {', '.join(ATTACKS)}")
         if self.eps <= 0:
-            raise ValueError(f"adversarial.eps must be > 0, got {self.eps}")
+            raise UserError(f"adversarial.eps must be > 0, got {self.eps}")
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ class FastRecipe:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(extra) - known - {"monitor_images"})
         if unknown:
-            raise ValueError(
+            raise UserError(
                 f"model.train.extra has unknown key(s) {unknown} for the fast recipe; allowed: {sorted(known)}"
             )
         values = {k: v for k, v in extra.items() if k in known}
@@ -118,13 +119,13 @@ class FastRecipe:
                 given = dict(values[key])
                 allowed = {f.name for f in fields(schema)}
                 if set(given) - allowed:
-                    raise ValueError(
+                    raise UserError(
                         f"model.train.extra.{key} has unknown key(s) {sorted(set(given) - allowed)};"
                         f" allowed: {sorted(allowed)}"
                     )
                 values[key] = schema(**given)
         if values.get("adversarial") is not None and values.get("energy") is not None:
-            raise ValueError("model.train.extra: adversarial and energy cannot be combined")
+            raise UserError("model.train.extra: adversarial and energy cannot be combined")
         return cls(**values)
 
     def as_dict(self) -> dict[str, Any]:
@@ -276,8 +277,9 @@ def _train_epoch(run: _Run, images: torch.Tensor, labels: torch.Tensor, epoch: i
     """One pass over the shuffled training set; returns the epoch's progress line (loss, accuracy, energy gap)."""
     net, settings, adversarial, energy = run.net, run.settings, run.recipe.adversarial, run.recipe.energy
     net.train()
-    energy_phase = energy is not None and epoch >= energy.start_epoch
-    if energy_phase:
+    # The energy term's settings once its phase has begun (None before, or without one).
+    phase_energy = energy if energy is not None and epoch >= energy.start_epoch else None
+    if phase_energy is not None:
         freeze_batch_norm(net)
     order = torch.randperm(len(images), generator=run.generator)
     sums = {"loss": 0.0, "accuracy": 0.0, "energy_gap": 0.0}
@@ -294,10 +296,10 @@ def _train_epoch(run: _Run, images: torch.Tensor, labels: torch.Tensor, epoch: i
         with run.autocast():
             logits = net(x)
         loss = run.criterion(logits.float(), y)
-        if energy_phase:
+        if phase_energy is not None:
             buffer = run.method_state["replay_buffer"]
             energy_loss, gap = contrastive_energy(
-                net, logits, buffer, energy, run.fresh_starts, run.generator, run.autocast, run.memory_format
+                net, logits, buffer, phase_energy, run.fresh_starts, run.generator, run.autocast, run.memory_format
             )
             loss = loss + energy_loss
             sums["energy_gap"] += gap
@@ -309,8 +311,8 @@ def _train_epoch(run: _Run, images: torch.Tensor, labels: torch.Tensor, epoch: i
             )
         run.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if energy_phase and energy.max_grad_norm is not None:
-            nn.utils.clip_grad_norm_(net.parameters(), energy.max_grad_norm)
+        if phase_energy is not None and phase_energy.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(net.parameters(), phase_energy.max_grad_norm)
         run.optimizer.step()
         global_step = epoch * steps_per_epoch + step + 1
         run.scheduler.step_update(global_step)
@@ -318,7 +320,7 @@ def _train_epoch(run: _Run, images: torch.Tensor, labels: torch.Tensor, epoch: i
         sums["loss"] += loss.item()
         sums["accuracy"] += float((logits.argmax(1) == y).float().mean())
     mean_gap = sums["energy_gap"] / steps_per_epoch
-    energy_text = f", energy gap E(data) - E(samples) {mean_gap:.3f}" if energy_phase else ""
+    energy_text = f", energy gap E(data) - E(samples) {mean_gap:.3f}" if phase_energy is not None else ""
     return (
         f"epoch {epoch + 1}/{settings.epochs}: train loss {sums['loss'] / steps_per_epoch:.4f}, "
         f"train accuracy {100 * sums['accuracy'] / steps_per_epoch:.1f}%"
@@ -383,12 +385,13 @@ def train_fast(
     recipe = FastRecipe.from_extra(settings.extra)
     joint_model = None
     if recipe.energy is not None:
-        if not isinstance(getattr(net, "classifier", None), nn.Module):
-            raise ValueError(
+        classifier = getattr(net, "classifier", None)
+        if not isinstance(classifier, nn.Module):
+            raise UserError(
                 "model.train.extra.energy trains a joint energy model (arch jem); "
                 f"{type(net).__name__} has no classifier"
             )
-        joint_model, net = net, net.classifier  # the classifier is trained; the JEM-20 readout is only its use
+        joint_model, net = net, classifier  # the classifier is trained; the JEM-20 readout is only its use
     run = _start(net, images, labels, settings, recipe)
     saved = TrainingProgress(0, 0.0)
     if resume is not None and resume.path.is_file():

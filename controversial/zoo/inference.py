@@ -15,6 +15,8 @@ import torch
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
+from controversial.errors import UserError
+
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
 
@@ -25,7 +27,7 @@ def fold_batch_norms(module: nn.Module) -> int:
     The module must be in eval mode (running statistics are used). Returns how many were folded.
     """
     if module.training:
-        raise ValueError("fold_batch_norms needs an eval-mode module: folding freezes the running statistics")
+        raise UserError("fold_batch_norms needs an eval-mode module: folding freezes the running statistics")
     folded = 0
     for child in module.modules():
         if not isinstance(child, nn.Sequential):

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.protocol import StatefulNet
 from controversial.zoo.train_options import CALIBRATIONS
 
@@ -68,7 +69,7 @@ def fit_median_rule(logits: torch.Tensor, labels: torch.Tensor) -> Calibration:
     m_pos = float(z[positive].median())
     m_neg = float(z[~positive].median())
     if not m_pos > m_neg:
-        raise ValueError(
+        raise UserError(
             f"median rule needs the median positive logit ({m_pos:.4g}) above the median negative one "
             f"({m_neg:.4g}); the model does not separate the classes"
         )

@@ -13,7 +13,7 @@ import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -26,6 +26,15 @@ FORMAT_VERSION = 1
 
 class ResumeMismatchError(UserError):
     """The resume file belongs to a run with other settings; the message says how to proceed."""
+
+
+class Scheduler(Protocol):
+    """What a resume file needs of a learning-rate schedule: its state (torch's ``LRScheduler``, timm's
+    schedulers, which do not derive from it, and any other with the same two methods)."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +63,7 @@ def save_training_state(
     progress: TrainingProgress,
     net: nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scheduler: Scheduler,
     generator: torch.Generator,
     method_state: dict[str, torch.Tensor],
 ) -> None:
@@ -79,7 +88,7 @@ def load_training_state(
     resume: ResumeFile,
     net: nn.Module,
     optimizer: torch.optim.Optimizer,
-    scheduler: torch.optim.lr_scheduler.LRScheduler,
+    scheduler: Scheduler,
     generator: torch.Generator,
     method_state: dict[str, torch.Tensor],
 ) -> TrainingProgress:

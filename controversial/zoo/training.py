@@ -14,17 +14,21 @@ import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import IDENTITY, Calibration, fit_calibration, sigmoid_nll
 from controversial.zoo.resume import ResumeFile, TrainingProgress, load_training_state, save_training_state
 from controversial.zoo.train_options import AUGMENTATIONS, TRAINING_METHODS, TrainOptions
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +61,7 @@ class TrainingMethod:
 
     train: Callable[..., TrainOutcome | None]
     resumable: bool = False
-    extra: type = NoExtra
+    extra: type[DataclassInstance] = NoExtra
     monitored: bool = False  # takes ``monitor=``, a per-epoch test-accuracy line for the log (never steers training)
     any_device: bool = False  # trains on the device the network is on (``device=cuda``); others are CPU-only
 
@@ -73,7 +77,7 @@ class TrainingMethod:
             return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(self.extra), dict(extra)))
         except Exception as error:
             allowed = ", ".join(self.extra.__dataclass_fields__) or "none"
-            raise ValueError(f"train.extra: {str(error).splitlines()[0]} (allowed keys: {allowed})") from None
+            raise UserError(f"train.extra: {str(error).splitlines()[0]} (allowed keys: {allowed})") from None
 
 
 def options(settings: TrainOptions) -> Any:
@@ -212,7 +216,7 @@ def evenly_spaced(images: torch.Tensor, labels: torch.Tensor, n: int) -> tuple[t
 
 def robustness_metrics(
     net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainOptions
-) -> dict[str, float]:
+) -> dict[str, float | str]:
     """PGD accuracy at the training eps for adversarially trained models (empty for the others).
 
     ``eval_steps`` steps of ``eval_step_size`` (default 2.5 eps / steps) from a random start, on the
@@ -254,15 +258,16 @@ def energy_metrics(
     The AUROC is the probability that a noise image gets a higher energy than a test image (ties count
     half): the Mann-Whitney U statistic over the product of the sample sizes.
     """
-    if not (callable(getattr(net, "energy", None)) and isinstance(getattr(net, "classifier", None), nn.Module)):
+    energy, classifier = getattr(net, "energy", None), getattr(net, "classifier", None)
+    if not (callable(energy) and isinstance(classifier, nn.Module)):
         return {}
     from scipy.stats import mannwhitneyu
 
     test_images, _, stride = evenly_spaced(images, labels, n)
     noise = torch.rand(test_images.shape, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        test_energy, noise_energy = net.energy(test_images), net.energy(noise)
-        unrefined = collect_logits(net.classifier, images)
+        test_energy, noise_energy = energy(test_images), energy(noise)
+        unrefined = collect_logits(classifier, images)
     auroc = mannwhitneyu(noise_energy.double().numpy(), test_energy.double().numpy()).statistic / (n * len(noise))
     return {
         "energy_noise_auroc": float(auroc),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,11 @@ from controversial.zoo.training import (
     minibatch_training,
     options,
 )
+
+if TYPE_CHECKING:
+    from controversial.zoo.archs.abs_vae import AnalysisBySynthesis
+    from controversial.zoo.archs.capsnet import CapsNet
+    from controversial.zoo.archs.kde import GaussianKDE
 
 
 def non_digit_images(count: int, digits: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -85,7 +91,7 @@ def train_supervised_negatives(
 
 
 def train_abs(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainOptions, progress: Progress
+    net: AnalysisBySynthesis, images: torch.Tensor, labels: torch.Tensor, settings: TrainOptions, progress: Progress
 ) -> None:
     """Each class's VAE on its own class only: one batch of every class per step (grouped layers)."""
     generator = torch.Generator().manual_seed(settings.seed)
@@ -131,7 +137,7 @@ class KDEBandwidthExtra:
 
 
 def select_kde_bandwidth(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, settings: TrainOptions, progress: Progress
+    net: GaussianKDE, images: torch.Tensor, labels: torch.Tensor, settings: TrainOptions, progress: Progress
 ) -> TrainOutcome:
     """Pick sigma from a grid by held-out likelihood (a per-class split of the training set)."""
     extra: KDEBandwidthExtra = options(settings)
@@ -139,11 +145,11 @@ def select_kde_bandwidth(
     generator = torch.Generator().manual_seed(settings.seed)
     order = torch.randperm(len(images), generator=generator)
     held, fit = order[:n_held], order[n_held:]
-    scores = {}
+    scores: dict[float, float] = {}
     for sigma in grid:
         scores[sigma] = kde_heldout_loglik(images[fit], labels[fit], images[held], labels[held], sigma)
         progress(f"sigma {sigma:.3f}: held-out log-likelihood {scores[sigma]:.2f}")
-    best = max(scores, key=scores.get)
+    best = max(scores, key=scores.__getitem__)
     progress(f"chosen sigma {best}")
     net.sigma = best
     return TrainOutcome(
@@ -173,7 +179,7 @@ class CapsuleExtra:
 
 
 def capsule_loss(
-    net: nn.Module, images: torch.Tensor, labels: torch.Tensor, extra: CapsuleExtra
+    net: CapsNet, images: torch.Tensor, labels: torch.Tensor, extra: CapsuleExtra
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """The capsule network's training loss on one batch, and its parts for the log.
 
@@ -195,7 +201,7 @@ def capsule_loss(
 
 
 def train_capsule(
-    net: nn.Module,
+    net: CapsNet,
     images: torch.Tensor,
     labels: torch.Tensor,
     settings: TrainOptions,

@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 from pydantic import BaseModel, ValidationError
 
 from controversial.cli import command_line, describe_validation_error, report
+from controversial.errors import UserError
 from controversial.help import _annotated_metadata, _model_field
 from controversial.records.manifest import MANIFEST_COLUMNS, ManifestRow, write_manifest
 from controversial.records.responses import HUMAN_COLUMNS
@@ -280,3 +281,28 @@ def test_a_malformed_config_file_is_a_user_error_naming_the_file_and_line(tmp_pa
     assert report(caught.value, "train") == 2
     message = capsys.readouterr().err
     assert message.startswith("error: malformed YAML") and "mine.yaml" in message and "line 2" in message
+
+
+@pytest.mark.parametrize(
+    "error, code, says",
+    [
+        (UserError("bad value of x: use 1-3"), 2, "error: bad value of x: use 1-3"),
+        (ValueError("operands could not be broadcast"), 1, "internal error: ValueError: operands could not"),
+        (KeyError("oops"), 1, "internal error: KeyError"),
+    ],
+)
+def test_a_user_error_is_one_paragraph_and_a_library_bug_is_an_internal_error(
+    error, code, says, tmp_path, monkeypatch, capsys
+):
+    """The commands tell the two apart by type: a UserError (what the library raises for bad input) is the
+    user's to fix; anything else, a plain ValueError from numpy or a bug included, is ours, with the traceback
+    behind CONTROVERSIAL_DEBUG=1."""
+    from controversial.tasks import analyze
+
+    def broken(*_args, **_kwargs):
+        raise error
+
+    monkeypatch.setattr(analyze, "simulate_inputs", broken)
+    got, err = run_command("analyze", ["figures=false"], tmp_path, monkeypatch, capsys)
+    assert got == code and err.startswith(says), err
+    assert "Traceback" not in err and ("CONTROVERSIAL_DEBUG=1" in err) == (code == 1)

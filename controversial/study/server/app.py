@@ -11,6 +11,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
+from controversial.errors import UserError
 from controversial.study.admin_token import check_admin_token
 from controversial.study.bundle import load_bundle
 from controversial.study.db import default_database_url, is_in_memory, make_engine, session_factory
@@ -39,6 +40,7 @@ def create_app(settings: ServeStudySettings, admin_token: str | None = None) -> 
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes)  # innermost
     app.add_middleware(ServerErrors)
     app.add_middleware(SecurityHeaders)  # outermost: every response, a 500 included
+    # Starlette types every handler as taking any Exception; this one is registered for its own class only.
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     for router in (participant.router, admin.router, static.router):
         app.include_router(router)
@@ -49,15 +51,15 @@ def create_app(settings: ServeStudySettings, admin_token: str | None = None) -> 
 def load_server(settings: ServeStudySettings, admin_token: str | None) -> Server:
     """Check the deployment's choices, load the bundle and open the database (created on first start)."""
     if not (settings.completion_code or "").strip():
-        raise ValueError("completion_code is empty: copy the completion code from your study's page on Prolific")
+        raise UserError("completion_code is empty: copy the completion code from your study's page on Prolific")
     if settings.study_dir is None:
-        raise ValueError("study_dir is required: a bundle written by export_study.py")
+        raise UserError("study_dir is required: a bundle written by export_study.py")
     if admin_token is not None:
         check_admin_token(admin_token)
     bundle = load_bundle(settings.study_dir)
     database_url = settings.database_url or default_database_url(bundle.root)
     if is_in_memory(database_url):
-        raise ValueError(
+        raise UserError(
             f"database_url={database_url}: an in-memory database loses every answer when the server stops, and the "
             "admin export (a separate process) cannot read it; use a file (the default) or a database server"
         )

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from controversial.errors import UserError
 from controversial.options import Count, Options
 from controversial.study.quality import QualitySettings
 
@@ -68,7 +69,7 @@ class ServeStudySettings(Options):
     @model_validator(mode="after")
     def _bundle(self) -> ServeStudySettings:
         if self.mode != "token" and not self.study_dir:
-            raise ValueError(f"study_dir is required for mode={self.mode}: a bundle written by export_study.py")
+            raise UserError(f"study_dir is required for mode={self.mode}: a bundle written by export_study.py")
         return self
 
     @property

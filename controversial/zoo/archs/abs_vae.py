@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.protocol import require_autograd
 from controversial.zoo.registry import register_arch
 
@@ -99,7 +100,7 @@ class AnalysisBySynthesis(nn.Module):
         self.inner_lr = inner_lr
         self.encoder = _mlp([n_pixels, *encoder_hidden, 2 * latent_dim])
         if likelihood not in LIKELIHOODS:
-            raise ValueError(f"ABS likelihood must be one of {', '.join(LIKELIHOODS)}, got {likelihood!r}")
+            raise UserError(f"ABS likelihood must be one of {', '.join(LIKELIHOODS)}, got {likelihood!r}")
         self.likelihood = likelihood
         self.decoder = _mlp([latent_dim, *decoder_hidden, n_pixels])  # outputs pixel logits
         prior = torch.randn(n_prior_samples, latent_dim, generator=torch.Generator().manual_seed(seed))

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.archs.common import Normalize
 from controversial.zoo.registry import register_arch
 
@@ -32,7 +33,7 @@ def route(predictions: torch.Tensor, iterations: int) -> torch.Tensor:
     (dot product) with that output. Returns the output capsules (N, outputs, dim).
     """
     if iterations < 1:
-        raise ValueError(f"routing needs at least one iteration, got {iterations}")
+        raise UserError(f"routing needs at least one iteration, got {iterations}")
     coupling_logits = predictions.new_zeros(predictions.shape[:3])
     for iteration in range(iterations):
         coupling = coupling_logits.softmax(dim=2)
@@ -56,7 +57,7 @@ class CapsNet(nn.Module):
     ) -> None:
         super().__init__()
         if readout not in READOUTS:
-            raise ValueError(f"unknown capsnet readout '{readout}'; allowed: {', '.join(READOUTS)}")
+            raise UserError(f"unknown capsnet readout '{readout}'; allowed: {', '.join(READOUTS)}")
         self.readout = readout
         self.primary_types, self.primary_dim, self.digit_dim = primary_types, primary_dim, digit_dim
         self.routing_iterations = routing_iterations

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.protocol import require_autograd
 from controversial.zoo.registry import create_arch, register_arch
 
@@ -66,7 +67,7 @@ class JointEnergyModel(nn.Module):
     ) -> None:
         super().__init__()
         if refine_steps < 0:
-            raise ValueError(f"refine_steps must be >= 0, got {refine_steps}")
+            raise UserError(f"refine_steps must be >= 0, got {refine_steps}")
         self.classifier = create_arch(backbone, **(backbone_kwargs or {}))
         self.refine_step_size = float(refine_step_size)
         generator = torch.Generator().manual_seed(noise_seed)

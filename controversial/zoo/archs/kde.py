@@ -28,6 +28,7 @@ import math
 import torch
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.registry import register_arch
 
 FLOAT32_UNIT_ROUNDOFF = 2.0**-24
@@ -54,7 +55,7 @@ class GaussianKDE(nn.Module):
     ) -> None:
         super().__init__()
         if sigma <= 0:
-            raise ValueError(f"KDE bandwidth sigma must be positive, got {sigma}")
+            raise UserError(f"KDE bandwidth sigma must be positive, got {sigma}")
         self.sigma = float(sigma)
         self.chunk_size = chunk_size
         self.n_candidates = n_candidates
@@ -70,7 +71,7 @@ class GaussianKDE(nn.Module):
         counts = torch.bincount(train_labels, minlength=10)
         if (counts == 0).any():
             missing = ", ".join(str(int(k)) for k in torch.nonzero(counts == 0).flatten())
-            raise ValueError(f"the KDE needs training images of every class; none of class {missing}")
+            raise UserError(f"the KDE needs training images of every class; none of class {missing}")
         self.class_slices = [(int(s), int(s + c)) for s, c in zip(torch.cumsum(counts, 0) - counts, counts)]
         self.register_buffer("log_counts", counts.double().log(), persistent=False)
         self.max_norms = [float(norms[lo:hi].max().sqrt()) for lo, hi in self.class_slices]

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.archs.common import Normalize
 from controversial.zoo.registry import register_arch
 
@@ -29,9 +30,9 @@ class PredictiveCodingNet(nn.Module):
     ) -> None:
         super().__init__()
         if len(widths) != len(strides):
-            raise ValueError(f"widths {widths} and strides {strides} must have the same length")
+            raise UserError(f"widths {widths} and strides {strides} must have the same length")
         if cycles < 0:
-            raise ValueError(f"cycles must be >= 0, got {cycles}")
+            raise UserError(f"cycles must be >= 0, got {cycles}")
         self.cycles = cycles
         self.normalize = Normalize.for_dataset(dataset)
         channels = [1 if dataset == "mnist" else 3, *widths]

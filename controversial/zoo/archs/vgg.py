@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.archs.common import Normalize
 from controversial.zoo.registry import register_arch
 
@@ -32,7 +33,7 @@ class VGG(nn.Module):
         super().__init__()
         depths = [convs_per_stack] * len(widths) if isinstance(convs_per_stack, int) else list(convs_per_stack)
         if len(depths) != len(widths):
-            raise ValueError(f"convs_per_stack {convs_per_stack} needs one entry per width in {list(widths)}")
+            raise UserError(f"convs_per_stack {convs_per_stack} needs one entry per width in {list(widths)}")
         in_channels = 1 if dataset == "mnist" else 3
         layers: list[nn.Module] = [Normalize.for_dataset(dataset)]
         for width, depth in zip(widths, depths):
@@ -42,7 +43,7 @@ class VGG(nn.Module):
             layers.append(nn.MaxPool2d(2))
         side = (28 if dataset == "mnist" else 32) // 2 ** len(widths)
         if side < 1:
-            raise ValueError(f"{len(widths)} max-pools leave no pixels of a {dataset} image; use fewer widths")
+            raise UserError(f"{len(widths)} max-pools leave no pixels of a {dataset} image; use fewer widths")
         self.features = nn.Sequential(*layers)
         head: list[nn.Module] = [nn.Flatten()]
         width = in_channels * side * side
@@ -69,5 +70,5 @@ def vgg16_bn(
 ) -> VGG:
     """VGG-16: 13 convs (stacks of 2, 2, 3, 3, 3 at the five ``widths``) and three linear layers."""
     if len(widths) != len(VGG16_CONVS_PER_STACK) or len(fc) != 2:
-        raise ValueError(f"vgg16_bn needs 5 widths and 2 hidden fc sizes, got widths={list(widths)}, fc={list(fc)}")
+        raise UserError(f"vgg16_bn needs 5 widths and 2 hidden fc sizes, got widths={list(widths)}, fc={list(fc)}")
     return VGG(dataset, widths, fc, dropout, VGG16_CONVS_PER_STACK)

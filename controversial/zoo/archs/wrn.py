@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from controversial.errors import UserError
 from controversial.zoo.archs.common import Normalize
 from controversial.zoo.registry import register_arch
 
@@ -66,11 +67,11 @@ class WideResNet(nn.Module):
     ) -> None:
         super().__init__()
         if (depth - 4) % 6 or depth < 10:
-            raise ValueError(f"WRN depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, ...), got {depth}")
+            raise UserError(f"WRN depth must be 6n + 4 with n >= 1 (10, 16, 22, 28, ...), got {depth}")
         if norm not in NORMS:
-            raise ValueError(f"unknown WRN norm '{norm}'; allowed: {', '.join(NORMS)}")
+            raise UserError(f"unknown WRN norm '{norm}'; allowed: {', '.join(NORMS)}")
         if stem_stride not in (1, 2):
-            raise ValueError(f"WRN stem_stride must be 1 or 2, got {stem_stride}")
+            raise UserError(f"WRN stem_stride must be 1 or 2, got {stem_stride}")
         blocks_per_group = (depth - 4) // 6
         widths = [16, 16 * widen_factor, 32 * widen_factor, 64 * widen_factor]
         self.normalize = Normalize.for_dataset(dataset)
