@@ -13,7 +13,7 @@ import io
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import matplotlib
 
@@ -22,11 +22,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from controversial.atomic import atomic_write_bytes  # noqa: E402
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # typing-only: matplotlib 3.8 lacks it at run time
+
 logging.getLogger("fontTools").setLevel(logging.WARNING)  # PDF font subsetting logs a line per table at INFO
 
 SINGLE_COLUMN = 3.5  # inches
 DOUBLE_COLUMN = 7.2
-STYLE = {
+STYLE: dict[RcKeyType, Any] = {
     "font.size": 8,
     "axes.titlesize": 8,
     "axes.labelsize": 8,

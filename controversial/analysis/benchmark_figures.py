@@ -9,7 +9,7 @@ from __future__ import annotations
 import io
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import matplotlib
 
@@ -28,9 +28,12 @@ from controversial.analysis.benchmark import (  # noqa: E402
 from controversial.analysis.shape_bias import ShapeBias  # noqa: E402
 from controversial.atomic import atomic_write_bytes  # noqa: E402
 
+if TYPE_CHECKING:
+    from matplotlib.typing import RcKeyType  # typing-only: matplotlib 3.8 lacks it at run time
+
 HUMAN_COLOUR = "#d62728"
 MARKERS = "sD^vP*Xph<>"
-STYLE: Any = {  # matplotlib types rc keys as literals
+STYLE: dict[RcKeyType, Any] = {
     "font.size": 11,
     "axes.titlesize": 12,
     "axes.labelsize": 11,

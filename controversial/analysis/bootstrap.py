@@ -61,7 +61,7 @@ class PairwiseTests:
     alpha: float
 
 
-def strata(conditions: Sequence[str]) -> list[np.ndarray]:
+def strata(conditions: np.ndarray | Sequence[str]) -> list[np.ndarray]:
     """Stimulus indices per condition (sorted by name): the bootstrap strata."""
     values = np.asarray(conditions)
     return [np.flatnonzero(values == c).astype(np.int32) for c in sorted(set(values.tolist()))]
@@ -81,7 +81,9 @@ def draw_block(seed: np.random.SeedSequence, n_participants: int, groups: list[n
     return Resamples(participants, stimuli)
 
 
-def iter_blocks(n_resamples: int, seed: int, n_participants: int, conditions: Sequence[str]) -> Iterator[Resamples]:
+def iter_blocks(
+    n_resamples: int, seed: int, n_participants: int, conditions: np.ndarray | Sequence[str]
+) -> Iterator[Resamples]:
     """All resamples for ``seed``, block by block (reproducible for any chunking)."""
     groups = strata(conditions)
     children = np.random.SeedSequence(seed).spawn(-(-n_resamples // BLOCK))
@@ -241,7 +243,7 @@ def bootstrap(
     human: np.ndarray,
     model: np.ndarray,
     model_names: Sequence[str],
-    conditions: Sequence[str],
+    conditions: np.ndarray | Sequence[str],
     n_resamples: int = 100_000,
     seed: int = 0,
     chunk_size: int = 10_000,
@@ -284,7 +286,7 @@ def bootstrap(
 
 
 def pooled_bootstrap(
-    parts: Sequence[tuple[np.ndarray, np.ndarray, Sequence[str]]],
+    parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray | Sequence[str]]],
     model_names: Sequence[str],
     n_resamples: int = 100_000,
     seed: int = 0,

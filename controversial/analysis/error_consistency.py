@@ -134,9 +134,9 @@ def consistency(data: DecisionData, aggregation: Aggregation = "whole", c_exp_on
         accuracy = (data.correct & data.available).sum(axis=1) / data.available.sum(axis=1)
     if aggregation == "whole":
         n, n_i, n_j, n11 = _pair_counts(data.correct, data.available)
-        stats = consistency_from_counts(n, n_i, n_j, n11, c_exp_one)
+        observed, expected, kappas = consistency_from_counts(n, n_i, n_j, n11, c_exp_one)
         with np.errstate(invalid="ignore", divide="ignore"):
-            return Consistency(data.names, n, accuracy, *stats, unbiased_kappa(stats[2], n))
+            return Consistency(data.names, n, accuracy, observed, expected, kappas, unbiased_kappa(kappas, n))
     if aggregation != "per_condition":
         raise UserError(f"unknown aggregation {aggregation!r}; allowed: whole, per_condition")
     per = []
@@ -181,7 +181,7 @@ def bootstrap_kappa(
     samples = np.empty((n_resamples, len(iu[0])), dtype=np.float32)
     x = (data.correct & data.available).astype(np.float32)
     a = None if data.available.all() else data.available.astype(np.float32)
-    parts = [slice(None)] if aggregation == "whole" else groups
+    parts: Sequence[slice | np.ndarray] = [slice(None)] if aggregation == "whole" else groups
     factors = [_GramFactors(x[:, p], None if a is None else a[:, p]) for p in parts]
     for b, child in enumerate(np.random.SeedSequence(seed).spawn(n_resamples)):
         rng = np.random.default_rng(child)
@@ -217,7 +217,7 @@ class _GramFactors:
         return consistency_from_counts(n, n_i, n_i.T, n11, c_exp_one)[2]
 
 
-def group_mean_ci(values: Sequence[float], level: float = 0.95) -> tuple[float, float, float, float]:
+def group_mean_ci(values: np.ndarray | Sequence[float], level: float = 0.95) -> tuple[float, float, float, float]:
     """Mean, SEM and normal-theory CI of a group's pairwise kappas (Geirhos et al.'s group CIs)."""
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]

@@ -31,7 +31,7 @@ def _save(fig: plt.Figure, path: str | Path) -> Path:
 def _order(subset: SubsetResult) -> list[str]:
     """Models from the best mean Pearson r to the worst (top to bottom in every figure)."""
     means = subset.measures["pearson"].mean
-    return sorted(means, key=means.get, reverse=True)
+    return sorted(means, key=means.__getitem__, reverse=True)
 
 
 def _bars(ax: plt.Axes, subset: SubsetResult, order: list[str], dots: bool) -> None:

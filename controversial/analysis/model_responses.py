@@ -148,8 +148,8 @@ def write_responses(
     classes = {tuple(m.class_names) for m in models}
     if len(classes) != 1:
         raise UserError(f"models disagree on class names: {sorted(classes)}")
-    images = [s.image for s in stimuli]
-    if len(set(images)) != len(images):
+    image_names = [s.image for s in stimuli]
+    if len(set(image_names)) != len(image_names):
         raise UserError("two stimuli share an image name; the image column would be ambiguous")
     class_names = classes.pop()
     images, convention = load_images(stimuli, invert)

@@ -16,7 +16,7 @@ import numpy as np
 
 from controversial.analysis.bootstrap import LOWER, Distributions, pairwise_tests, percentile_ci, pooled_bootstrap
 from controversial.analysis.ceilings import noise_ceiling
-from controversial.analysis.correlation import participant_model_correlations
+from controversial.analysis.correlation import Measure, participant_model_correlations
 from controversial.analysis.decisions import decide
 from controversial.analysis.error_consistency import (
     DecisionData,
@@ -113,7 +113,7 @@ def _undefined_rule(subs: Sequence[Study], name: str) -> tuple[list[Study], list
 
 def evaluate_subset(
     parts: Sequence[tuple[Study, np.ndarray]],
-    measures: tuple[str, ...],
+    measures: Sequence[Measure],
     n_resamples: int,
     options: AnalysisOptions,
     name: str = "all",
@@ -134,15 +134,11 @@ def evaluate_subset(
         log.warning("subset %s is not scored: %s", name, not_scored)
         return SubsetResult(n_stimuli, n_participants, {}, {}, left_out=left_out, not_scored=not_scored)
     models = parts[0][0].models
-    correlations, ceilings = {}, {}
+    correlations: dict[str, MeasureResult] = {}
+    ceilings: dict[str, CeilingResult] = {}
     for measure in measures:
-        r = np.concatenate(
-            [
-                participant_model_correlations(s.human, s.model, measure)  # type: ignore[arg-type]
-                for s in subs
-            ]
-        )
-        per_part = [noise_ceiling(s.human, measure) for s in subs]  # type: ignore[arg-type]
+        r = np.concatenate([participant_model_correlations(s.human, s.model, measure) for s in subs])
+        per_part = [noise_ceiling(s.human, measure) for s in subs]
         lower = np.concatenate([c.lower_per_participant for c in per_part])
         upper = np.concatenate([c.upper_per_participant for c in per_part])
         if not (np.isfinite(r).all() and np.isfinite(lower).all()):  # e.g. the others' mean pattern is constant
@@ -215,7 +211,7 @@ def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> P
     prediction = {}
     for name, mask in subsets[0].items():
         main = name in MAIN_SUBSETS
-        measures = options.measures if main else ("pearson",)
+        measures: Sequence[Measure] = options.measures if main else ("pearson",)
         resamples = (
             options.bootstrap.n_resamples
             if name == "all"
@@ -243,7 +239,9 @@ def analyze_study(study: Study | Sequence[Study], options: AnalysisOptions) -> P
         exclusions=[e.__dict__ for s in studies for e in s.exclusions]
         + [row for subset in prediction.values() for row in subset.left_out],
     )
-    return PredictionResults(study=summary, ranking=sorted(means, key=means.get, reverse=True), prediction=prediction)
+    return PredictionResults(
+        study=summary, ranking=sorted(means, key=means.__getitem__, reverse=True), prediction=prediction
+    )
 
 
 def _group_means(kappa: np.ndarray, is_human: np.ndarray, names: tuple[str, ...], level: float) -> dict[str, GroupMean]:
@@ -267,7 +265,7 @@ def _consistency_block(
 ) -> ConsistencyBlock:
     aggregates = {}
     for aggregation in ("whole", "per_condition"):
-        result = consistency(data, aggregation, options.c_exp_one)  # type: ignore[arg-type]
+        result = consistency(data, aggregation, options.c_exp_one)
         ci = None
         if aggregation == "whole" and options.ec_resamples:
             bounds = bootstrap_kappa(

@@ -57,7 +57,7 @@ def ranking_table(subset: SubsetResult) -> list[str]:
     Only Pearson r is resampled, so the rank measures (Spearman, Kendall), which would stand here without a CI,
     are left to ``rank_measures_table``."""
     pearson = subset.measures["pearson"].mean
-    ranking = sorted(pearson, key=pearson.get, reverse=True)
+    ranking = sorted(pearson, key=pearson.__getitem__, reverse=True)
     ceiling = subset.noise_ceiling["pearson"]
     boot = subset.bootstrap
     header = ["rank", "model", "mean Pearson r"] + ([f"{100 * boot.ci_level:g}% CI"] if boot else [])
@@ -86,7 +86,7 @@ def rank_measures_table(subset: SubsetResult) -> list[str]:
     if not others:
         return []
     pearson = measures["pearson"].mean
-    ranking = sorted(pearson, key=pearson.get, reverse=True)
+    ranking = sorted(pearson, key=pearson.__getitem__, reverse=True)
     rows = [[model] + [_f(measures[m].mean[model]) for m in ["pearson", *others]] for model in ranking]
     rows.append(["noise ceiling, lower"] + [_f(subset.noise_ceiling[m].lower) for m in ["pearson", *others]])
     return _table(["model", *(f"mean {m}" for m in ["pearson", *others])], rows) + [

@@ -186,16 +186,18 @@ def build_study(
     model_index = {m: i for i, m in enumerate(model_names)}
     probabilities = np.full((len(model_names), N, K), np.nan)
     unused = set()
-    for r in models.rows:
-        if r.image not in images:
-            unused.add(r.image)
+    for response in models.rows:
+        if response.image not in images:
+            unused.add(response.image)
             continue
-        if r.category not in cat_index:
+        if response.category not in cat_index:
             raise InputError(
-                f"{models.path}, row {r.line}, column 'response_category': {r.category!r} is not a category "
-                f"of the human ratings ({', '.join(categories)})"
+                f"{models.path}, row {response.line}, column 'response_category': {response.category!r} is not a "
+                f"category of the human ratings ({', '.join(categories)})"
             )
-        probabilities[model_index[r.model], images[r.image], cat_index[r.category]] = r.probability
+        probabilities[model_index[response.model], images[response.image], cat_index[response.category]] = (
+            response.probability
+        )
     missing = np.argwhere(np.isnan(probabilities))
     if len(missing):
         m, n, k = missing[0]

@@ -192,13 +192,15 @@ def _record_best(
     """Keep each element's best image so far; an element whose objective or gradient is not finite is
     marked failed and its gradient zeroed. Returns which elements were finite."""
     rows = active.rows
-    finite &= torch.isfinite(active.params.grad.flatten(1)).all(1)
+    grad = active.params.grad
+    assert grad is not None  # backward() has filled it (zero_grad keeps it as zeros, never None)
+    finite &= torch.isfinite(grad.flatten(1)).all(1)
     for index in rows[~finite].tolist():
         records.failures[index] = f"non-finite score or gradient at step {step}"
     improved = finite & (value > records.best_value[rows])
     records.best_value[rows[improved]] = value[improved]
     records.best_images[rows[improved]] = images.detach()[improved]
-    active.params.grad[~finite] = 0
+    grad[~finite] = 0
     return finite
 
 
@@ -279,7 +281,8 @@ def synthesize_batch(
     model_seconds = 0.0
     make_optimizer = optimizer or OptimizerOptions().factory()
     objective = OBJECTIVES.get(options.objective)
-    param = parametrization(options, tuple(initial_images.shape[1:]))
+    channels, height, width = initial_images.shape[1:]
+    param = parametrization(options, (channels, height, width))
     params = param.from_images(initial_images).requires_grad_(True)
     generator = torch.Generator().manual_seed(seed)
     for model in models:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.layout_engine import ConstrainedLayoutEngine
 
 from controversial.figure_style import DOUBLE_COLUMN, save, styled
 
@@ -26,9 +27,12 @@ def save_figure(figure, path: str | Path) -> None:
 def image_matrix(n_rows: int, n_cols: int, width: float = 0.8 * DOUBLE_COLUMN):
     """A figure of image cells with almost no gap between them or below the title (constrained layout)."""
     figure, axes = plt.subplots(
-        n_rows, n_cols, figsize=(width, width * n_rows / n_cols + 0.4), squeeze=False, layout="constrained"
+        n_rows,
+        n_cols,
+        figsize=(width, width * n_rows / n_cols + 0.4),
+        squeeze=False,
+        layout=ConstrainedLayoutEngine(w_pad=0.01, h_pad=0.01, wspace=0.02, hspace=0.02),
     )
-    figure.get_layout_engine().set(w_pad=0.01, h_pad=0.01, wspace=0.02, hspace=0.02)
     for axis in axes.flat:  # an empty cell shows nothing, not an axis frame
         axis.set_xticks([])
         axis.set_yticks([])

@@ -129,7 +129,7 @@ def simulate_inputs(cfg: AnalyzeSettings, out: Path) -> tuple[Path, Path, list[s
     )
     weights = parse_mixture(str(sim.true_model))
     truth = true_probabilities(models, models.names, weights)
-    noise = ParticipantNoise(sd=tuple(sim.noise_sd), gain=tuple(sim.gain))
+    noise = ParticipantNoise(sd=sim.noise_sd, gain=sim.gain)
     ratings = simulate_participants(
         truth, int(sim.n_participants), noise, tuple(cfg.rating_scale), seed=int(cfg.seed) + 1
     )
@@ -209,7 +209,7 @@ def benchmark_choice_files(cfg: AnalyzeSettings) -> BenchmarkResults | None:
 
 def _container(value: object) -> str | list | dict:
     """A path, a list of paths, or a replication -> path(s) mapping, as plain Python."""
-    return value if isinstance(value, (list, dict)) else str(value)  # type: ignore[return-value]
+    return value if isinstance(value, (list, dict)) else str(value)
 
 
 def _model_table(spec: str | list) -> ModelTable:
@@ -275,6 +275,8 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
     command = invocation.command
     if cfg.human_ratings is None and cfg.choices is not None:
         return _run_choices_only(cfg, out, start, command)
+    human_spec: str | list | dict
+    model_spec: str | list | dict
     if cfg.human_ratings is None:
         human_path, model_path, header = simulate_inputs(cfg, out)
         log.warning("no human_ratings given: analysing a SIMULATED study written to %s", human_path.parent)

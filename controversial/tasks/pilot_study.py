@@ -19,6 +19,7 @@ from controversial.errors import UserError
 from controversial.options import Count, Options, Seed, ordered_range
 from controversial.study.bundle import STIMULI_DIR, load_bundle, recorded_inversion
 from controversial.study.pilot import database_file, model_raters, run_pilot
+from controversial.synthesis.stimuli import Inversion
 from controversial.tasks import Invocation, analyze
 from controversial.tasks.serve_study import export_csvs
 from controversial.zoo.bundled import load_model
@@ -60,7 +61,7 @@ def run(cfg: PilotStudySettings, invocation: Invocation) -> AnalysisResults:
         raise UserError(f"rater={cfg.rater}: not among the models evaluated ({', '.join(names)}); pick one of them")
     stimuli = stimuli_from_folder(bundle.root / STIMULI_DIR)
     recorded = recorded_inversion(bundle.root / STIMULI_DIR)
-    invert = "auto" if recorded is None else ("true" if recorded else "false")
+    invert: Inversion = "auto" if recorded is None else ("true" if recorded else "false")
     models = [load_model(m, cfg.dataset or bundle.spec.dataset, cfg.models_dir, cfg.data.root) for m in names]
     probabilities, _ = write_responses(out / "model_responses.csv", models, stimuli, cfg.batch_size, invert)
     print(f"{len(models)} models x {len(stimuli)} images -> {out / 'model_responses.csv'}")

@@ -96,7 +96,9 @@ def _check_database_exists(url: str, label: str, default: bool) -> None:
     """A SQLite file that is not there means the study was never served (or the path is wrong): say so, before
     opening it would create an empty one."""
     parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or is_in_memory(url) or Path(parsed.database).is_file():
+    if parsed.get_backend_name() != "sqlite" or is_in_memory(url):
+        return
+    if parsed.database is None or Path(parsed.database).is_file():  # None is in memory, checked above
         return
     where = "the bundle's default database" if default else "database_url"
     raise UserError(
