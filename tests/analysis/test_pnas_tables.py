@@ -63,6 +63,7 @@ def test_replication_from_subject_code():
     assert replication("Exp2a_S07") == "Exp2a" and replication("Exp1_S01") == "Exp1" and replication("P0001") == ""
 
 
+@pytest.mark.slow
 def test_release_tables_pool_the_two_replications(tmp_path):
     a_human, a_model = write_release(tmp_path, "Exp2a", 1)
     b_human, b_model = write_release(tmp_path, "Exp2b", 2)

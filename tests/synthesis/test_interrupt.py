@@ -42,6 +42,7 @@ def _interrupt_at(monkeypatch, at_step: int) -> None:
     monkeypatch.setattr(synthesize_task, "_callbacks", interrupting)
 
 
+@pytest.mark.slow
 def test_an_interrupt_keeps_finished_cells_and_says_how_to_resume(tmp_path, pair, monkeypatch, capsys):
     full = run_task("synthesize", [*pair, *SETTINGS], tmp_path / "full")
     _interrupt_at(monkeypatch, 5)

@@ -58,6 +58,7 @@ def test_stop_score_freezes_elements_that_are_already_good_enough(tiny_pair):
     assert result.steps.tolist() == [1, 1, 1, 1]
 
 
+@pytest.mark.slow
 def test_stall_rule_stops_elements_whose_hard_score_stops_rising_and_only_those(tiny_pair):
     targets, initial = _problem(4)
     never_quiet = dict(stop_score=None, tolerance_levels=0.0, patience=10_000)

@@ -83,6 +83,7 @@ def _train(case: str, resume: ResumeFile, init_seed: int, crash_after: int | Non
     return net.state_dict()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_crash_after_two_epochs_then_resume_gives_the_uninterrupted_weights(case, tmp_path):
     identity = {"model": "tiny", "case": case}

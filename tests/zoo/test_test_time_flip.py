@@ -62,6 +62,7 @@ def _blobs(dataset: str, split: str, root, download=True) -> tuple[torch.Tensor,
     return (images.clamp(0, 1) * 255).to(torch.uint8), labels
 
 
+@pytest.mark.slow
 def test_train_py_calibrates_and_saves_the_mirror_averaged_readout(tmp_path, monkeypatch):
     (tmp_path / "conf" / "model").mkdir(parents=True)
     (tmp_path / "conf" / "model" / "flipped.yaml").write_text(YAML)

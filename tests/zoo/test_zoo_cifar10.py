@@ -107,6 +107,7 @@ def test_jem_refinement_lowers_the_energy_and_is_deterministic():
         net(images)
 
 
+@pytest.mark.slow
 def test_a_jem_checkpoint_synthesizes_byte_identical_images_with_the_same_seed(tmp_path):
     from controversial.synthesis.engine import noise_images, synthesize_batch
     from controversial.synthesis.options import SynthesisOptions
