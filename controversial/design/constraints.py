@@ -20,7 +20,7 @@ from controversial.design.options import DesignBudget
 from controversial.errors import UserError
 
 
-class DesignError(UserError, ValueError):
+class DesignError(UserError):
     """A design request the pool cannot satisfy; the message says which constraint."""
 
 

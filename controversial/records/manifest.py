@@ -105,7 +105,7 @@ def read_manifest(path: str | Path) -> list[ManifestRow]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no manifest at {path}")
-    records = read_records(path, MANIFEST_COLUMNS, ValueError, kind="manifest")
+    records = read_records(path, MANIFEST_COLUMNS, UserError, kind="manifest")
     rows = []
     for line, record in records:
         values: dict[str, Any] = {c: _parse(c, record[c], path, line) for c in MANIFEST_COLUMNS}  # typed by column
