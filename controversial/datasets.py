@@ -7,7 +7,8 @@ need the names, such as the study server, start without importing torch.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from pydantic import Field
 
@@ -22,6 +23,15 @@ class DatasetInfo:
     class_names: tuple[str, ...]
     display_name: str
     mirror_symmetric: bool  # a left-right mirror image shows the same class (so test-time flips are valid)
+    source: str = ""  # where the images come from for a dataset that is not built in ("folder:<path>", ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "image_shape": list(self.image_shape), "class_names": list(self.class_names)}
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> DatasetInfo:
+        shape, classes = tuple(values["image_shape"]), tuple(values["class_names"])
+        return cls(**{**values, "image_shape": shape, "class_names": classes})
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -34,6 +44,27 @@ DATASETS: dict[str, DatasetInfo] = {
         mirror_symmetric=True,
     ),
 }
+
+
+BUILTIN_DATASETS = tuple(DATASETS)
+
+
+def register_dataset(info: DatasetInfo) -> DatasetInfo:
+    """Make a dataset that is not built in (an imported model's image folder) known by name in this process.
+
+    Checkpoints and model files of imported models carry their ``DatasetInfo``; reading one registers it,
+    so every stage that looks a dataset up by name (synthesis, export, analysis) follows its class list.
+    Registering the same description again is a no-op; another description under a taken name is refused.
+    """
+    known = DATASETS.get(info.name)
+    if known is not None and known != info:
+        raise UserError(
+            f"dataset '{info.name}' is already known with other classes or image size "
+            f"({len(known.class_names)} classes {list(known.class_names)[:5]}..., shape {known.image_shape}); "
+            f"this one has {len(info.class_names)} classes, shape {info.image_shape}: give it another name"
+        )
+    DATASETS[info.name] = info
+    return info
 
 
 def dataset_info(name: str) -> DatasetInfo:

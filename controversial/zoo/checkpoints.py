@@ -15,7 +15,7 @@ from torch import nn
 
 from controversial import __version__
 from controversial.atomic import atomic_write_bytes
-from controversial.datasets import dataset_info
+from controversial.datasets import DatasetInfo, dataset_info, register_dataset
 from controversial.errors import UserError
 from controversial.zoo.inference import fold_batch_norms, use_preferred_memory_format
 from controversial.zoo.readout import CalibratedModel, Calibration, MirrorAveraged
@@ -40,6 +40,9 @@ class CheckpointInfo:
     card: dict[str, str] = field(default_factory=dict)  # paper name, description, differences from the paper
     code_version: str = ""
     created: str = ""
+    # The dataset's description, for one that is not built in (an imported model's folder): reading the
+    # checkpoint registers it, so the file alone says which classes its outputs are.
+    dataset_info: DatasetInfo | None = None
 
 
 def code_version() -> str:
@@ -80,6 +83,8 @@ def save_checkpoint(path: str | Path, net: nn.Module, info: CheckpointInfo, floa
         "created": info.created or datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "state_dict": _half(state) if float16 else state,
     }
+    if info.dataset_info is not None:
+        payload["dataset_info"] = info.dataset_info.to_dict()
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     atomic_write_bytes(path, buffer.getvalue())
@@ -107,6 +112,9 @@ def read_checkpoint(path: str | Path) -> tuple[CheckpointInfo, dict[str, torch.T
         card=payload["card"],
         code_version=payload["code_version"],
         created=payload["created"],
+        dataset_info=register_dataset(DatasetInfo.from_dict(payload["dataset_info"]))
+        if "dataset_info" in payload
+        else None,
     )
     return info, payload["state_dict"]
 
