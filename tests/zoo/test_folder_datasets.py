@@ -173,3 +173,16 @@ def test_a_folder_that_moved_away_is_named_when_loading(tmp_path):
     root.rename(tmp_path / "elsewhere")
     with pytest.raises(UserError, match="its image folder .*gone is gone"):
         load_uint8("gone", "test")
+
+
+@pytest.mark.data
+def test_the_cifar10_folder_as_a_folder_dataset_equals_the_builtin():
+    """The project's CIFAR-10 JPEG folder read as folder:<path>: the same images, labels and order as the built-in."""
+    from controversial.data import resolve_data_root
+
+    root = resolve_data_root(None) / "cifar10"
+    info = describe_dataset(f"folder:{root}", FolderOptions(name="cifar10_folder"))
+    assert info.class_names == DATASETS["cifar10"].class_names and info.image_shape == (3, 32, 32)
+    x, y = load_uint8("cifar10_folder", "test")
+    builtin_x, builtin_y = load_uint8("cifar10", "test")
+    assert torch.equal(y, builtin_y) and torch.equal(x, builtin_x)
