@@ -9,8 +9,9 @@ size: median ms per step over ``--repeats`` after one warm-up call, and ms per i
 
 Part 2: the pair in the synthesis engine (``synthesize_batch``, the ``lse`` objective, Adam) with each
 parametrisation that suits large images, for ``--steps`` steps (early stopping off) after a first step:
-median seconds per step (the whole step: parametrisation, jitter, both models, optimiser, bookkeeping)
-and the share of the run's steps spent inside the models' forward and backward.
+median seconds per step (the whole step: parametrisation, jitter, both models, optimiser, bookkeeping),
+the share of the run's steps spent inside the models' forward and backward, and the parametrisation's
+own cost per step (parameters to images, jitter, and the backward through them; median of ``--repeats``).
 
     python benchmarks/imagenet_step.py                                 # about 1.5 min on 2 cores
     python benchmarks/imagenet_step.py --batches 8 --device cuda       # on a GPU
@@ -30,6 +31,7 @@ from torch import nn
 
 from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
 from controversial.synthesis.options import SynthesisOptions
+from controversial.synthesis.parametrization import jitter, parametrization
 from controversial.zoo.imagenet16 import IMAGENET16_CLASSES, ImageNet16Readout
 from controversial.zoo.readout import CalibratedModel, Calibration
 
@@ -98,6 +100,22 @@ def engine_step(models: list[CalibratedModel], batch: int, steps: int, extra: di
     return per_step, result.model_seconds / (ends[-1] - start)
 
 
+def parametrization_ms(batch: int, extra: dict, repeats: int, device: torch.device) -> float:
+    """Median ms of the parametrisation's own share of a step: parameters -> images (-> jitter), and back."""
+    options = SynthesisOptions(**extra)
+    param = parametrization(options, SHAPE)
+    params = param.from_images(torch.rand(batch, *SHAPE, device=device)).requires_grad_(True)
+    generator = torch.Generator().manual_seed(0)
+    times = []
+    for _ in range(repeats + 1):
+        sync(device)
+        start = time.perf_counter()
+        jitter(param.to_images(params), options.jitter, generator).sum().backward()
+        sync(device)
+        times.append(time.perf_counter() - start)
+    return 1000 * statistics.median(times[1:])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="resnet18,vit_tiny_patch16_224", help="two timm architectures")
@@ -124,13 +142,14 @@ def main() -> None:
             print(f"| {model.name} | {params:.1f} | {batch} | {ms:.0f} | {ms / batch:.1f} |", flush=True)
 
     print(f"\nPart 2: the pair {' vs '.join(m.name for m in models)} in the engine, median of {args.steps} steps\n")
-    print("| parametrisation | batch | s per step | ms per image | in the models |")
-    print("|---|---|---|---|---|")
+    print("| parametrisation | batch | s per step | ms per image | in the models | parametrisation alone (ms) |")
+    print("|---|---|---|---|---|---|")
     for name, extra in PARAMETRIZATIONS.items():
         for batch in batches:
             seconds, share = engine_step(models, batch, args.steps, extra, device)
+            own = parametrization_ms(batch, extra, args.repeats, device)
             per_image = 1000 * seconds / batch
-            print(f"| {name} | {batch} | {seconds:.2f} | {per_image:.0f} | {100 * share:.0f}% |", flush=True)
+            print(f"| {name} | {batch} | {seconds:.2f} | {per_image:.0f} | {share:.0%} | {own:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -164,6 +164,7 @@ def describe_dataset(spec: str, options: FolderOptions | None = None) -> Dataset
     ``train/`` and ``test/`` (the layout is used when both exist) or directly, then split per class by
     ``test_fraction`` with ``split_seed``. Hidden files and files at the top level are ignored; every other
     file in a class folder must be an image (read here from its header only, so describing is fast).
+    A built-in is returned as it is: the folder options do not apply to it.
     """
     options = options or FolderOptions()
     if spec in BUILTIN_DATASETS:
