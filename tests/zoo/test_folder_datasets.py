@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -173,6 +175,21 @@ def test_a_folder_that_moved_away_is_named_when_loading(tmp_path):
     root.rename(tmp_path / "elsewhere")
     with pytest.raises(UserError, match="its image folder .*gone is gone"):
         load_uint8("gone", "test")
+
+
+def test_describing_a_folder_needs_no_torch(tmp_path):
+    """The study server and the option groups read dataset descriptions; they start without torch."""
+    root = write_classes(tmp_path / "d", {"a": 2, "b": 2})
+    code = (
+        "import sys\nfor name in ('torch', 'torchvision', 'timm'):\n    sys.modules[name] = None\n"
+        "from controversial.analysis.decision_options import DecisionsOptions\n"
+        "from controversial.datasets import describe_dataset\n"
+        f"print(describe_dataset('folder:{root}').class_names, DecisionsOptions(readout='imagenet16').readout)\n"
+    )
+    repo = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "('a', 'b') imagenet16"
 
 
 @pytest.mark.data
