@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from controversial.datasets import dataset_info
+from controversial.datasets import DatasetInfo, dataset_info
 from controversial.errors import UserError
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
 
@@ -96,11 +96,12 @@ class RunClasses:
     dataset: str
     class_names: tuple[str, ...]  # every class of the dataset; a manifest's class index is a position here
     synthesized: tuple[int, ...]  # the classes whose cells the recorded runs synthesized (``synthesis.classes``)
+    described: DatasetInfo | None = None  # a dataset that is not built in, as the runs recorded it (its source)
 
 
-def _recorded(manifest: Path) -> tuple[str, tuple[str, ...], tuple[int, ...] | None] | None:
-    """(dataset, class names, chosen classes or None for all) from a run's settings; None when it records none
-    (a run made before the settings named the classes, or a ``rank_natural.py`` run)."""
+def _recorded(manifest: Path) -> tuple[str, tuple[str, ...], tuple[int, ...] | None, DatasetInfo | None] | None:
+    """(dataset, class names, chosen classes or None for all, the dataset's description if not built in) from a
+    run's settings; None when it records none (a run made before the settings named the classes)."""
     path = manifest.parent / RUN_SETTINGS_NAME
     if not path.is_file():
         return None
@@ -111,7 +112,8 @@ def _recorded(manifest: Path) -> tuple[str, tuple[str, ...], tuple[int, ...] | N
     if "class_names" not in settings or "dataset" not in settings:
         return None
     chosen = settings.get("synthesis", {}).get("classes")
-    return settings["dataset"], tuple(settings["class_names"]), None if chosen is None else tuple(chosen)
+    described = DatasetInfo.from_dict(settings["dataset_info"]) if "dataset_info" in settings else None
+    return settings["dataset"], tuple(settings["class_names"]), None if chosen is None else tuple(chosen), described
 
 
 def run_classes(manifests: Sequence[Path], rows: Sequence[ManifestRow]) -> RunClasses:
@@ -123,11 +125,12 @@ def run_classes(manifests: Sequence[Path], rows: Sequence[ManifestRow]) -> RunCl
         raise UserError(f"the runs mix datasets {datasets}; use the runs of one dataset")
     found: dict[tuple[str, tuple[str, ...]], list[Path]] = defaultdict(list)
     synthesized: set[int] = set()
+    described = None
     for manifest in manifests:
         recorded = _recorded(manifest)
         if recorded is None:
             continue
-        dataset, names, chosen = recorded
+        dataset, names, chosen, described = recorded[0], recorded[1], recorded[2], recorded[3] or described
         found[dataset, names].append(manifest.parent)
         synthesized.update(range(len(names)) if chosen is None else chosen)
     if not found:  # runs recorded before the settings named their classes: the dataset's (a built-in)
@@ -140,4 +143,4 @@ def run_classes(manifests: Sequence[Path], rows: Sequence[ManifestRow]) -> RunCl
         listed = "; ".join(f"{d} {list(n)} in {runs[0]}" for (d, n), runs in found.items())
         raise UserError(f"the runs record different class lists ({listed}); use runs of one dataset")
     (dataset, names), _ = found.popitem()
-    return RunClasses(dataset, names, tuple(sorted(synthesized)))
+    return RunClasses(dataset, names, tuple(sorted(synthesized)), described)

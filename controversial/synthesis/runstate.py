@@ -76,7 +76,7 @@ ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {
 }
 # Run settings added after runs were recorded; they follow from the checkpoints (hashed), so a run recorded
 # without them resumes as if it had recorded the current values.
-ADDED_RUN_KEYS = ("dataset", "class_names")
+ADDED_RUN_KEYS = ("dataset", "class_names", "dataset_info")
 
 
 def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:

@@ -132,6 +132,7 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
         "optimizer": cfg.optimizer.model_dump(by_alias=True),
         "dataset": info.name,
         "class_names": list(info.class_names),
+        **({"dataset_info": info.to_dict()} if info.source else {}),  # a folder: where export finds its images
     }
 
 
