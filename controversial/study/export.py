@@ -27,6 +27,7 @@ from controversial.datasets import DATASETS, dataset_info, register_dataset
 from controversial.errors import UserError
 from controversial.options import Options, Seed
 from controversial.records.names import natural_filename
+from controversial.records.runs import RunClasses
 from controversial.records.study import KeyEntry, TrialSpec
 from controversial.study.bundle import BundleError, StudySpec, write_bundle
 from controversial.study.display import DisplayOptions, attention_png, display_png, png_to_uint8
@@ -133,6 +134,15 @@ def _check_class_names(stimuli: Sequence[SweepStimulus], categories: Sequence[st
                 )
 
 
+def recorded_classes(sweep_dir: str | Path, stimuli: Sequence[SweepStimulus]) -> RunClasses:
+    """The classes the sweep's runs recorded; a dataset they describe that is not known here (an imported model's
+    image folder) is registered from that record, so its test images load by name."""
+    classes = sweep_classes(sweep_dir, stimuli)
+    if classes.described is not None and classes.dataset not in DATASETS:
+        register_dataset(classes.described)
+    return classes
+
+
 def check_web_texts(web_source: str | Path, pilot: bool) -> list[str]:
     """The placeholder texts left in ``web_source``; an error unless the export is a pilot."""
     placeholders = placeholder_texts(web_source)
@@ -159,9 +169,7 @@ def export_study(
     stimuli = collect_sweep(sweep_dir)
     if not any(s.row.accepted for s in stimuli):
         raise SelectionError(f"no accepted stimuli under {sweep_dir}")
-    classes = sweep_classes(sweep_dir, stimuli)
-    if classes.described is not None and classes.dataset not in DATASETS:  # an image folder: where its images are
-        register_dataset(classes.described)
+    classes = recorded_classes(sweep_dir, stimuli)
     chosen = select_controversial(stimuli, settings.per_pair, classes.synthesized, settings.sources)
     test_set = natural_loader(classes.dataset)
     natural = select_natural(test_set[1], settings.natural_per_class, classes.synthesized, rng)
