@@ -127,3 +127,46 @@ def test_classes_subset_synthesizes_its_cells_only(shapes_models, tmp_path):
     assert {(r.class_a_name, r.class_b_name) for r in rows} == {("circle", "star"), ("star", "circle")}
     assert json.loads((tmp_path / "run" / "run_settings.json").read_text())["synthesis"]["classes"] == [0, 2]
     assert Path(tmp_path / "run" / "grid.png").is_file()
+
+
+def test_three_classes_design_study(shapes_models, tmp_path, monkeypatch):
+    """``design_study.py`` on a 3-class sweep: the pool, the balanced yardstick and the bundle follow the 3 classes."""
+    import torch
+
+    from controversial.tasks import design_study
+
+    models_dir, (model_a, model_b) = shapes_models
+    settings = synthesize_task.SynthesizeSettings(
+        model_a=model_a, model_b=model_b, synthesis=QUICK, progress=False, max_attempts=3, seeds_per_cell=2
+    )
+    synthesize_task.run(settings, Invocation(tmp_path / "sweep" / "round_vs_edgy", "python synthesize.py"))
+    images, labels = _natural("shapes3")
+    monkeypatch.setattr(design_study, "load_uint8", lambda *args: (torch.from_numpy(images), torch.from_numpy(labels)))
+    path = run_task(
+        "design_study",
+        [
+            f"sweep_dir={tmp_path / 'sweep'}",
+            "name=designed3",
+            "models=[round,edgy]",
+            f"models_dir={models_dir}",
+            f"studies_dir={tmp_path / 'studies'}",
+            "pilot=true",
+            "budget.trials=12",
+            "budget.n_repeats=1",
+            "budget.n_attention=1",
+            "budget.natural_per_class=1",
+            "budget.natural_candidates_per_class=3",
+            "budget.seeds_per_cell=2",
+            "budget.class_tolerance=0.5",
+            "plan.n_participants=6",
+            "plan.n_panel=4",
+            "plan.max_exchanges=5",
+            "display.size=32",
+            "n_demo=0",
+        ],
+        tmp_path / "design",
+    )
+    bundle = load_bundle(path)
+    assert bundle.spec.categories == SHAPES.class_names
+    natural = [e.true_class for e in bundle.key.values() if e.kind == "natural"]
+    assert sorted(natural) == sorted(SHAPES.class_names)  # one natural image per class
