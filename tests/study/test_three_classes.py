@@ -78,6 +78,9 @@ def test_three_classes_from_synthesis_to_analysis(shapes_models, tmp_path, capsy
     recorded = json.loads((run_dir / "run_settings.json").read_text())
     assert recorded["class_names"] == ["circle", "square", "star"] and recorded["dataset"] == "shapes3"
     assert "6/6 cells accepted" in capsys.readouterr().out
+    run_task("overview", [f"sweep_dir={tmp_path / 'sweep'}", "progress=false"], tmp_path / "sweep" / "overview")
+    assert (tmp_path / "sweep" / "overview" / "fig2_0_1.png").is_file()  # no classes 7 and 3: the first two
+    assert (tmp_path / "sweep" / "overview" / "fig3_round_vs_edgy.png").is_file()
 
     DATASETS.pop(SHAPES.name)  # downstream of synthesis the runs carry the dataset: export registers it from them
     options = ExportOptions(
