@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from controversial.datasets import DATASETS, DatasetInfo
+from controversial.datasets import DATASETS
 from controversial.errors import UserError
 
 Scheme = Literal["project", "pnas2020"]
@@ -145,14 +145,13 @@ def _classes(dataset: str) -> str:
     return _alternatives(list(DATASETS[dataset].class_names))
 
 
-def _project_patterns(datasets: tuple[DatasetInfo, ...]) -> list[tuple[str, re.Pattern]]:
+def _project_patterns(datasets: tuple[tuple[str, str, tuple[str, ...]], ...]) -> list[tuple[str, re.Pattern]]:
     out = []
-    for info in datasets:
-        dataset = info.name
-        c = _classes(dataset)
+    for dataset, display_name, class_names in datasets:
+        c = _alternatives(list(class_names))
         pair = rf"(?P<model_a>.+)_(?P<class_a>{c})_vs_(?P<model_b>.+)_(?P<class_b>{c})"
         out.append((dataset, re.compile(rf"^{pair}_(?:seed(?P<seed>\d+)|natural(?P<index>\d+))$")))
-        out.append((dataset, re.compile(rf"^{re.escape(info.display_name)}_(?P<index>\d+)_(?P<true_class>{c})$")))
+        out.append((dataset, re.compile(rf"^{re.escape(display_name)}_(?P<index>\d+)_(?P<true_class>{c})$")))
     return out
 
 
@@ -177,13 +176,13 @@ def _pnas_patterns() -> list[tuple[str, re.Pattern]]:
 
 
 @lru_cache(maxsize=8)
-def _patterns_of(datasets: tuple[DatasetInfo, ...]) -> dict[str, list[tuple[str, re.Pattern]]]:
+def _patterns_of(datasets: tuple[tuple[str, str, tuple[str, ...]], ...]) -> dict[str, list[tuple[str, re.Pattern]]]:
     return {"project": _project_patterns(datasets), "pnas2020": _pnas_patterns()}
 
 
 def _patterns() -> dict[str, list[tuple[str, re.Pattern]]]:
     """The patterns of every dataset known now: registering one (an imported model's folder) adds its names."""
-    return _patterns_of(tuple(DATASETS.values()))
+    return _patterns_of(tuple((i.name, i.display_name, tuple(i.class_names)) for i in DATASETS.values()))
 
 
 ACCEPTED: dict[str, tuple[str, ...]] = {
