@@ -1,0 +1,103 @@
+"""The study's duration: estimated at export, written into the consent text's [duration], warned about when long."""
+
+from __future__ import annotations
+
+import csv
+import logging
+import shutil
+
+import pytest
+from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
+
+from controversial.errors import UserError
+from controversial.study.bundle import WEB_DIR, load_bundle
+from controversial.study.duration import (
+    DEFAULT_SECONDS_PER_TRIAL,
+    READING_WORDS_PER_MINUTE,
+    DurationOptions,
+    estimate_duration,
+    pilot_seconds_per_trial,
+)
+from controversial.study.export import ExportOptions, export_study
+
+SMALL = {"per_pair": 10, "natural_per_class": 1, "n_repeats": 2, "n_attention": 1, "n_demo": 1}
+
+
+def _export(tmp_path, web_source=WEB_SOURCE, **options):
+    settings = ExportOptions(name="d", **{**SMALL, "pilot": True, **options})
+    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
+    return load_bundle(export_study(sweep, tmp_path / "studies", settings, fake_mnist_test, web_source))
+
+
+def _responses(path, times: dict[tuple[str, int], float], categories=("0", "1")) -> None:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["subject code", "image", "response_category", "category_rating", "rt", "trial"])
+        for (subject, trial), rt in times.items():
+            for category in categories:  # a trial's time repeats on each of its category rows
+                writer.writerow([subject, "img", category, 0.5, rt, trial])
+
+
+def test_the_bundle_s_consent_states_the_estimated_minutes(tmp_path):
+    bundle = _export(tmp_path)
+    consent = (bundle.root / WEB_DIR / "text" / "consent.html").read_text()
+    recorded = bundle.spec.provenance["duration"]
+    assert "[duration]" not in consent and f"about <em>{recorded['minutes']}</em> minutes" in consent
+    assert "[duration]" in (WEB_SOURCE / "text" / "consent.html").read_text()  # the source is left as it was
+    trials = len(bundle.trials)  # 23 trials and 1 practice trial
+    assert trials == 24 and recorded["seconds_per_trial"] == DEFAULT_SECONDS_PER_TRIAL
+    assert recorded["minutes"] == 5  # 24 x 9 s = 3.6 min, plus about a minute of reading
+
+
+def test_a_real_consent_text_may_leave_the_duration_to_the_export(tmp_path):
+    """[duration] is no placeholder any more: a consent text that is otherwise final exports without pilot=true."""
+    web = tmp_path / "web"
+    shutil.copytree(WEB_SOURCE, web)
+    (web / "text" / "consent.html").write_text("<p>Approved text, ref 2026-17. It takes about [duration] minutes.</p>")
+    bundle = _export(tmp_path, web, pilot=False)
+    assert (bundle.root / WEB_DIR / "text" / "consent.html").read_text().endswith("about 5 minutes.</p>")
+
+
+def test_the_pilot_s_median_trial_time_is_used(tmp_path):
+    path = tmp_path / "export" / "responses.csv"
+    path.parent.mkdir()
+    _responses(path, {("a", 1): 4000, ("a", 2): 6000, ("a", 3): 30000, ("b", 1): 5000, ("b", 2): 7000})
+    assert pilot_seconds_per_trial(path) == (6.0, 5, 2)  # one time per trial, not one per category row
+    estimate = estimate_duration(DurationOptions(pilot_responses=str(path)), 100, [])
+    assert (estimate.minutes, estimate.seconds_per_trial) == (10, 6.0)
+    assert estimate.source == "median of 5 pilot trials of 2 participant(s)"
+    assert estimate_duration(DurationOptions(seconds_per_trial=3, pilot_responses=str(path)), 100, []).minutes == 5
+
+
+def test_a_scripted_pilot_s_random_times_are_refused(tmp_path):
+    path = tmp_path / "responses.csv"
+    _responses(path, {("a", 1): 4000})
+    (tmp_path / "pilot.db").touch()  # pilot_study.py's run dir
+    with pytest.raises(UserError, match="scripted pilot's export"):
+        pilot_seconds_per_trial(path)
+
+
+def test_a_file_that_is_not_an_export_is_named(tmp_path):
+    path = tmp_path / "responses.csv"
+    path.write_text("subject,trial\na,1\n")
+    with pytest.raises(UserError, match="no column 'subject code'"):
+        pilot_seconds_per_trial(path)
+    with pytest.raises(UserError, match="no such file"):
+        pilot_seconds_per_trial(tmp_path / "missing.csv")
+
+
+def test_reading_time_counts_the_words_not_the_markup():
+    text = "<div class='text-page'><p>" + "word " * READING_WORDS_PER_MINUTE + "</p></div>"
+    assert estimate_duration(DurationOptions(seconds_per_trial=60), 1, [text]).reading_minutes == 1.0
+
+
+def test_a_long_study_is_warned_about_in_one_paragraph(tmp_path, caplog):
+    with caplog.at_level(logging.INFO, logger="controversial.study.export"):
+        _export(tmp_path, duration={"seconds_per_trial": 60, "max_minutes": 20})
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "min" in r.getMessage()]
+    assert len(warnings) == 1 and "longer than duration.max_minutes=20" in warnings[0] and "\n" not in warnings[0]
+    assert any(r.getMessage().startswith("estimated duration: about 25 min") for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="controversial.study.export"):
+        _export(tmp_path, duration={"seconds_per_trial": 60})
+    assert not [r for r in caplog.records if "max_minutes" in r.getMessage()]
