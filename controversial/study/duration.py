@@ -97,16 +97,18 @@ def pilot_seconds_per_trial(path: str | Path) -> tuple[float, int, int]:
         )
     with path.open(newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in ("subject code", "trial", "rt") if c not in (reader.fieldnames or [])]
-        if missing:
+        columns = reader.fieldnames or []
+        subject = next((c for c in ("subject", "subject code") if c in columns), None)  # ours, or PNAS 2020's
+        missing = ([] if subject else ["subject"]) + [c for c in ("trial", "rt") if c not in columns]
+        if subject is None or missing:
             raise UserError(
-                f"duration.pilot_responses={path}: no column {missing[0]!r}; expected the responses.csv that "
-                "serve_study.py mode=export writes (columns 'subject code', 'trial', 'rt', ...)"
+                f"duration.pilot_responses={path}: no column {missing[0]!r}; expected the "
+                "responses.csv that serve_study.py mode=export writes (columns 'subject', 'trial', 'rt', ...)"
             )
         times: dict[tuple[str, str], float] = {}
         for line, row in enumerate(reader, start=2):
             try:
-                times[(row["subject code"], row["trial"])] = float(row["rt"])
+                times[(row[subject], row["trial"])] = float(row["rt"])
             except ValueError:
                 wrong = f"duration.pilot_responses={path}, row {line}: rt={row['rt']!r} is not a number"
                 raise UserError(wrong) from None

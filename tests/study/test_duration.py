@@ -10,6 +10,7 @@ import pytest
 from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
 
 from controversial.errors import UserError
+from controversial.records.responses import HUMAN_COLUMNS
 from controversial.study.bundle import WEB_DIR, load_bundle
 from controversial.study.duration import (
     DEFAULT_SECONDS_PER_TRIAL,
@@ -29,13 +30,16 @@ def _export(tmp_path, web_source=WEB_SOURCE, **options):
     return load_bundle(export_study(sweep, tmp_path / "studies", settings, fake_mnist_test, web_source))
 
 
-def _responses(path, times: dict[tuple[str, int], float], categories=("0", "1")) -> None:
+def _responses(path, times: dict[tuple[str, int], float], subject: str = "subject") -> None:
+    """A responses.csv in the columns serve_study.py mode=export writes (or the PNAS release's 'subject code')."""
+    columns = [subject if c == "subject" else c for c in HUMAN_COLUMNS]
     with path.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["subject code", "image", "response_category", "category_rating", "rt", "trial"])
-        for (subject, trial), rt in times.items():
-            for category in categories:  # a trial's time repeats on each of its category rows
-                writer.writerow([subject, "img", category, 0.5, rt, trial])
+        writer = csv.DictWriter(handle, columns, restval="")
+        writer.writeheader()
+        for (name, trial), rt in times.items():
+            for category in ("0", "1"):  # a trial's time repeats on each of its category rows
+                row = {subject: name, "image": "MNIST_1_7.png", "response_category": category, "rt": rt, "trial": trial}
+                writer.writerow({**row, "image_repetition": 0, "category_rating": 0.5, "first_reaction_rt": 100})
 
 
 def test_the_bundle_s_consent_states_the_estimated_minutes(tmp_path):
@@ -67,6 +71,8 @@ def test_the_pilot_s_median_trial_time_is_used(tmp_path):
     assert (estimate.minutes, estimate.seconds_per_trial) == (10, 6.0)
     assert estimate.source == "median of 5 pilot trials of 2 participant(s)"
     assert estimate_duration(DurationOptions(seconds_per_trial=3, pilot_responses=str(path)), 100, []).minutes == 5
+    _responses(path, {("Exp1_S01", 1): 4000, ("Exp1_S01", 2): 5000}, subject="subject code")
+    assert pilot_seconds_per_trial(path) == (4.5, 2, 1)
 
 
 def test_a_scripted_pilot_s_random_times_are_refused(tmp_path):
@@ -80,7 +86,7 @@ def test_a_scripted_pilot_s_random_times_are_refused(tmp_path):
 def test_a_file_that_is_not_an_export_is_named(tmp_path):
     path = tmp_path / "responses.csv"
     path.write_text("subject,trial\na,1\n")
-    with pytest.raises(UserError, match="no column 'subject code'"):
+    with pytest.raises(UserError, match="no column 'rt'"):
         pilot_seconds_per_trial(path)
     with pytest.raises(UserError, match="no such file"):
         pilot_seconds_per_trial(tmp_path / "missing.csv")
