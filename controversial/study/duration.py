@@ -63,6 +63,7 @@ class DurationEstimate:
     seconds_per_trial: float
     reading_minutes: float
     source: str  # where the time per trial came from
+    doubt: str | None = None  # why the pilot's times may not be people's, if they look implausible
 
     def summary(self) -> str:
         return (
@@ -125,16 +126,23 @@ def words(texts: list[str]) -> int:
 
 def estimate_duration(options: DurationOptions, trials: int, texts: list[str]) -> DurationEstimate:
     """The estimate for ``trials`` trials (practice included) and these consent/instruction texts."""
+    doubt = None
     if options.seconds_per_trial is not None:
         per_trial, source = options.seconds_per_trial, "duration.seconds_per_trial"
     elif options.pilot_responses is not None:
         per_trial, n_trials, n_people = pilot_seconds_per_trial(options.pilot_responses)
         source = f"median of {n_trials} pilot trials of {n_people} participant(s)"
+        if per_trial < DEFAULT_SECONDS_PER_TRIAL:
+            doubt = (
+                f"the pilot's median trial took {per_trial:.1f} s, less than {DEFAULT_SECONDS_PER_TRIAL:g} s, eleven "
+                "speeded lab responses: were these people rating carefully, or a self-test or an automated run? "
+                "The estimate sets the pay per hour; pilot with people, or set duration.seconds_per_trial"
+            )
     else:
         per_trial, source = DEFAULT_SECONDS_PER_TRIAL, "default; set duration.pilot_responses after a pilot"
     reading = words(texts) / READING_WORDS_PER_MINUTE
     minutes = math.ceil(trials * per_trial / 60 + reading)
-    return DurationEstimate(minutes, trials, per_trial, reading, source)
+    return DurationEstimate(minutes, trials, per_trial, reading, source, doubt)
 
 
 def fill_duration(text: str, estimate: DurationEstimate) -> str:

@@ -305,9 +305,9 @@ def study_duration(options: DurationOptions, trials: int, web_source: str | Path
     log.info("%s", estimate.summary())
     if not any(BLANK in text for text in texts):
         log.info("the consent text has no %s blank: check that it states about %d minutes", BLANK, estimate.minutes)
-    warning = estimate.warning(options.max_minutes)
-    if warning:
-        log.warning("%s", warning)
+    for warning in (estimate.doubt, estimate.warning(options.max_minutes)):
+        if warning:
+            log.warning("%s", warning)
     return estimate
 
 

@@ -65,14 +65,16 @@ def test_a_real_consent_text_may_leave_the_duration_to_the_export(tmp_path):
 def test_the_pilot_s_median_trial_time_is_used(tmp_path):
     path = tmp_path / "export" / "responses.csv"
     path.parent.mkdir()
-    _responses(path, {("a", 1): 4000, ("a", 2): 6000, ("a", 3): 30000, ("b", 1): 5000, ("b", 2): 7000})
-    assert pilot_seconds_per_trial(path) == (6.0, 5, 2)  # one time per trial, not one per category row
+    _responses(path, {("a", 1): 10000, ("a", 2): 12000, ("a", 3): 60000, ("b", 1): 11000, ("b", 2): 13000})
+    assert pilot_seconds_per_trial(path) == (12.0, 5, 2)  # one time per trial, not one per category row
     estimate = estimate_duration(DurationOptions(pilot_responses=str(path)), 100, [])
-    assert (estimate.minutes, estimate.seconds_per_trial) == (10, 6.0)
-    assert estimate.source == "median of 5 pilot trials of 2 participant(s)"
+    assert (estimate.minutes, estimate.seconds_per_trial) == (20, 12.0)
+    assert estimate.source == "median of 5 pilot trials of 2 participant(s)" and estimate.doubt is None
     assert estimate_duration(DurationOptions(seconds_per_trial=3, pilot_responses=str(path)), 100, []).minutes == 5
     _responses(path, {("Exp1_S01", 1): 4000, ("Exp1_S01", 2): 5000}, subject="subject code")
     assert pilot_seconds_per_trial(path) == (4.5, 2, 1)
+    too_fast = estimate_duration(DurationOptions(pilot_responses=str(path)), 100, [])  # a self-test's clicks
+    assert too_fast.doubt and "4.5 s, less than 9 s" in too_fast.doubt
 
 
 def test_a_scripted_pilot_s_random_times_are_refused(tmp_path):
