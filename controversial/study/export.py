@@ -6,7 +6,8 @@ tell a controversial stimulus from a natural image or which models it targets; o
 pixels), so the API shows every trial the same way.
 
 The consent and instruction texts are frozen into the bundle; an export refuses the repository's
-placeholder texts unless it is declared a pilot (``pilot=true``, recorded in ``study.json``).
+placeholder texts unless it is declared a pilot (``pilot=true``, recorded in ``study.json``). One blank is
+filled here instead: ``[duration]``, with the study's estimated length (``duration.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import io
 import logging
 import re
 import secrets
+import shutil
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
@@ -31,6 +34,7 @@ from controversial.records.runs import RunClasses
 from controversial.records.study import KeyEntry, TrialSpec
 from controversial.study.bundle import BundleError, StudySpec, write_bundle
 from controversial.study.display import DisplayOptions, attention_png, display_png, png_to_uint8
+from controversial.study.duration import BLANK, DurationEstimate, DurationOptions, estimate_duration, fill_duration
 from controversial.study.selection import (
     SelectionError,
     SweepStimulus,
@@ -45,7 +49,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_WEB_SOURCE = Path(__file__).resolve().parents[2] / "human_study" / "src"
 TEXT_FILES = ("text/consent.html", "text/instructions.html")
-# The repository's template texts carry these: an editing note and [bracketed] blanks such as [duration].
+# The repository's template texts carry these: an editing note and [bracketed] blanks such as [contact]; the
+# [duration] blank is no placeholder: the export fills it with its estimate.
 PLACEHOLDER = re.compile(r"Edit this file|\[[A-Za-z][A-Za-z ,/_-]{0,40}\]")
 
 # (dataset name) -> (uint8 images (N,C,H,W), int labels (N,)) of the test split
@@ -71,6 +76,7 @@ class BundleOptions(Options):
     )
     web_source: str | None = Field(None, description="the experiment's HTML/JS/CSS; null: human_study/src")
     pilot: bool = Field(False, description="allow the placeholder consent/instruction texts; never for Prolific")
+    duration: DurationOptions = Field(default_factory=DurationOptions)
 
 
 class TrialCounts(Options):
@@ -100,7 +106,8 @@ def placeholder_texts(web_source: str | Path) -> list[str]:
     for name in TEXT_FILES:
         path = Path(web_source) / name
         if path.is_file():
-            found += [f"{name}: {m.group(0)!r}" for m in PLACEHOLDER.finditer(path.read_text(encoding="utf-8"))]
+            text = path.read_text(encoding="utf-8")
+            found += [f"{name}: {m.group(0)!r}" for m in PLACEHOLDER.finditer(text) if m.group(0) != BLANK]
     return found
 
 
@@ -280,6 +287,7 @@ def write_selection(
     trials += [TrialSpec(sid, "stimulus", 1) for sid in repeats]
     trials += [TrialSpec(e.stimulus_id, "attention", 0) for e in key if e.kind == "attention"]
     trials += [TrialSpec(e.stimulus_id, "demo", 0) for e in key if e.kind == "demo"]
+    estimate = study_duration(settings.duration, len(trials), web_source)
     spec = StudySpec(
         name=settings.name,
         dataset=dataset,
@@ -301,6 +309,39 @@ def write_selection(
                 "attention": settings.n_attention,
                 "demo": len(demos),
             },
+            "duration": {
+                "minutes": estimate.minutes,
+                "seconds_per_trial": estimate.seconds_per_trial,
+                "source": estimate.source,
+            },
         },
     )
-    return write_bundle(studies_dir, spec, trials, key, images, originals, web_source)
+    with tempfile.TemporaryDirectory() as scratch:
+        return write_bundle(
+            studies_dir, spec, trials, key, images, originals, filled_web_source(web_source, estimate, scratch)
+        )
+
+
+def study_duration(options: DurationOptions, trials: int, web_source: str | Path) -> DurationEstimate:
+    """The estimate for ``trials`` trials (practice included) and the web source's texts; logged, with a one-
+    paragraph warning when it is longer than ``options.max_minutes``."""
+    texts = [(Path(web_source) / n).read_text(encoding="utf-8") for n in TEXT_FILES if (Path(web_source) / n).is_file()]
+    estimate = estimate_duration(options, trials, texts)
+    log.info("%s", estimate.summary())
+    if not any(BLANK in text for text in texts):
+        log.info("the consent text has no %s blank: check that it states about %d minutes", BLANK, estimate.minutes)
+    for warning in (estimate.doubt, estimate.warning(options.max_minutes)):
+        if warning:
+            log.warning("%s", warning)
+    return estimate
+
+
+def filled_web_source(web_source: str | Path, estimate: DurationEstimate, scratch: str | Path) -> Path:
+    """A copy of ``web_source`` under ``scratch`` whose texts have ``[duration]`` filled in."""
+    filled = Path(scratch) / "web"
+    shutil.copytree(web_source, filled)
+    for name in TEXT_FILES:
+        if (filled / name).is_file():
+            text = (filled / name).read_text(encoding="utf-8")
+            (filled / name).write_text(fill_duration(text, estimate), encoding="utf-8")
+    return filled
