@@ -85,8 +85,9 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
     overview.plot_pair_grids(rows, out_dir)
     accepted = sum(s.n_accepted for s in summaries.values())
     cells = sum(s.n_cells for s in summaries.values())
+    pairs = f"{len(summaries)} model pair{'' if len(summaries) == 1 else 's'}"
     print(
-        f"{len(summaries)} model pairs, {accepted}/{cells} cells accepted ({100 * accepted / max(cells, 1):.1f}%), "
+        f"{pairs}, {accepted}/{cells} cells accepted ({100 * accepted / max(cells, 1):.1f}%), "
         f"{len(rows)} rows -> {out_dir}"
     )
     print(table, end="")
