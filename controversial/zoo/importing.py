@@ -48,12 +48,11 @@ MAX_LISTED_KEYS = 5
 def parse_source(source: str) -> tuple[str, str]:
     """``"timm:resnet18"`` -> ``("timm", "resnet18")``; the kind must be a registered source."""
     kind, sep, name = source.partition(":")
-    if not sep or not name:
+    if not sep or not name or kind not in MODEL_SOURCES:
         raise UserError(
             f"source={source!r}: expected <kind>:<name>, e.g. timm:resnet18, torchvision:resnet50 or "
             f"python:my_package.models:build (kinds: {', '.join(MODEL_SOURCES.names())})"
         )
-    MODEL_SOURCES.check(kind)
     return kind, name
 
 
@@ -296,7 +295,9 @@ class ImportOptions(Options):
         description="state dict file (.pt/.pth/.bin, or a checkpoint with 'state_dict'/'model'; .safetensors); "
         "null: the source's pretrained download (needs a network)",
     )
-    arch_kwargs: dict[str, Any] = Field(default_factory=dict, description="keyword arguments of the model's builder")
+    arch_kwargs: dict[str, Any] | None = Field(
+        None, description="keyword arguments of the model's builder, e.g. arch_kwargs={drop_rate:0.1}"
+    )
     input_size: list[int] | None = Field(
         None, min_length=3, max_length=3, description="[C,H,W] the network takes; default: timm's pretrained config"
     )
@@ -452,7 +453,7 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
     n_outputs = 1000 if readout else len(info.class_names)
     weights = Path(settings.weights).expanduser() if settings.weights is not None else None
     state = read_weights(weights) if weights is not None else None  # a bad file fails before any model is built
-    net = build_network(settings.source, n_outputs, settings.arch_kwargs, pretrained=weights is None)
+    net = build_network(settings.source, n_outputs, settings.arch_kwargs or {}, pretrained=weights is None)
     if weights is not None and state is not None:
         load_weights(net, state, weights, settings.source)
     chosen = preprocessing(settings, net, info)
@@ -491,7 +492,7 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
         "input_size": chosen.input_size,
         "mean": chosen.mean,
         "std": chosen.std,
-        "arch_kwargs": dict(settings.arch_kwargs),
+        "arch_kwargs": dict(settings.arch_kwargs or {}),
         "readout": readout,
     }
     path = Path(settings.models_dir) / info.name / f"{settings.name}.pt"
