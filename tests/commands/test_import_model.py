@@ -122,3 +122,16 @@ def test_weights_that_do_not_fit_are_one_paragraph_exit_2(tmp_path, monkeypatch,
     assert exit_.value.code == 2 and err.startswith("error: ") and err.strip().count("\n") == 0, err
     assert "unexpected keys 1 (conv.weight)" in err and "missing keys" in err
     assert not (tmp_path / "outputs").exists() and not (tmp_path / "mnist").exists()
+
+
+def test_a_model_file_clashing_with_a_bundled_name_stops_synthesize_with_one_paragraph(tmp_path, monkeypatch, capsys):
+    folder = tmp_path / "models" / "mnist"
+    folder.mkdir(parents=True)
+    (folder / "vgg.yaml").write_text("name: vgg\ndataset: mnist\narch: imported\ncheckpoint: vgg.pt\n")
+    monkeypatch.setenv(MODELS_DIR_ENV, str(tmp_path / "models"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main_of("synthesize", ["model_a=abs", "model_b=vgg"], monkeypatch)()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.strip().count("\n") == 0 and "Traceback" not in err, err
+    assert "conf/model/vgg.yaml" in err and str(folder / "vgg.yaml") in err
