@@ -61,6 +61,12 @@ def _did_you_mean(name: str, known: Sequence[str]) -> str:
     return f"; did you mean {', '.join(close)}?" if close else ""
 
 
+def _what_failed(error: Exception) -> str:
+    """``Type: first line`` of a download's error, for a one-paragraph message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0].rstrip('.') if lines else ''}"
+
+
 def _construct(source: str, build: Callable[[], nn.Module], arch_kwargs: dict[str, Any]) -> nn.Module:
     """``build()``, with a constructor that refuses the keyword arguments reported as a UserError."""
     try:
@@ -96,7 +102,7 @@ def timm_source(name: str, num_classes: int, arch_kwargs: dict[str, Any], pretra
     except Exception as error:  # the hub's errors come in many types (offline, DNS, HTTP); name whichever it was
         raise NoNetworkError(
             f"source=timm:{name} without weights= asks timm to download its pretrained weights from the Hugging "
-            f"Face hub ({hub}), and that failed: {type(error).__name__}: {str(error).splitlines()[0]}. Nothing "
+            f"Face hub ({hub}), and that failed: {_what_failed(error)}. Nothing "
             "is downloaded here: on a machine with a network, save the weights with `torch.save(timm.create_model("
             f"'{name}', pretrained=True).state_dict(), '{name}.pt')` (or download model.safetensors from "
             f"huggingface.co/{hub}), copy the file here and pass weights={name}.pt"
@@ -129,7 +135,7 @@ def torchvision_source(name: str, num_classes: int, arch_kwargs: dict[str, Any],
     except Exception as error:
         raise NoNetworkError(
             f"source=torchvision:{name} without weights= asks torchvision to download {weights.url}, and that "
-            f"failed: {type(error).__name__}: {str(error).splitlines()[0]}. Nothing is downloaded here: on a "
+            f"failed: {_what_failed(error)}. Nothing is downloaded here: on a "
             f"machine with a network, download that file (or save `torchvision.models.get_model('{name}', "
             f"weights='DEFAULT').state_dict()` with torch.save), copy it here and pass weights=<that file>"
         ) from None
@@ -481,7 +487,7 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
         "n_test": len(test_y),
         "calibrated_on": cal_note,
         "parameters": sum(p.numel() for p in net.parameters()),
-        "weights": str(weights.resolve()) if weights else f"{kind}'s pretrained download",
+        "weights": weights.name if weights else f"{kind}'s pretrained download",  # the sha256 identifies it
         "preprocessing": f"input_size={chosen.input_size} mean={chosen.mean} std={chosen.std} ({chosen.origin})",
     }
     if weights is not None:

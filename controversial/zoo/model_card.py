@@ -26,10 +26,11 @@ def _row(path: Path) -> tuple[str, str]:
     m = info.metrics
     n_params = m.get("parameters", sum(v.numel() for v in state.values() if v.is_floating_point()))
     readout = " (flip)" if info.test_time_flip else ""
+    trained = "imported" if info.arch == "imported" else f"{m.get('train_time_s', 0):.0f} s"
     table = (
         f"| {info.dataset}/{info.name} | {info.card.get('paper_name', '')} | {n_params:,} | "
         f"{100 * m['test_accuracy']:.2f}%{readout} | {info.calibration.slope:.4g} | {info.calibration.intercept:.4g} | "
-        f"{m['test_nll_uncalibrated']:.4g} | {m['test_nll_calibrated']:.4g} | {m.get('train_time_s', 0):.0f} s |"
+        f"{m['test_nll_uncalibrated']:.4g} | {m['test_nll_calibrated']:.4g} | {trained} |"
     )
     details = (
         f"### {info.dataset}/{info.name}\n\n{info.card.get('description', '')}\n\n"
