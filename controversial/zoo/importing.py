@@ -426,6 +426,10 @@ def _float16_round_trip(net: nn.Module) -> None:
     net.load_state_dict({k: v.half().to(v.dtype) if v.is_floating_point() else v for k, v in state.items()})
 
 
+def _no_weights_file(kind: str) -> str:
+    return "the factory's own (no weights= file)" if kind == "python" else f"{kind}'s pretrained download"
+
+
 def _check_outputs(net: nn.Module, info: DatasetInfo, n_outputs: int, source: str) -> None:
     probe = torch.rand(2, *info.image_shape)
     with torch.no_grad():
@@ -487,7 +491,7 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
         "n_test": len(test_y),
         "calibrated_on": cal_note,
         "parameters": sum(p.numel() for p in net.parameters()),
-        "weights": weights.name if weights else f"{kind}'s pretrained download",  # the sha256 identifies it
+        "weights": weights.name if weights else _no_weights_file(kind),  # the sha256 below identifies the file
         "preprocessing": f"input_size={chosen.input_size} mean={chosen.mean} std={chosen.std} ({chosen.origin})",
     }
     if weights is not None:
