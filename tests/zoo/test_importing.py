@@ -6,6 +6,7 @@ Tiny models and synthetic images only: nothing is downloaded (the one pretrained
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -290,3 +291,23 @@ def test_a_pair_whose_class_lists_differ_is_refused_naming_both(monkeypatch):
     with pytest.raises(UserError) as refused:
         check_pair(a, b)
     assert "['circle', 'square', 'star']" in str(refused.value) and "'0', '1'" in str(refused.value)
+
+
+def test_safetensors_weights_are_read(tmp_path, user_code):
+    safetensors = pytest.importorskip("safetensors.torch")
+    from user_nets import MeanNet
+
+    path = tmp_path / "mean_net.safetensors"
+    safetensors.save_file(MeanNet(scale=3.0).state_dict(), str(path))
+    assert read_weights(path)["scale"].item() == 3.0
+
+
+def test_loading_a_python_model_whose_module_is_gone_says_pythonpath(tmp_path, user_code, fake_data, monkeypatch):
+    settings = options(
+        tmp_path, source="python:user_nets:mean_net", weights=None, input_size=[1, 28, 28], mean=[0], std=[1]
+    )
+    path = import_model(settings)
+    monkeypatch.delitem(sys.modules, "user_nets")
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(user_code)])
+    with pytest.raises(UserError, match="module 'user_nets' cannot be imported.*PYTHONPATH"):
+        load_checkpoint(path)
