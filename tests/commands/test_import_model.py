@@ -88,6 +88,7 @@ def test_the_command_prints_accuracy_calibration_file_and_usage(imported):
     assert f"{MODELS_DIR_ENV}={models} python synthesize.py model_a=imp_bright_b" in printed
     card = (models / "README.md").read_text()
     assert "mnist/imp_bright_a" in card and "python import_model.py name=imp_bright_a" in card
+    assert 'Imported models (training time "imported"' in card and "| imported |" in card
 
 
 def test_an_imported_model_is_usable_by_name_in_synthesize_and_evaluate(imported, tmp_path, monkeypatch, capsys):
