@@ -26,7 +26,7 @@ from torch import nn
 
 from controversial.atomic import atomic_write_text
 from controversial.config import REPO_ROOT, SIDECAR_DATASET_KEY, ModelOptions
-from controversial.datasets import BUILTIN_DATASETS, DATASETS, DataOptions, DatasetInfo
+from controversial.datasets import DataOptions, DatasetInfo, FolderOptions, describe_dataset
 from controversial.errors import UserError
 from controversial.options import DEVICE_PATTERN, Count, Options, Seed
 from controversial.registry import Registry
@@ -324,6 +324,9 @@ class ImportOptions(Options):
     batch_size: Count = Field(256, description="images per forward pass")
     float16: bool = Field(True, description="store weights in float16 (accuracy is measured after the round trip)")
     data: DataOptions = Field(default_factory=DataOptions)
+    folder: FolderOptions = Field(
+        default_factory=FolderOptions, description="how dataset=folder:<path> or imagenet16:<path> is read"
+    )
 
     @field_validator("calibration")
     @classmethod
@@ -351,18 +354,6 @@ class ImportOptions(Options):
 
 
 # ---------------------------------------------------------------- the import
-
-
-def resolve_dataset(spec: str) -> DatasetInfo:
-    """``mnist``/``cifar10``/a registered name, or ``folder:``/``imagenet16:`` described (and registered) by
-    ``controversial.datasets.describe_dataset``."""
-    if spec in BUILTIN_DATASETS or (spec in DATASETS and ":" not in spec):
-        return DATASETS[spec]
-    datasets = importlib.import_module("controversial.datasets")
-    describe = getattr(datasets, "describe_dataset", None)
-    if describe is None or ":" not in spec:
-        raise UserError(f"dataset={spec}: known datasets are {', '.join(DATASETS)} (folder:<path>, imagenet16:<path>)")
-    return describe(spec, datasets.FolderOptions())
 
 
 @dataclass(frozen=True)
@@ -458,7 +449,7 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
     from controversial.data import load_uint8
     from controversial.zoo.loading import resolve_device
 
-    info = resolve_dataset(settings.dataset)
+    info = describe_dataset(settings.dataset, settings.folder)
     readout = IMAGENET16_READOUT if info.source.startswith("imagenet16:") else ""
     n_outputs = 1000 if readout else len(info.class_names)
     weights = Path(settings.weights).expanduser() if settings.weights is not None else None

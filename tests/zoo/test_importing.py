@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import sys
 import textwrap
+from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import yaml
@@ -311,3 +313,73 @@ def test_loading_a_python_model_whose_module_is_gone_says_pythonpath(tmp_path, u
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p != str(user_code)])
     with pytest.raises(UserError, match="module 'user_nets' cannot be imported.*PYTHONPATH"):
         load_checkpoint(path)
+
+
+def write_folder(root: Path, classes: Sequence[str], per_class: int, size: int, channels: int) -> Path:
+    """A class-subfolder image folder of random PNGs."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name in classes:
+        (root / name).mkdir(parents=True)
+        for i in range(per_class):
+            pixels = rng.integers(0, 256, (size, size, channels)[: 3 if channels == 3 else 2], dtype=np.uint8)
+            Image.fromarray(pixels).save(root / name / f"{i}.png")
+    return root
+
+
+@pytest.fixture
+def forget_datasets():
+    """Datasets registered by a test are forgotten after it (registration is process-wide)."""
+    before = dict(DATASETS)
+    yield
+    DATASETS.clear()
+    DATASETS.update(before)
+
+
+def test_a_folder_dataset_travels_with_the_model(tmp_path, user_code, forget_datasets):
+    folder = write_folder(tmp_path / "shapes", ("circle", "square", "star"), 5, 12, 1)
+    settings = options(
+        tmp_path,
+        dataset=f"folder:{folder}",
+        source="python:user_nets:mean_net",
+        arch_kwargs={"n_classes": 3},
+        input_size=[1, 12, 12],
+        mean=[0],
+        std=[1],
+    )
+    path = import_model(settings)
+    assert path == tmp_path / "models" / "shapes" / "mine.pt"
+    sidecar = yaml.safe_load(path.with_suffix(".yaml").read_text())
+    assert sidecar["dataset_info"]["class_names"] == ["circle", "square", "star"]
+    DATASETS.pop("shapes")  # a fresh process: the model file and the checkpoint describe it
+    assert load_sidecar(path.with_suffix(".yaml")).dataset == "shapes"
+    assert load_checkpoint(path).class_names == ("circle", "square", "star")
+
+
+def test_an_imagenet_model_keeps_its_1000_outputs_behind_the_16_class_readout(tmp_path, forget_datasets):
+    timm = pytest.importorskip("timm")
+    from controversial.zoo.imagenet16 import IMAGENET16_CLASSES, ImageNet16Readout
+
+    folder = write_folder(tmp_path / "in16", IMAGENET16_CLASSES, 2, 16, 3)
+    net = timm.create_model("test_resnet")  # 1000 ImageNet classes
+    weights = tmp_path / "test_resnet_in1k.pt"
+    torch.save(net.state_dict(), weights)
+    settings = options(
+        tmp_path,
+        dataset=f"imagenet16:{folder}",
+        folder={"image_size": 16},
+        source="timm:test_resnet",
+        weights=str(weights),
+        float16=False,
+    )
+    info, _ = read_checkpoint(import_model(settings))
+    assert info.arch_kwargs["num_classes"] == 1000 and info.arch_kwargs["readout"] == "imagenet16"
+    assert info.arch_kwargs["input_size"] == [3, 160, 160]  # timm's pretrained config
+    model = load_checkpoint(tmp_path / "models" / "imagenet16" / "mine.pt")
+    images = torch.rand(2, 3, 16, 16)
+    with torch.no_grad():
+        resized = torch.nn.functional.interpolate(images, (160, 160), mode="bilinear")
+        expected = ImageNet16Readout()(net.eval()((resized - 0.5) / 0.5))
+        assert model.class_names == IMAGENET16_CLASSES
+        assert torch.allclose(model.raw_logits(images), expected, atol=1e-4)
