@@ -23,10 +23,11 @@ import numpy as np
 from PIL import Image
 from pydantic import Field, model_validator
 
-from controversial.datasets import dataset_info
+from controversial.datasets import DATASETS, dataset_info, register_dataset
 from controversial.errors import UserError
 from controversial.options import Options, Seed
 from controversial.records.names import natural_filename
+from controversial.records.runs import RunClasses
 from controversial.records.study import KeyEntry, TrialSpec
 from controversial.study.bundle import BundleError, StudySpec, write_bundle
 from controversial.study.display import DisplayOptions, attention_png, display_png, png_to_uint8
@@ -37,6 +38,7 @@ from controversial.study.selection import (
     select_controversial,
     select_natural,
     select_repeats,
+    sweep_classes,
 )
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,7 @@ class TrialCounts(Options):
     """How many trials of each kind a participant sees (defaults: the paper's, METHODS.md section 2)."""
 
     per_pair: int = Field(
-        20, ge=10, multiple_of=10, description="controversial stimuli per model pair (multiple of 10)"
+        20, ge=2, description="controversial stimuli per model pair (a multiple of the class count, 10 for MNIST)"
     )
     natural_per_class: int = Field(10, ge=0, description="natural test images per class")
     n_repeats: int = Field(42, ge=0, description="stimuli shown a second time (test-retest reliability)")
@@ -132,6 +134,15 @@ def _check_class_names(stimuli: Sequence[SweepStimulus], categories: Sequence[st
                 )
 
 
+def recorded_classes(sweep_dir: str | Path, stimuli: Sequence[SweepStimulus]) -> RunClasses:
+    """The classes the sweep's runs recorded; a dataset they describe that is not known here (an imported model's
+    image folder) is registered from that record, so its test images load by name."""
+    classes = sweep_classes(sweep_dir, stimuli)
+    if classes.described is not None and classes.dataset not in DATASETS:
+        register_dataset(classes.described)
+    return classes
+
+
 def check_web_texts(web_source: str | Path, pilot: bool) -> list[str]:
     """The placeholder texts left in ``web_source``; an error unless the export is a pilot."""
     placeholders = placeholder_texts(web_source)
@@ -156,15 +167,25 @@ def export_study(
     check_web_texts(web_source, settings.pilot)
     rng = np.random.default_rng(settings.seed)
     stimuli = collect_sweep(sweep_dir)
-    dataset = next((s.row.dataset for s in stimuli if s.row.accepted), None)
-    if dataset is None:
+    if not any(s.row.accepted for s in stimuli):
         raise SelectionError(f"no accepted stimuli under {sweep_dir}")
-    categories = dataset_info(dataset).class_names
-    chosen = select_controversial(stimuli, settings.per_pair, len(categories), settings.sources)
-    test_set = natural_loader(dataset)
-    natural = select_natural(test_set[1], settings.natural_per_class, len(categories), rng)
+    classes = recorded_classes(sweep_dir, stimuli)
+    chosen = select_controversial(stimuli, settings.per_pair, classes.synthesized, settings.sources)
+    test_set = natural_loader(classes.dataset)
+    natural = select_natural(test_set[1], settings.natural_per_class, classes.synthesized, rng)
     return write_selection(
-        sweep_dir, studies_dir, settings, dataset, chosen, natural, test_set, web_source, rng, provenance
+        sweep_dir,
+        studies_dir,
+        settings,
+        classes.dataset,
+        chosen,
+        natural,
+        test_set,
+        web_source,
+        rng,
+        provenance,
+        classes.class_names,
+        classes.synthesized,
     )
 
 
@@ -179,14 +200,17 @@ def write_selection(
     web_source: str | Path,
     rng: np.random.Generator,
     provenance: dict[str, Any] | None = None,
+    categories: Sequence[str] | None = None,
+    classes: Sequence[int] | None = None,
 ) -> Path:
     """Render and write a bundle for an already chosen set (the paper's selection or a design): controversial
-    stimuli, natural test-set indices; ``rng`` draws the practice images, repeats and attention checks."""
+    stimuli, natural test-set indices; ``rng`` draws the practice images, repeats and attention checks.
+    ``categories``: the class names participants rate (default: the registered dataset's), recorded in the bundle;
+    ``classes``: the class indices practice images are drawn from (default: all)."""
     placeholders = check_web_texts(web_source, settings.pilot)
     if placeholders:
         log.warning("pilot export with placeholder text (%s): do not publish it on Prolific", "; ".join(placeholders))
-    info = dataset_info(dataset)
-    categories = info.class_names
+    categories = tuple(dataset_info(dataset).class_names if categories is None else categories)
     _check_class_names(chosen, categories)
     invert = settings.display.invert_mnist and dataset == "mnist"
     test_images, test_labels = test_set
@@ -219,7 +243,8 @@ def write_selection(
         originals[stim.image_path.name] = stim.image_path.read_bytes()
         images[stimulus_id] = render(png_to_uint8(originals[stim.image_path.name]))
 
-    demo_pool = select_natural(test_labels, 1, len(categories), rng, exclude=natural)
+    demo_classes = range(len(categories)) if classes is None else classes
+    demo_pool = select_natural(test_labels, 1, demo_classes, rng, exclude=natural)
     demos = [int(i) for i in rng.choice(demo_pool, size=min(settings.n_demo, len(demo_pool)), replace=False)]
     for kind, indices in (("natural", natural), ("demo", demos)):
         for index in indices:
@@ -248,7 +273,7 @@ def write_selection(
         images[stimulus_id] = attention_png(
             settings.attention_prompt.format(category=categories[int(cls)]),
             settings.display.size,
-            colour=info.image_shape[0] == 3,
+            colour=np.asarray(test_images).shape[1] == 3,  # (N, C, H, W): attention checks match the stimuli
         )
 
     trials = [TrialSpec(sid, "stimulus", 0) for sid in rated]
