@@ -100,12 +100,14 @@ def run(cfg: EvaluateSettings, invocation: Invocation) -> Path:
     out = invocation.out_dir
     if cfg.decisions.enabled:
         return _decisions(cfg, out)
+    # the models first: the checkpoint of a model imported onto an image folder registers that dataset, whose
+    # class names the stimuli's file names hold
+    models = [load_model(ref, cfg.dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
     stimuli: list[StimulusImage] = []
     if cfg.images is not None:
         stimuli += stimuli_from_folder(cfg.images, cfg.naming)
     for manifest in cfg.manifests:
         stimuli += stimuli_from_manifest(manifest, cfg.include_rejected)
-    models = [load_model(ref, cfg.dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
     start = time.perf_counter()
     path = out / "model_responses.csv"
     invert, recorded = _bundle_inversion(cfg.images, _inversion(cfg.invert))
