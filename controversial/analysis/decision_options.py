@@ -1,11 +1,12 @@
 """The option group of ``evaluate.py decisions.*`` and the decision readouts, apart from
 ``model_decisions.py`` so that reading settings stays light (no torch), as the study server's start-up needs.
 
-A readout turns a model's (N, K) class probabilities into N class names. ``own``: the arg-max over the model's
-own classes. ``imagenet16``: the benchmark's decision for an ImageNet model, the arg-max over the 16 entry-level
-categories, for a model imported on ``imagenet16:<path>`` (its ``ImageNet16Readout`` already gives each
-category the mean probability of its fine classes, and the calibration is monotonic, so the arg-max of its
-probabilities is the benchmark's); it refuses a model on other classes instead of reading it out silently.
+A readout turns a model's (N, K) class scores (its logits before calibration, ordered as its probabilities:
+``model_decisions.decision_scores``) into N class names. ``own``: the arg-max over the model's own classes.
+``imagenet16``: the benchmark's decision for an ImageNet model, the arg-max over the 16 entry-level categories,
+for a model imported on ``imagenet16:<path>`` (its ``ImageNet16Readout`` gives each category the log of the
+mean probability of its fine classes, so the arg-max of its scores is the benchmark's); it refuses a model on
+other classes instead of reading it out silently.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ Readout = Callable[["CalibratedModel", np.ndarray], list[str]]
 
 
 def own_classes(model: CalibratedModel, p: np.ndarray) -> list[str]:
-    """The arg-max over the model's own classes, for (N, K) probabilities."""
+    """The arg-max over the model's own classes, for (N, K) scores."""
     return [model.class_names[k] for k in np.argmax(p, axis=1)]
 
 

@@ -6,11 +6,13 @@ The true category (and, where given, the condition) of each image is read from i
 expression with named groups ``category`` and optional ``condition``; the default reads the benchmark's own
 names (``<trial>_<experiment>_<subject>_<condition>_<category>_...``, e.g. ``0001_cl_s01_bw_boat_40_x.png``).
 
-The decision is a *readout* of the model's class probabilities (``READOUTS``). ``own``: the arg-max over the
-model's own classes (MNIST or CIFAR-10 models on images of those classes). The benchmark's ImageNet datasets
-need the 16-class readout (a coarse class's probability is the mean over its fine ImageNet classes; METHODS.md
-4b), which belongs to the bring-your-own-model work: it registers here under its own name, and until then an
-image whose category is not among the model's classes is an error, never a silent mismatch.
+The decision is a *readout* of the model's class scores (``READOUTS``). ``own``: the arg-max over the
+model's own classes (MNIST or CIFAR-10 models on images of those classes). ``imagenet16``: the benchmark's
+decision for an ImageNet model imported on ``imagenet16:<path>`` (a coarse class's probability is the mean over
+its fine ImageNet classes; METHODS.md 4b), the arg-max over the 16. An image whose category is not among the
+model's classes is an error, never a silent mismatch. The scores are the model's logits before calibration:
+the calibration (one positive slope, one intercept) keeps their order, while its float32 sigmoid can round a
+weakly calibrated model's probabilities to ties, whose arg-max would be the first class.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from controversial.analysis.decision_options import BENCHMARK_NAMES, READOUTS
-from controversial.analysis.model_responses import probabilities
 from controversial.errors import UserError
 from controversial.records.choices import write_trials
 from controversial.synthesis.stimuli import DisplayConvention, Inversion, display_convention, load_png
+from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import CalibratedModel
 
 
@@ -68,6 +71,20 @@ def load_labelled(images: Sequence[LabelledImage], invert: Inversion = "auto") -
     return (1.0 - stacked if convention.invert else stacked), convention
 
 
+def decision_scores(models: Sequence[CalibratedModel], images: np.ndarray, batch_size: int = 256) -> np.ndarray:
+    """(M, N, K) logits before calibration, float64: in the order of the calibrated probabilities, without the
+    float32 ties a flat calibration (a slope near 0) rounds them to."""
+    out = []
+    for model in models:
+        per_model = []
+        for start in range(0, len(images), batch_size):
+            batch = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size]))
+            with scoring():
+                per_model.append(model.raw_logits(batch).double().numpy())
+        out.append(np.concatenate(per_model))
+    return np.stack(out)
+
+
 def write_decisions(
     out: str | Path,
     models: Sequence[CalibratedModel],
@@ -87,7 +104,7 @@ def write_decisions(
                 f"{readout!r} decides among the model's own classes"
             )
     pixels, convention = load_labelled(images, invert)
-    p = probabilities(models, pixels, batch_size)
+    p = decision_scores(models, pixels, batch_size)
     written = []
     for m, model in enumerate(models):
         decisions = READOUTS[readout](model, p[m])
