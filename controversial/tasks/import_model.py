@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import shlex
+import sys
 from pathlib import Path
 
 from pydantic import Field
@@ -23,14 +24,29 @@ class ImportModelSettings(ImportOptions):
     update_model_card: bool = Field(True, description="regenerate <models_dir>/README.md")
 
 
-def usage_hint(name: str, models_dir: Path) -> str:
-    """How to name the model in the other commands: a folder outside the searched ones needs the environment."""
+def code_folder(source: str) -> Path | None:
+    """The folder a ``python:`` source's module is imported from (what PYTHONPATH must hold); None for others."""
+    kind, _, spec = source.partition(":")
+    if kind != "python":
+        return None
+    top = sys.modules.get(spec.partition(":")[0].split(".")[0])
+    file = getattr(top, "__file__", None)
+    if file is None:
+        return None
+    path = Path(file).resolve()
+    return path.parent.parent if path.name == "__init__.py" else path.parent
+
+
+def usage_hint(name: str, models_dir: Path, code: Path | None = None) -> str:
+    """How to name the model in the other commands: a folder outside the searched ones needs the environment,
+    and a ``python:`` source its module's folder on PYTHONPATH (the checkpoint stores weights, not code)."""
     searched = [p.resolve() for p in models_dirs()]
-    prefix = "" if models_dir.resolve() in searched else f"CONTROVERSIAL_MODELS_DIR={shlex.quote(str(models_dir))} "
+    python_path = "" if code is None else f"PYTHONPATH={shlex.quote(str(code))} "
+    models_env = "" if models_dir.resolve() in searched else f"CONTROVERSIAL_MODELS_DIR={shlex.quote(str(models_dir))} "
     evaluate_dir = "" if models_dir.resolve() == (REPO_ROOT / "models").resolve() else f" models_dir={models_dir}"
     return (
-        f"  {prefix}python synthesize.py model_a={name} model_b=<another model of the dataset>\n"
-        f"  python evaluate.py models=[{name},...]{evaluate_dir} images=<folder>"
+        f"  {models_env}{python_path}python synthesize.py model_a={name} model_b=<another model of the dataset>\n"
+        f"  {python_path}python evaluate.py models=[{name},...]{evaluate_dir} images=<folder>"
     )
 
 
@@ -50,6 +66,6 @@ def run(settings: ImportModelSettings, invocation: Invocation) -> Path:
         f"{m['calibrated_on']}; test NLL {m['test_nll_uncalibrated']:.4g} -> {m['test_nll_calibrated']:.4g}\n"
         f"preprocessing: {m['preprocessing']}\n"
         f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB) and {path.with_suffix('.yaml')}\n"
-        f"use it:\n{usage_hint(info.name, models_dir)}"
+        f"use it:\n{usage_hint(info.name, models_dir, code_folder(settings.source))}"
     )
     return path

@@ -85,7 +85,9 @@ def test_the_command_prints_accuracy_calibration_file_and_usage(imported):
     assert (models / "mnist" / "imp_bright_a.pt").is_file() and (models / "mnist" / "imp_bright_a.yaml").is_file()
     assert "test accuracy" in printed and "on 30 test images" in printed
     assert "calibration: cross_entropy, slope" in printed and "fitted on 50 training images" in printed
-    assert f"{MODELS_DIR_ENV}={models} python synthesize.py model_a=imp_bright_b" in printed
+    code = (models.parent / "code").resolve()  # a python: source's module: its folder goes on PYTHONPATH
+    assert f"{MODELS_DIR_ENV}={models} PYTHONPATH={code} python synthesize.py model_a=imp_bright_b" in printed
+    assert f"PYTHONPATH={code} python evaluate.py models=[imp_bright_b,...]" in printed
     card = (models / "README.md").read_text()
     assert "mnist/imp_bright_a" in card and "python import_model.py name=imp_bright_a" in card
     assert 'Imported models (training time "imported"' in card and "| imported |" in card
