@@ -67,13 +67,26 @@ def register_dataset(info: DatasetInfo) -> DatasetInfo:
     """
     known = DATASETS.get(info.name)
     if known is not None and known != info:
+        known_values, values = known.to_dict(), info.to_dict()
+        differ = "; ".join(
+            f"{field} {_shown(known_values[field])} vs {_shown(values[field])}"
+            for field in values
+            if values[field] != known_values[field]
+        )
         raise UserError(
-            f"dataset '{info.name}' is already known with other classes or image size "
-            f"({len(known.class_names)} classes {list(known.class_names)[:5]}..., shape {known.image_shape}); "
-            f"this one has {len(info.class_names)} classes, shape {info.image_shape}: give it another name"
+            f"dataset '{info.name}' is already known with another description ({differ}; the known one first, "
+            "as an imported model's file or checkpoint describes it): give this one another name "
+            "(folder.name=<name>), or describe the same folder the same way"
         )
     DATASETS[info.name] = info
     return info
+
+
+def _shown(value: Any) -> str:
+    """A field of a description, shortened for a one-paragraph error (class lists can be long)."""
+    if isinstance(value, list) and len(value) > 5:
+        return f"{value[:5]}... ({len(value)} in all)"
+    return repr(value) if isinstance(value, str) else str(value)
 
 
 def dataset_info(name: str) -> DatasetInfo:

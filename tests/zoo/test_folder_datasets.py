@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -120,8 +121,12 @@ def test_builtins_pass_through_and_a_clashing_name_is_refused(tmp_path):
 
 def test_one_name_for_two_different_folders_is_refused(tmp_path):
     describe_dataset(f"folder:{write_classes(tmp_path / 'one' / 'pets', {'cat': 2, 'dog': 2})}")
-    with pytest.raises(UserError, match="already known"):
+    with pytest.raises(UserError, match=r"already known .*class_names \['cat', 'dog'\] vs \['cat', 'dog', 'owl'\]"):
         describe_dataset(f"folder:{write_classes(tmp_path / 'two' / 'pets', {'cat': 2, 'dog': 2, 'owl': 2})}")
+    # the same classes and size elsewhere: the error names the one field that differs, and how to rename
+    moved = write_classes(tmp_path / "moved" / "pets", {"cat": 2, "dog": 2})
+    with pytest.raises(UserError, match=re.escape(f"source 'folder:{tmp_path}/one/pets' vs 'folder:{moved}';")):
+        describe_dataset(f"folder:{moved}")
 
 
 def _empty_class(root: Path) -> None:
