@@ -67,19 +67,23 @@ def register_dataset(info: DatasetInfo) -> DatasetInfo:
     """
     known = DATASETS.get(info.name)
     if known is not None and known != info:
-        known_values, values = known.to_dict(), info.to_dict()
-        differ = "; ".join(
-            f"{field} {_shown(known_values[field])} vs {_shown(values[field])}"
-            for field in values
-            if values[field] != known_values[field]
-        )
         raise UserError(
-            f"dataset '{info.name}' is already known with another description ({differ}; the known one first, "
-            "as an imported model's file or checkpoint describes it): give this one another name "
+            f"dataset '{info.name}' is already known with another description ({differences(known, info)}; the "
+            "known one first, as an imported model's file or checkpoint describes it): give this one another name "
             "(folder.name=<name>), or describe the same folder the same way"
         )
     DATASETS[info.name] = info
     return info
+
+
+def differences(known: DatasetInfo, other: DatasetInfo) -> str:
+    """``field known vs other`` for each field in which two descriptions of a dataset differ, for an error."""
+    known_values, values = known.to_dict(), other.to_dict()
+    return "; ".join(
+        f"{field} {_shown(known_values[field])} vs {_shown(values[field])}"
+        for field in values
+        if values[field] != known_values[field]
+    )
 
 
 def _shown(value: Any) -> str:

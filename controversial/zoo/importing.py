@@ -26,7 +26,7 @@ from torch import nn
 
 from controversial.atomic import atomic_write_text
 from controversial.config import REPO_ROOT, SIDECAR_DATASET_KEY, ModelOptions
-from controversial.datasets import DataOptions, DatasetInfo, FolderOptions, describe_dataset
+from controversial.datasets import DataOptions, DatasetInfo, FolderOptions, describe_dataset, differences
 from controversial.errors import UserError
 from controversial.options import DEVICE_PATTERN, Count, Options, Seed
 from controversial.registry import Registry
@@ -443,6 +443,22 @@ def sidecar_text(options: ModelOptions, info: DatasetInfo) -> str:
     return header + yaml.safe_dump(values, sort_keys=False, allow_unicode=True, default_flow_style=None, width=120)
 
 
+def _same_description_as_its_neighbours(info: DatasetInfo, models_dir: Path, name: str) -> None:
+    """The other models in ``<models_dir>/<dataset>/`` describe the dataset too; a different description under
+    the same name (a moved or another folder) would stop every command that reads both, so it is refused here,
+    before anything is written."""
+    for sidecar in sorted((models_dir / info.name).glob("*.yaml")):
+        described = (yaml.safe_load(sidecar.read_text()) or {}).get(SIDECAR_DATASET_KEY)
+        if sidecar.stem == name or described is None or DatasetInfo.from_dict(described) == info:
+            continue
+        raise UserError(
+            f"dataset={info.source or info.name} is named '{info.name}', but {sidecar} (a model imported before) "
+            f"describes a dataset of that name otherwise ({differences(DatasetInfo.from_dict(described), info)}; "
+            "that model's first): import onto its folder as it was, or give this dataset another name "
+            "(folder.name=<name>)"
+        )
+
+
 def import_model(settings: ImportOptions, command: str = "") -> Path:
     """Build, load, calibrate and measure the model, then write ``<models_dir>/<dataset>/<name>.pt`` and its
     ``<name>.yaml``; returns the checkpoint's path."""
@@ -450,6 +466,7 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
     from controversial.zoo.loading import resolve_device
 
     info = describe_dataset(settings.dataset, settings.folder)
+    _same_description_as_its_neighbours(info, Path(settings.models_dir), settings.name)
     readout = IMAGENET16_READOUT if info.source.startswith("imagenet16:") else ""
     n_outputs = 1000 if readout else len(info.class_names)
     weights = Path(settings.weights).expanduser() if settings.weights is not None else None

@@ -357,6 +357,25 @@ def test_a_folder_dataset_travels_with_the_model(tmp_path, user_code, forget_dat
     assert load_checkpoint(path).class_names == ("circle", "square", "star")
 
 
+def test_a_second_model_onto_a_moved_folder_of_the_same_name_is_refused_before_writing(
+    tmp_path, user_code, forget_datasets
+):
+    """Two descriptions of 'shapes' in one models folder would stop every later command that reads both."""
+    first = write_folder(tmp_path / "a" / "shapes", ("circle", "square", "star"), 5, 12, 1)
+    values = dict(source="python:user_nets:mean_net", arch_kwargs={"n_classes": 3}, mean=[0], std=[1])
+    import_model(options(tmp_path, dataset=f"folder:{first}", input_size=[1, 12, 12], **values))
+    moved = tmp_path / "b" / "shapes"
+    moved.parent.mkdir()
+    first.rename(moved)
+    DATASETS.pop("shapes")  # a new process
+    settings = options(tmp_path, name="second", dataset=f"folder:{moved}", input_size=[1, 12, 12], **values)
+    with pytest.raises(UserError, match=r"mine\.yaml \(a model imported before\).*source 'folder:.*folder\.name="):
+        import_model(settings)
+    assert sorted(p.name for p in (tmp_path / "models" / "shapes").iterdir()) == ["mine.pt", "mine.yaml"]
+    import_model(settings.model_copy(update={"folder": settings.folder.model_copy(update={"name": "shapes_b"})}))
+    assert (tmp_path / "models" / "shapes_b" / "second.pt").is_file()
+
+
 def test_an_imagenet_model_keeps_its_1000_outputs_behind_the_16_class_readout(tmp_path, forget_datasets):
     timm = pytest.importorskip("timm")
     from controversial.zoo.imagenet16 import IMAGENET16_CLASSES, ImageNet16Readout
