@@ -254,16 +254,26 @@ class SufficientStatistics:
             self.pair_columns = self.width + where.ravel()
         elif ceilings:
             self.flat = human.reshape(S, N * K)
-        self.product = CountProduct(table)
+        # int8 digits unless the pooled products run: those dominate the time there (float64, not integer
+        # counts), and torch's libraries would add 0.5 GiB resident to an analysis that otherwise never loads them
+        self.product: CountProduct | None = None if self.flat is not None else CountProduct(table)
+        self.table = table
+
+    def sums(self, stimulus_counts: np.ndarray) -> np.ndarray:
+        """(B, N) integer counts -> (B, F) count-weighted sums of every table column."""
+        if self.product is not None:
+            return self.product(stimulus_counts)
+        return stimulus_counts @ self.table
 
     def chunk_bytes(self) -> int:
         """Bytes per resample of the widest array ``evaluate`` makes (bounds the chunk size)."""
-        widest = [self.product.F, self.N + self.S]
+        widest = [self.table.shape[1], self.N + self.S]
         if self.pairwise:
             widest.append(self.S * self.S)
         elif self.ceilings:
             widest.append(2 * self.N * self.K)
-        return max(8 * max(widest), 4 * self.product.table.shape[0])  # float64 arrays, int32 digit sums
+        digit_rows = self.product.table.shape[0] if self.product is not None else 0
+        return max(8 * max(widest), 4 * digit_rows)  # float64 arrays, int32 digit sums
 
     def _raw_products(
         self, stimulus_counts: np.ndarray, products: np.ndarray, *weights: np.ndarray
@@ -285,7 +295,7 @@ class SufficientStatistics:
         """(B, N) and (B, S) count weights -> (B, M [+2]) mean r of each model [and both ceilings]."""
         S, M = self.S, self.M
         stimulus_counts = integer_counts(stimulus_counts)
-        products = self.product(stimulus_counts)
+        products = self.sums(stimulus_counts)
         B = products.shape[0]
         W = self.K * stimulus_counts.sum(axis=1)[:, None]
         sx, sxx, y = products[:, :S], products[:, S : 2 * S], products[:, 2 * S : self.width]
