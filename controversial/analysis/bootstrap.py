@@ -82,6 +82,28 @@ def draw_block(seed: np.random.SeedSequence, n_participants: int, groups: list[n
     return Resamples(participants, stimuli)
 
 
+def draw_counts(
+    seed: np.random.SeedSequence, n_participants: int, groups: list[np.ndarray], size: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The block :func:`draw_block` draws, as (size, N) stimulus counts (int8 while no stratum exceeds 127
+    stimuli) and (size, S) participant counts: the same draws from the same generator, counted stratum by
+    stratum without gathering the indices first (half the memory traffic of drawing, gathering, counting)."""
+    rng = np.random.default_rng(seed)
+    participants = rng.integers(0, n_participants, size=(BLOCK, n_participants), dtype=np.int32)[:size]
+    order = np.concatenate(groups)  # stimuli stratum by stratum: position j holds stimulus order[j]
+    N = len(order)
+    flat = np.empty((size, N), dtype=np.intp)  # row * N + position, ready for one bincount
+    rows = np.arange(size, dtype=np.intp)[:, None] * N
+    start = 0
+    for g in groups:
+        local = rng.integers(0, len(g), size=(BLOCK, len(g)), dtype=np.int32)[:size]
+        np.add(local, rows + start, out=flat[:, start : start + len(g)])
+        start += len(g)
+    by_position = np.bincount(flat.ravel(), minlength=size * N).reshape(size, N)
+    narrow = np.int8 if max(len(g) for g in groups) <= 127 else np.int64  # no count exceeds its stratum's size
+    return by_position.astype(narrow)[:, np.argsort(order)], counts(participants, n_participants)
+
+
 def iter_blocks(
     n_resamples: int, seed: int, n_participants: int, conditions: np.ndarray | Sequence[str]
 ) -> Iterator[Resamples]:
@@ -101,10 +123,11 @@ def counts(indices: np.ndarray, n: int) -> np.ndarray:
 
 
 def integer_counts(weights: np.ndarray) -> np.ndarray:
-    """Count weights as int64, refusing fractional weights (every product below is exact only for integers)."""
+    """Count weights as integers (integer arrays as they are), refusing fractional weights: every product
+    below is exact only for integers."""
     weights = np.asarray(weights)
     if weights.dtype.kind in "iu":
-        return weights.astype(np.int64, copy=False)
+        return weights
     if not np.array_equal(weights, np.rint(weights)):
         raise ValueError("count weights must be whole numbers")
     return weights.astype(np.int64)
@@ -355,17 +378,14 @@ def bootstrap(
     blocks_per_chunk = max(1, min(chunk_size, CHUNK_BYTES // stats.chunk_bytes()) // BLOCK)
     groups = strata(conditions)
     children = np.random.SeedSequence(seed).spawn(-(-n_resamples // BLOCK))  # as iter_blocks draws them
-    narrow = max(len(g) for g in groups) <= 127  # no count exceeds its stratum's size: int8 counts
 
     def chunk(first: int) -> np.ndarray:
-        blocks = [
-            draw_block(children[b], S, groups, min(BLOCK, n_resamples - b * BLOCK))
+        drawn = [
+            draw_counts(children[b], S, groups, min(BLOCK, n_resamples - b * BLOCK))
             for b in range(first, min(first + blocks_per_chunk, len(children)))
         ]
-        stimulus_counts = np.concatenate(
-            [counts(b.stimuli, N).astype(np.int8 if narrow else np.int64, copy=False) for b in blocks]
-        )
-        return stats.evaluate(stimulus_counts, np.concatenate([counts(b.participants, S) for b in blocks]))
+        stimulus_counts, participant_counts = (np.concatenate(c) for c in zip(*drawn))
+        return stats.evaluate(stimulus_counts, participant_counts)
 
     firsts = range(0, len(children), blocks_per_chunk)
     if threads > 1:  # numpy and torch release the GIL in the heavy steps; the numbers are the same

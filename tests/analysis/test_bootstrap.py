@@ -16,6 +16,8 @@ from controversial.analysis.bootstrap import (
     SufficientStatistics,
     bootstrap,
     counts,
+    draw_block,
+    draw_counts,
     iter_blocks,
     pairwise_tests,
     percentile_ci,
@@ -196,6 +198,20 @@ def test_threads_give_the_same_numbers():
     one = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=2500, seed=4, chunk_size=1000)
     two = bootstrap(human, model, ["m0", "m1", "m2"], conditions, 2500, seed=4, chunk_size=1000, threads=2)
     np.testing.assert_array_equal(one.samples, two.samples)
+
+
+@pytest.mark.parametrize("largest, dtype", [(9, np.int8), (130, np.int64)])
+def test_counted_draws_are_the_drawn_resamples(largest, dtype):
+    """The fast path counts the draws of draw_block (the reference's resamples) without gathering them;
+    strata come interleaved, and a stratum past 127 stimuli keeps wide counts."""
+    conditions = np.array(["a"] * largest + ["b"] * 3 + ["c"] * 2)[np.random.default_rng(0).permutation(largest + 5)]
+    groups = strata(conditions)
+    for child, size in zip(np.random.SeedSequence(3).spawn(2), (BLOCK, 17)):
+        block = draw_block(child, 4, groups, size)
+        stimulus_counts, participant_counts = draw_counts(child, 4, groups, size)
+        assert stimulus_counts.dtype == dtype
+        np.testing.assert_array_equal(stimulus_counts, counts(block.stimuli, len(conditions)))
+        np.testing.assert_array_equal(participant_counts, counts(block.participants, 4))
 
 
 def test_resamples_for_a_seed_never_change():
