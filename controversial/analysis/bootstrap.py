@@ -4,7 +4,8 @@ Resampling stimuli with replacement (stratified by condition) is the same as giv
 stimulus an integer count weight, and every weighted Pearson statistic is linear in those weights.
 So one matrix product, count weights (resamples x stimuli) @ per-stimulus sufficient statistics
 (sums, squares and cross-products over categories, for participants and models), yields every
-model correlation for a chunk of resamples. Participant resampling is a second count vector
+model correlation for a chunk of resamples; it runs on int8 digits of the table, exactly
+(:class:`CountProduct`). Participant resampling is a second count vector
 applied to the per-participant correlations; the ceilings need each participant's covariance with
 a weighted pool of participants, from a table of participant pairs while participants are few and
 from the pool itself when they are many (see :class:`SufficientStatistics`), so memory grows
@@ -214,18 +215,18 @@ class CountProduct:
                 else:  # several products: add them in int64
                     sums = sums + (part.astype(np.int64) << (8 * e))
         assert isinstance(sums, np.ndarray)
-        out = np.empty((self.F, B))
-        totals = c.sum(axis=1, dtype=np.float64)
+        # Horner from the top digit, in torch (its mixed int32/float64 kernels run 1.2x faster than numpy's):
+        # exact while a column's sums fit 53 bits, as every one-digit column's do
+        digit_sums, out = torch.from_numpy(sums), torch.empty((self.F, B), dtype=torch.float64)
+        totals = torch.from_numpy(c.sum(axis=1, dtype=np.float64))
         for columns, d, first in self.groups:
-            block = sums[first : first + d * len(columns)].reshape(d, len(columns), B)
-            total = block[d - 1].astype(np.float64)
-            for i in range(d - 2, -1, -1):  # Horner from the top digit: exact while a sum fits 53 bits
-                total *= 256.0
-                total += block[i]
-            total += self.offset[columns, None] * totals
-            total *= self.unit[columns, None]
-            out[columns] = total
-        return np.ascontiguousarray(out.T)
+            block = digit_sums[first : first + d * len(columns)].view(d, len(columns), B)
+            total = block[d - 1].to(torch.float64)
+            for i in range(d - 2, -1, -1):
+                total.mul_(256.0).add_(block[i])
+            offset, unit = (torch.from_numpy(x[columns].astype(np.float64))[:, None] for x in (self.offset, self.unit))
+            out[torch.from_numpy(columns)] = total.add_(offset * totals).mul_(unit)
+        return out.T.contiguous().numpy()
 
 
 class SufficientStatistics:
