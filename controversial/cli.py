@@ -237,7 +237,12 @@ def command(
     def main() -> None:
         register_defaults(name, schema)
         if register is not None:
-            register()
+            try:
+                register()  # reads model files: a malformed or clashing one is the user's to fix
+            except INPUT_ERRORS as error:
+                if debugging():
+                    raise
+                raise SystemExit(report(error, name)) from None
         if any(arg in ("--help", "-h") for arg in sys.argv[1:]):
             print(command_help(name, schema, [a for a in sys.argv[1:] if a not in ("--help", "-h")]))
             return

@@ -4,10 +4,18 @@ Hydra's ``defaults: [model@model_a: abs]`` would turn the override ``model_a=vgg
 string. Instead every ``conf/model/<name>.yaml`` is validated against :class:`ModelConfig` and
 stored in the ConfigStore as an option of the groups ``model_a``, ``model_b`` and ``models``
 (the latter for lists of more than two models). Unknown names then get Hydra's list of options.
+
+Imported models (``import_model.py``) are described by a model file beside their checkpoint,
+``<models dir>/<dataset>/<name>.yaml`` (a "sidecar"), registered the same way. The models dirs searched
+are the repository's ``models/`` and those listed in ``$CONTROVERSIAL_MODELS_DIR`` (separated by
+``os.pathsep``): registration runs before Hydra reads the command line, so a folder of one's own is
+named by the environment, not by an option.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,7 +23,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from pydantic import Field, field_validator, model_validator
 
-from controversial.datasets import DATASETS
+from controversial.datasets import DATASETS, DatasetInfo, dataset_info, register_dataset
 from controversial.errors import UserError
 from controversial.options import Options, one_of
 from controversial.zoo.train_options import CALIBRATIONS, TRAINING_METHODS, TrainOptions
@@ -30,6 +38,8 @@ OmegaConf.register_new_resolver("if_null", lambda value, default: default if val
 # other relative path, given on the command line or in conf/, is relative to the working directory.
 OmegaConf.register_new_resolver("repo", lambda sub="": str(REPO_ROOT / sub), replace=True)
 MODEL_GROUPS = ("model_a", "model_b")
+MODELS_DIR_ENV = "CONTROVERSIAL_MODELS_DIR"
+SIDECAR_DATASET_KEY = "dataset_info"  # a sidecar's description of a dataset that is not built in
 MIRROR_SYMMETRIC_DATASETS = tuple(name for name, info in DATASETS.items() if info.mirror_symmetric)
 
 
@@ -89,11 +99,18 @@ class ModelOptions(Options):
 
 
 def check_pair(a: ModelOptions, b: ModelOptions) -> None:
-    """Two different models of one dataset: what a controversial pair needs."""
+    """Two different models of one dataset (the same classes, in the same order): what a controversial pair needs."""
     if a.name == b.name:
         raise UserError(
             f"model_a and model_b are both '{a.name}': a model cannot disagree with itself; "
             f"pick two different models, e.g. model_a={a.name} model_b={'vgg' if a.name != 'vgg' else 'abs'}"
+        )
+    classes_a, classes_b = dataset_info(a.dataset).class_names, dataset_info(b.dataset).class_names
+    if classes_a != classes_b:
+        raise UserError(
+            f"model_a={a.name} ({a.dataset}) tells apart the classes {list(classes_a)} but model_b={b.name} "
+            f"({b.dataset}) the classes {list(classes_b)}; controversial stimuli need two models of the same "
+            "dataset, whose outputs are the same classes in the same order"
         )
     if a.dataset != b.dataset:
         raise UserError(
@@ -116,12 +133,52 @@ def load_model_config(path: Path) -> ModelOptions:
     return options
 
 
-def register_model_options(conf_dir: Path = CONF_DIR) -> dict[str, str]:
-    """Store every model YAML as an option of model_a and model_b; returns model name -> dataset."""
+def models_dirs() -> list[Path]:
+    """Where imported models' files are looked for: the repository's models/, then $CONTROVERSIAL_MODELS_DIR."""
+    extra = [Path(p).expanduser() for p in os.environ.get(MODELS_DIR_ENV, "").split(os.pathsep) if p]
+    return [REPO_ROOT / "models", *extra]
+
+
+def sidecar_files(dirs: Sequence[Path]) -> list[Path]:
+    """The model files ``<dir>/<dataset>/<name>.yaml`` that import_model.py writes beside its checkpoints."""
+    seen: dict[Path, None] = {}
+    for folder in dirs:
+        for path in sorted(Path(folder).glob("*/*.yaml")):
+            seen.setdefault(path.resolve(), None)
+    return list(seen)
+
+
+def load_sidecar(path: Path) -> ModelOptions:
+    """An imported model's file as validated options: its dataset registered first (a folder dataset is known by
+    name from then on), its ``checkpoint`` resolved against the file's folder."""
+    try:
+        values = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        if not isinstance(values, dict):
+            raise UserError("not a mapping of model options")
+        described = values.pop(SIDECAR_DATASET_KEY, None)
+        if described is not None:
+            register_dataset(DatasetInfo.from_dict(described))
+        values["checkpoint"] = str(path.parent / str(values.get("checkpoint", f"{path.stem}.pt")))
+        return ModelOptions.model_validate(values)
+    except Exception as error:
+        raise UserError(f"{path}: invalid model file of an imported model: {error}") from None
+
+
+def register_model_options(conf_dir: Path = CONF_DIR, dirs: Sequence[Path] | None = None) -> dict[str, str]:
+    """Store every model YAML, and every imported model's file found in ``dirs`` (default: ``models_dirs()``), as
+    an option of model_a and model_b; returns model name -> dataset. Two files of one name are an error."""
     store = ConfigStore.instance()
-    datasets = {}
-    for path in model_config_files(conf_dir):
-        node = load_model_config(path)
+    datasets: dict[str, str] = {}
+    origin: dict[str, Path] = {}
+    configs = [(path, load_model_config(path)) for path in model_config_files(conf_dir)]
+    sidecars = [(path, load_sidecar(path)) for path in sidecar_files(models_dirs() if dirs is None else dirs)]
+    for path, node in configs + sidecars:
+        if path.stem in origin:
+            raise UserError(
+                f"two model files are named '{path.stem}': {origin[path.stem]} and {path}; model_a={path.stem} "
+                "must name one model. Rename the imported one (import_model.py name=<another name>) or remove it"
+            )
+        origin[path.stem] = path
         for group in MODEL_GROUPS:
             store.store(group=group, name=path.stem, node=node.model_dump(by_alias=True))
         datasets[path.stem] = str(node.dataset)

@@ -1,4 +1,5 @@
-"""MNIST and CIFAR-10 from a configurable data root, with torchvision's download as the fallback.
+"""MNIST and CIFAR-10 from a configurable data root, with torchvision's download as the fallback, and the
+image folders of ``controversial.datasets.describe_dataset`` (``folder:<path>``, ``imagenet16:<path>``).
 
 The data root is, in order: the ``root`` argument (config key ``data.root``), the environment
 variable ``CONTROVERSIAL_DATA_ROOT``, then ``./data``. Local copies are read in the layouts the
@@ -13,13 +14,14 @@ import hashlib
 import io
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from controversial.datasets import DATASETS, dataset_info
+from controversial.datasets import DATASETS, DatasetInfo, dataset_info, folder_files
 from controversial.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -98,23 +100,33 @@ def _cifar_local(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor] | 
         return None
     from torchvision.datasets import ImageFolder
 
-    from controversial.atomic import atomic_write_bytes
-
     info = DATASETS["cifar10"]
     dataset = ImageFolder(folder)
     if tuple(dataset.classes) != info.class_names:
         raise UserError(f"{folder}: class folders {dataset.classes} differ from CIFAR-10's {list(info.class_names)}")
+
+    def decode() -> tuple[torch.Tensor, torch.Tensor]:
+        images = np.stack([np.asarray(dataset.loader(path).convert("RGB")) for path, _ in dataset.samples])
+        x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+        return x, torch.tensor(dataset.targets, dtype=torch.int64)
+
+    key = f"cifar10-{split}-{_content_key(folder, [p for p, _ in dataset.samples])}"
+    return _cached(folder, key, decode)
+
+
+def _cached(
+    folder: Path, key: str, decode: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``decode()``'s images and labels, read from the decoded cache under ``key`` when there, else stored there."""
+    from controversial.atomic import atomic_write_bytes
+
     cache_dir = decoded_cache_dir()
-    cache = None
-    if cache_dir is not None:
-        cache = cache_dir / f"cifar10-{split}-{_content_key(folder, [p for p, _ in dataset.samples])}.pt"
-        if cache.is_file():
-            cached = torch.load(cache, weights_only=True)
-            log.info("decoded %s read from the cache %s", folder, cache)
-            return cached["images"], cached["labels"]
-    images = np.stack([np.asarray(dataset.loader(path).convert("RGB")) for path, _ in dataset.samples])
-    x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
-    y = torch.tensor(dataset.targets, dtype=torch.int64)
+    cache = None if cache_dir is None else cache_dir / f"{key}.pt"
+    if cache is not None and cache.is_file():
+        cached = torch.load(cache, weights_only=True)
+        log.info("decoded %s read from the cache %s", folder, cache)
+        return cached["images"], cached["labels"]
+    x, y = decode()
     if cache is not None:
         buffer = io.BytesIO()
         torch.save({"images": x, "labels": y}, buffer)
@@ -124,6 +136,37 @@ def _cifar_local(root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor] | 
         except OSError as error:  # a read-only home must not stop a run: the cache only saves time
             log.warning("could not cache decoded %s in %s: %s", folder, cache, error)
     return x, y
+
+
+def _decode_image(path: Path, channels: int, size: int) -> np.ndarray:
+    """(H, W, C) uint8: grey or RGB, centre-cropped to a square and resized to ``size`` (bicubic), the stated rule."""
+    from PIL import Image, ImageOps, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            converted = image.convert("L" if channels == 1 else "RGB")
+    except (UnidentifiedImageError, OSError) as error:
+        raise UserError(f"{path} cannot be decoded as an image ({error}); remove it from the class folder") from None
+    if converted.size != (size, size):
+        converted = ImageOps.fit(converted, (size, size), method=Image.Resampling.BICUBIC)
+    return np.asarray(converted).reshape(size, size, channels)
+
+
+def _image_folder(info: DatasetInfo, split: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """A folder dataset's split, decoded once and cached, keyed by its files' content and the decoding rule."""
+    files = folder_files(info, split)
+    channels, size, _ = info.image_shape
+    folder = Path(info.source.partition(":")[2])
+    split_rule = "own" if info.test_fraction == 0 else f"f{info.test_fraction:g}-s{info.split_seed}"
+    rule = f"c{channels}-{size}px-{split_rule}-v1"  # v1: centre crop + bicubic resize; bump if decoding changes
+
+    def decode() -> tuple[torch.Tensor, torch.Tensor]:
+        images = np.stack([_decode_image(path, channels, size) for path, _ in files])
+        x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous()
+        return x, torch.tensor([label for _, label in files], dtype=torch.int64)
+
+    key = f"{info.name}-{split}-{rule}-{_content_key(folder, [str(path) for path, _ in files])}"
+    return _cached(folder, key, decode)
 
 
 def _torchvision_download(name: str, root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -150,10 +193,18 @@ def _torchvision_cached(name: str, root: Path, split: str) -> tuple[torch.Tensor
 def load_uint8(
     name: str, split: str, root: str | os.PathLike | None = None, download: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Images as uint8 (N,C,H,W) and labels as int64 (N,), from the data root or a download."""
-    dataset_info(name)
+    """Images as uint8 (N,C,H,W) and labels as int64 (N,), from the data root or a download.
+
+    A registered image folder (``describe_dataset``) is read from its own path; ``root`` and ``download``
+    concern the built-ins only.
+    """
+    info = dataset_info(name)
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}'; known: {', '.join(SPLITS)}")
+    if info.source:
+        images, labels = _image_folder(info, split)
+        log.info("loaded %s/%s from %s (%d images)", name, split, info.source, len(labels))
+        return images, labels
     data_root = resolve_data_root(root)
     local_reader = _mnist_local if name == "mnist" else _cifar_local
     for reader in (local_reader, lambda r, s: _torchvision_cached(name, r, s)):

@@ -2,7 +2,10 @@
 ``model_decisions.py`` so that reading settings stays light (no torch), as the study server's start-up needs.
 
 A readout turns a model's (N, K) class probabilities into N class names. ``own``: the arg-max over the model's
-own classes. The 16-class ImageNet readout of the bring-your-own-model work registers in ``READOUTS``.
+own classes. ``imagenet16``: the benchmark's decision for an ImageNet model, the arg-max over the 16 entry-level
+categories, for a model imported on ``imagenet16:<path>`` (its ``ImageNet16Readout`` already gives each
+category the mean probability of its fine classes, and the calibration is monotonic, so the arg-max of its
+probabilities is the benchmark's); it refuses a model on other classes instead of reading it out silently.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import Field, field_validator
 
+from controversial.datasets import IMAGENET16_CLASSES
 from controversial.errors import UserError
 from controversial.options import Options
 
@@ -30,7 +34,19 @@ def own_classes(model: CalibratedModel, p: np.ndarray) -> list[str]:
     return [model.class_names[k] for k in np.argmax(p, axis=1)]
 
 
-READOUTS: dict[str, Readout] = {"own": own_classes}
+def imagenet16_decisions(model: CalibratedModel, p: np.ndarray) -> list[str]:
+    """The arg-max over the 16 entry-level categories, for a model whose classes are exactly those."""
+    if tuple(model.class_names) != IMAGENET16_CLASSES:
+        raise UserError(
+            "readout 'imagenet16' needs a model on the 16 model-vs-human categories "
+            f"({', '.join(IMAGENET16_CLASSES)}); "
+            f"model {model.name!r} has {len(model.class_names)} classes ({', '.join(model.class_names[:5])}, ...): "
+            "import the ImageNet model with dataset=imagenet16:<path>, or use readout=own"
+        )
+    return own_classes(model, p)
+
+
+READOUTS: dict[str, Readout] = {"own": own_classes, "imagenet16": imagenet16_decisions}
 
 
 class DecisionsOptions(Options):

@@ -312,7 +312,7 @@ def analyze_ratings_consistency(study: Study, options: AnalysisOptions) -> Ratin
     """Error consistency from graded ratings: arg-max decisions (stated tie rule) of participants and models.
 
     Natural images: correct/incorrect against the true class. Controversial stimuli: Cohen's kappa
-    over the 10-way decisions, pooled and per condition (model pair) then averaged.
+    over the K-way decisions (K categories, 10 in the paper), pooled and per condition (model pair) then averaged.
     """
     names = tuple(study.participants) + tuple(study.models)
     is_human = np.array([True] * len(study.participants) + [False] * len(study.models))
@@ -343,7 +343,7 @@ def analyze_ratings_consistency(study: Study, options: AnalysisOptions) -> Ratin
         controversial_block = CategoricalConsistency(
             names=list(names),
             n_trials=int(controversial.sum()),
-            measure="Cohen's kappa over 10-way decisions",
+            measure=f"Cohen's kappa over {len(study.categories)}-way decisions",
             whole=KappaAggregate(_matrix(pooled), _group_means(pooled, is_human, names, options.bootstrap.ci_level)),
             per_condition=KappaAggregate(
                 _matrix(per_mean), _group_means(per_mean, is_human, names, options.bootstrap.ci_level)

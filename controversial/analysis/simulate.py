@@ -24,8 +24,11 @@ from controversial.options import Count, Options, ordered_range
 from controversial.records.names import natural_filename, stimulus_filename
 from controversial.records.responses import RATING_SCALE, write_human_ratings, write_model_responses
 
-CLASS_NAMES: dict[str, tuple[str, ...]] = {info.display_name: info.class_names for info in DATASETS.values()}
-_DATASET_KEYS = {info.display_name: name for name, info in DATASETS.items()}
+
+def _by_display_name() -> dict[str, str]:
+    """Display name -> dataset name of every dataset known now (built-in or registered), read when simulating so
+    that a dataset registered after import (an imported model's folder) can be simulated too."""
+    return {info.display_name: name for name, info in DATASETS.items()}
 
 
 @dataclass(frozen=True)
@@ -60,22 +63,23 @@ def simulate_models(
     """Models that share a consensus percept plus model-specific deviations, and PNAS-like stimuli:
     ``stimuli_per_pair`` controversial images per model pair (each class targeted twice per side
     when 20) where model A sees class a and not b and model B the reverse, plus natural images."""
-    if dataset not in CLASS_NAMES:
-        raise UserError(f"unknown dataset {dataset!r}; allowed: {', '.join(CLASS_NAMES)}")
-    categories = CLASS_NAMES[dataset]
+    known = _by_display_name()
+    if dataset not in known:
+        raise UserError(f"unknown dataset {dataset!r}; allowed: {', '.join(known)}")
+    categories = DATASETS[known[dataset]].class_names
     K = len(categories)
     rng = np.random.default_rng(seed)
     names = tuple(f"{prefix}{m + 1}" for m in range(n_models))
     stimuli: list[Stimulus] = []
     for c in range(K):
         for i in range(natural_per_class):
-            image = natural_filename(_DATASET_KEYS[dataset], c * natural_per_class + i, categories[c])
+            image = natural_filename(known[dataset], c * natural_per_class + i, categories[c])
             stimuli.append(Stimulus(image, None, None, categories[c]))
     targets: list[tuple[int, int, int, int]] = []
     for A, B in combinations(range(n_models), 2):
         for j in range(stimuli_per_pair):
             a = j % K
-            b = (a + 1 + 4 * ((j // K) % 2)) % K
+            b = (a + ((1 + 4 * ((j // K) % 2)) % K or 1)) % K  # b = a+1 or a+5 (a+1 where a+5 is a)
             image = stimulus_filename(names[A], categories[a], names[B], categories[b], j)
             stimuli.append(Stimulus(image, (names[A], names[B]), (categories[a], categories[b]), None))
             targets.append((A, a, B, b))
@@ -315,7 +319,10 @@ class NoiseOptions(Options):
 
 class SimulatedModelsOptions(Options):
     n_models: int = Field(9, ge=2, description="simulated models")
-    dataset: str = Field("MNIST", description="class names of the simulated stimuli: MNIST | CIFAR10")
+    dataset: str = Field(
+        "MNIST",
+        description="class names of the simulated stimuli: MNIST | CIFAR10 | a registered dataset's display name",
+    )
     stimuli_per_pair: Count = Field(20, description="controversial stimuli per model pair")
     natural_per_class: int = Field(10, ge=0, description="natural images per class")
 

@@ -42,28 +42,29 @@ def build_candidates(
     sources: Sequence[str] = ("synthetic",),
     seed: int = 0,
     seeds_per_cell: int = 1,
+    class_names: Sequence[str] | None = None,
 ) -> Candidates:
     """Every accepted cell's ``seeds_per_cell`` most controversial seeds, plus ``natural_per_class`` random test
-    images per class."""
+    images per class; ``class_names``: the classes the runs recorded (default: the registered dataset's)."""
     cells = best_per_cell(stimuli, sources, seeds_per_cell)
     if not cells:
         raise SelectionError(f"no accepted stimuli with source in {list(sources)} in the sweep")
     datasets = sorted({s.row.dataset for s in cells})
     if len(datasets) > 1:
         raise SelectionError(f"the sweep mixes datasets {datasets}; design one study per dataset")
-    info = dataset_info(datasets[0])
+    names_of = tuple(dataset_info(datasets[0]).class_names if class_names is None else class_names)
     test_images, test_labels = test_set
-    natural = select_natural(test_labels, natural_per_class, len(info.class_names), np.random.default_rng(seed))
+    natural = select_natural(test_labels, natural_per_class, len(names_of), np.random.default_rng(seed))
     pixels = [png_to_uint8(s.image_path.read_bytes()) for s in cells]
     pixels = [p[None] if p.ndim == 2 else np.transpose(p, (2, 0, 1)) for p in pixels]
     images = np.concatenate([np.stack(pixels), np.asarray(test_images)[natural]]).astype(np.float32) / 255.0
     names = tuple(s.image_path.name for s in cells) + tuple(
-        natural_filename(datasets[0], i, info.class_names[int(test_labels[i])]) for i in natural
+        natural_filename(datasets[0], i, names_of[int(test_labels[i])]) for i in natural
     )
     conditions = tuple("|".join(s.pair) for s in cells) + (NATURAL,) * len(natural)
     targets = np.array([[s.row.class_a, s.row.class_b] for s in cells] + [[-1, -1]] * len(natural), dtype=np.int64)
     true_class = np.array([-1] * len(cells) + [int(test_labels[i]) for i in natural], dtype=np.int64)
-    pool = Pool(conditions, targets, true_class, len(info.class_names))
+    pool = Pool(conditions, targets, true_class, len(names_of))
     return Candidates(datasets[0], tuple(cells), tuple(natural), names, images, pool)
 
 

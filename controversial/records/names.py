@@ -9,14 +9,17 @@ Scheme ``pnas2020`` (the release, both experiments; see ``docs/analysis.md``):
   - Exp. 2 ``<handle_1>_<class_1>_vs_<handle_2>_<class_2>.png``;
   - natural ``MNIST_<index>_<class>.png`` and ``CIFAR_10_test_<index>_<CIFAR-10 test index>_<class>.png``;
   - any of them with ``_repeated`` before ``.png``: a repeated presentation of the same image.
-Model names may contain underscores, so classes must be categories of a known dataset and PNAS handles
-must be known handles; anything else is an error naming the file and the accepted patterns, never a guess.
+Model names may contain underscores, so classes must be categories of a known dataset (a built-in or a
+registered one: ``datasets.register_dataset``; natural images are then ``<display name>_<index>_<class>.png``) and
+PNAS handles must be known handles; anything else is an error naming the file and the accepted patterns, never a
+guess.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
@@ -142,13 +145,13 @@ def _classes(dataset: str) -> str:
     return _alternatives(list(DATASETS[dataset].class_names))
 
 
-def _project_patterns() -> list[tuple[str, re.Pattern]]:
+def _project_patterns(datasets: tuple[tuple[str, str, tuple[str, ...]], ...]) -> list[tuple[str, re.Pattern]]:
     out = []
-    for dataset, info in DATASETS.items():
-        c = _classes(dataset)
+    for dataset, display_name, class_names in datasets:
+        c = _alternatives(list(class_names))
         pair = rf"(?P<model_a>.+)_(?P<class_a>{c})_vs_(?P<model_b>.+)_(?P<class_b>{c})"
         out.append((dataset, re.compile(rf"^{pair}_(?:seed(?P<seed>\d+)|natural(?P<index>\d+))$")))
-        out.append((dataset, re.compile(rf"^{re.escape(info.display_name)}_(?P<index>\d+)_(?P<true_class>{c})$")))
+        out.append((dataset, re.compile(rf"^{re.escape(display_name)}_(?P<index>\d+)_(?P<true_class>{c})$")))
     return out
 
 
@@ -172,7 +175,15 @@ def _pnas_patterns() -> list[tuple[str, re.Pattern]]:
     return out
 
 
-_PATTERNS = {"project": _project_patterns(), "pnas2020": _pnas_patterns()}
+@lru_cache(maxsize=8)
+def _patterns_of(datasets: tuple[tuple[str, str, tuple[str, ...]], ...]) -> dict[str, list[tuple[str, re.Pattern]]]:
+    return {"project": _project_patterns(datasets), "pnas2020": _pnas_patterns()}
+
+
+def _patterns() -> dict[str, list[tuple[str, re.Pattern]]]:
+    """The patterns of every dataset known now: registering one (an imported model's folder) adds its names."""
+    return _patterns_of(tuple((i.name, i.display_name, tuple(i.class_names)) for i in DATASETS.values()))
+
 
 ACCEPTED: dict[str, tuple[str, ...]] = {
     "project": (
@@ -196,18 +207,21 @@ def describe_scheme(scheme: str) -> str:
     extra = ""
     if scheme == "pnas2020":
         extra = "; handles: " + ", ".join(sorted({h for m in PNAS_MODELS.values() for h in m}))
-    return "; ".join(ACCEPTED[scheme]) + "; classes: the categories of MNIST (0-9) or CIFAR-10" + extra
+    others = [info.display_name for name, info in DATASETS.items() if name not in ("mnist", "cifar10")]
+    registered = f" or of {', '.join(others)}" if scheme == "project" and others else ""
+    return "; ".join(ACCEPTED[scheme]) + f"; classes: the categories of MNIST (0-9) or CIFAR-10{registered}" + extra
 
 
 def parse_name(filename: str, scheme: Scheme = "project", dataset: str | None = None) -> StimulusName:
     """Read a stimulus file name (directory part ignored). ``dataset`` restricts the classes and handles to
     one dataset's; a name no pattern reads is a ``StimulusNameError`` listing the accepted patterns."""
-    if scheme not in _PATTERNS:
+    patterns = _patterns()
+    if scheme not in patterns:
         raise UserError(f"unknown naming scheme {scheme!r}; allowed: {', '.join(SCHEMES)}")
     name = Path(filename).name
     stem, suffix = name[:-4], name[-4:]
     if suffix.lower() == ".png":
-        for data, pattern in _PATTERNS[scheme]:
+        for data, pattern in patterns[scheme]:
             match = pattern.match(stem) if dataset in (None, data) else None
             if match:
                 return _record(scheme, data, match.groupdict(), "_vs_" in stem)

@@ -85,8 +85,9 @@ def replication(subject: str) -> str:
 
 
 def natural_true_class(image: str, categories: Sequence[str]) -> str | None:
-    """True class of a natural test image from its name (either naming scheme, extension optional), or None
-    for a name that is not a natural image's. A natural-looking name without a usable class is an error,
+    """True class of a natural test image from its name (either naming scheme, extension optional; another
+    dataset's ``<display name>_<index>_<category>`` with one of ``categories``), or None for a name that is not a
+    natural image's. A natural-looking name without a usable class is an error,
     because the image would silently drop out of accuracy."""
     name = Path(image).name
     filename = name if name.lower().endswith(".png") else name + ".png"
@@ -103,6 +104,11 @@ def natural_true_class(image: str, categories: Sequence[str]) -> str | None:
                 f"natural image {image!r}: class {record.true_class!r} is not a category ({', '.join(categories)})"
             )
         return record.true_class
+    # a dataset not registered in this process (an imported model's folder): <display name>_<index>_<category>
+    words = "|".join(re.escape(c) for c in sorted(categories, key=len, reverse=True))
+    other = re.match(rf"^.+_\d+_({words})$", name[:-4] if name.lower().endswith(".png") else name) if words else None
+    if other:
+        return other.group(1)
     if name.startswith(_NATURAL_PREFIXES):
         raise InputError(
             f"natural image {image!r}: no class can be read from the name; accepted: "

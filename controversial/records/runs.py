@@ -10,17 +10,22 @@ interrupt, are read once: the newest manifest's row wins, and a note names the r
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from controversial.datasets import DatasetInfo, dataset_info
+from controversial.errors import UserError
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
 
 log = logging.getLogger(__name__)
 
 OVERVIEW_MARK = "acceptance.md"  # written by overview.py beside its combined manifest
+RUN_SETTINGS_NAME = "run_settings.json"  # beside a synthesize run's manifest: what determines its results
 
 
 def find_manifests(root: str | Path, exclude: str | Path | None = None) -> list[Path]:
@@ -82,3 +87,60 @@ def newest_rows(manifests: Sequence[Path]) -> tuple[list[tuple[Path, ManifestRow
     for note in notes:
         log.info(note)
     return out, notes
+
+
+@dataclass(frozen=True)
+class RunClasses:
+    """The classes of the runs under one folder, as the runs recorded them (no dataset lookup needed)."""
+
+    dataset: str
+    class_names: tuple[str, ...]  # every class of the dataset; a manifest's class index is a position here
+    synthesized: tuple[int, ...]  # the classes whose cells the recorded runs synthesized (``synthesis.classes``)
+    described: DatasetInfo | None = None  # a dataset that is not built in, as the runs recorded it (its source)
+
+
+def _recorded(manifest: Path) -> tuple[str, tuple[str, ...], tuple[int, ...] | None, DatasetInfo | None] | None:
+    """(dataset, class names, chosen classes or None for all, the dataset's description if not built in) from a
+    run's settings; None when it records none (a run made before the settings named the classes)."""
+    path = manifest.parent / RUN_SETTINGS_NAME
+    if not path.is_file():
+        return None
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise UserError(f"{path}: cannot read the run's settings ({error})") from None
+    if "class_names" not in settings or "dataset" not in settings:
+        return None
+    chosen = settings.get("synthesis", {}).get("classes")
+    described = DatasetInfo.from_dict(settings["dataset_info"]) if "dataset_info" in settings else None
+    return settings["dataset"], tuple(settings["class_names"]), None if chosen is None else tuple(chosen), described
+
+
+def run_classes(manifests: Sequence[Path], rows: Sequence[ManifestRow]) -> RunClasses:
+    """The classes of ``manifests`` (whose ``rows`` are given): the class names the runs recorded, else those of
+    the dataset the rows name (a built-in or a registered one); runs that disagree are an error. The classes
+    synthesized are the union of the runs' ``synthesis.classes`` (all classes for a run that chose none)."""
+    datasets = sorted({r.dataset for r in rows})
+    if len(datasets) > 1:
+        raise UserError(f"the runs mix datasets {datasets}; use the runs of one dataset")
+    found: dict[tuple[str, tuple[str, ...]], list[Path]] = defaultdict(list)
+    synthesized: set[int] = set()
+    described = None
+    for manifest in manifests:
+        recorded = _recorded(manifest)
+        if recorded is None:
+            continue
+        dataset, names, chosen, described = recorded[0], recorded[1], recorded[2], recorded[3] or described
+        found[dataset, names].append(manifest.parent)
+        synthesized.update(range(len(names)) if chosen is None else chosen)
+    if not found:  # runs recorded before the settings named their classes: the dataset's (a built-in)
+        if not datasets:
+            raise UserError(f"no manifest rows in {', '.join(str(m) for m in manifests[:3])}: no classes to read")
+        info = dataset_info(datasets[0])
+        found[info.name, info.class_names].append(Path("(the dataset's registered classes)"))
+        synthesized.update(range(len(info.class_names)))
+    if len(found) > 1:
+        listed = "; ".join(f"{d} {list(n)} in {runs[0]}" for (d, n), runs in found.items())
+        raise UserError(f"the runs record different class lists ({listed}); use runs of one dataset")
+    (dataset, names), _ = found.popitem()
+    return RunClasses(dataset, names, tuple(sorted(synthesized)), described)

@@ -6,7 +6,8 @@ tell a controversial stimulus from a natural image or which models it targets; o
 pixels), so the API shows every trial the same way.
 
 The consent and instruction texts are frozen into the bundle; an export refuses the repository's
-placeholder texts unless it is declared a pilot (``pilot=true``, recorded in ``study.json``).
+placeholder texts unless it is declared a pilot (``pilot=true``, recorded in ``study.json``). One blank is
+filled here instead: ``[duration]``, with the study's estimated length (``duration.py``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import io
 import logging
 import re
 import secrets
+import shutil
+import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Literal, Sequence
@@ -23,13 +26,15 @@ import numpy as np
 from PIL import Image
 from pydantic import Field, model_validator
 
-from controversial.datasets import dataset_info
+from controversial.datasets import DATASETS, dataset_info, register_dataset
 from controversial.errors import UserError
 from controversial.options import Options, Seed
 from controversial.records.names import natural_filename
+from controversial.records.runs import RunClasses
 from controversial.records.study import KeyEntry, TrialSpec
 from controversial.study.bundle import BundleError, StudySpec, write_bundle
 from controversial.study.display import DisplayOptions, attention_png, display_png, png_to_uint8
+from controversial.study.duration import BLANK, DurationEstimate, DurationOptions, estimate_duration, fill_duration
 from controversial.study.selection import (
     SelectionError,
     SweepStimulus,
@@ -37,13 +42,15 @@ from controversial.study.selection import (
     select_controversial,
     select_natural,
     select_repeats,
+    sweep_classes,
 )
 
 log = logging.getLogger(__name__)
 
 DEFAULT_WEB_SOURCE = Path(__file__).resolve().parents[2] / "human_study" / "src"
 TEXT_FILES = ("text/consent.html", "text/instructions.html")
-# The repository's template texts carry these: an editing note and [bracketed] blanks such as [duration].
+# The repository's template texts carry these: an editing note and [bracketed] blanks such as [contact]; the
+# [duration] blank is no placeholder: the export fills it with its estimate.
 PLACEHOLDER = re.compile(r"Edit this file|\[[A-Za-z][A-Za-z ,/_-]{0,40}\]")
 
 # (dataset name) -> (uint8 images (N,C,H,W), int labels (N,)) of the test split
@@ -69,13 +76,14 @@ class BundleOptions(Options):
     )
     web_source: str | None = Field(None, description="the experiment's HTML/JS/CSS; null: human_study/src")
     pilot: bool = Field(False, description="allow the placeholder consent/instruction texts; never for Prolific")
+    duration: DurationOptions = Field(default_factory=DurationOptions)
 
 
 class TrialCounts(Options):
     """How many trials of each kind a participant sees (defaults: the paper's, METHODS.md section 2)."""
 
     per_pair: int = Field(
-        20, ge=10, multiple_of=10, description="controversial stimuli per model pair (multiple of 10)"
+        20, ge=2, description="controversial stimuli per model pair (a multiple of the class count, 10 for MNIST)"
     )
     natural_per_class: int = Field(10, ge=0, description="natural test images per class")
     n_repeats: int = Field(42, ge=0, description="stimuli shown a second time (test-retest reliability)")
@@ -98,7 +106,8 @@ def placeholder_texts(web_source: str | Path) -> list[str]:
     for name in TEXT_FILES:
         path = Path(web_source) / name
         if path.is_file():
-            found += [f"{name}: {m.group(0)!r}" for m in PLACEHOLDER.finditer(path.read_text(encoding="utf-8"))]
+            text = path.read_text(encoding="utf-8")
+            found += [f"{name}: {m.group(0)!r}" for m in PLACEHOLDER.finditer(text) if m.group(0) != BLANK]
     return found
 
 
@@ -132,6 +141,15 @@ def _check_class_names(stimuli: Sequence[SweepStimulus], categories: Sequence[st
                 )
 
 
+def recorded_classes(sweep_dir: str | Path, stimuli: Sequence[SweepStimulus]) -> RunClasses:
+    """The classes the sweep's runs recorded; a dataset they describe that is not known here (an imported model's
+    image folder) is registered from that record, so its test images load by name."""
+    classes = sweep_classes(sweep_dir, stimuli)
+    if classes.described is not None and classes.dataset not in DATASETS:
+        register_dataset(classes.described)
+    return classes
+
+
 def check_web_texts(web_source: str | Path, pilot: bool) -> list[str]:
     """The placeholder texts left in ``web_source``; an error unless the export is a pilot."""
     placeholders = placeholder_texts(web_source)
@@ -156,15 +174,25 @@ def export_study(
     check_web_texts(web_source, settings.pilot)
     rng = np.random.default_rng(settings.seed)
     stimuli = collect_sweep(sweep_dir)
-    dataset = next((s.row.dataset for s in stimuli if s.row.accepted), None)
-    if dataset is None:
+    if not any(s.row.accepted for s in stimuli):
         raise SelectionError(f"no accepted stimuli under {sweep_dir}")
-    categories = dataset_info(dataset).class_names
-    chosen = select_controversial(stimuli, settings.per_pair, len(categories), settings.sources)
-    test_set = natural_loader(dataset)
-    natural = select_natural(test_set[1], settings.natural_per_class, len(categories), rng)
+    classes = recorded_classes(sweep_dir, stimuli)
+    chosen = select_controversial(stimuli, settings.per_pair, classes.synthesized, settings.sources)
+    test_set = natural_loader(classes.dataset)
+    natural = select_natural(test_set[1], settings.natural_per_class, classes.synthesized, rng)
     return write_selection(
-        sweep_dir, studies_dir, settings, dataset, chosen, natural, test_set, web_source, rng, provenance
+        sweep_dir,
+        studies_dir,
+        settings,
+        classes.dataset,
+        chosen,
+        natural,
+        test_set,
+        web_source,
+        rng,
+        provenance,
+        classes.class_names,
+        classes.synthesized,
     )
 
 
@@ -179,14 +207,17 @@ def write_selection(
     web_source: str | Path,
     rng: np.random.Generator,
     provenance: dict[str, Any] | None = None,
+    categories: Sequence[str] | None = None,
+    classes: Sequence[int] | None = None,
 ) -> Path:
     """Render and write a bundle for an already chosen set (the paper's selection or a design): controversial
-    stimuli, natural test-set indices; ``rng`` draws the practice images, repeats and attention checks."""
+    stimuli, natural test-set indices; ``rng`` draws the practice images, repeats and attention checks.
+    ``categories``: the class names participants rate (default: the registered dataset's), recorded in the bundle;
+    ``classes``: the class indices practice images are drawn from (default: all)."""
     placeholders = check_web_texts(web_source, settings.pilot)
     if placeholders:
         log.warning("pilot export with placeholder text (%s): do not publish it on Prolific", "; ".join(placeholders))
-    info = dataset_info(dataset)
-    categories = info.class_names
+    categories = tuple(dataset_info(dataset).class_names if categories is None else categories)
     _check_class_names(chosen, categories)
     invert = settings.display.invert_mnist and dataset == "mnist"
     test_images, test_labels = test_set
@@ -219,7 +250,8 @@ def write_selection(
         originals[stim.image_path.name] = stim.image_path.read_bytes()
         images[stimulus_id] = render(png_to_uint8(originals[stim.image_path.name]))
 
-    demo_pool = select_natural(test_labels, 1, len(categories), rng, exclude=natural)
+    demo_classes = range(len(categories)) if classes is None else classes
+    demo_pool = select_natural(test_labels, 1, demo_classes, rng, exclude=natural)
     demos = [int(i) for i in rng.choice(demo_pool, size=min(settings.n_demo, len(demo_pool)), replace=False)]
     for kind, indices in (("natural", natural), ("demo", demos)):
         for index in indices:
@@ -248,13 +280,14 @@ def write_selection(
         images[stimulus_id] = attention_png(
             settings.attention_prompt.format(category=categories[int(cls)]),
             settings.display.size,
-            colour=info.image_shape[0] == 3,
+            colour=np.asarray(test_images).shape[1] == 3,  # (N, C, H, W): attention checks match the stimuli
         )
 
     trials = [TrialSpec(sid, "stimulus", 0) for sid in rated]
     trials += [TrialSpec(sid, "stimulus", 1) for sid in repeats]
     trials += [TrialSpec(e.stimulus_id, "attention", 0) for e in key if e.kind == "attention"]
     trials += [TrialSpec(e.stimulus_id, "demo", 0) for e in key if e.kind == "demo"]
+    estimate = study_duration(settings.duration, len(trials), web_source)
     spec = StudySpec(
         name=settings.name,
         dataset=dataset,
@@ -276,6 +309,39 @@ def write_selection(
                 "attention": settings.n_attention,
                 "demo": len(demos),
             },
+            "duration": {
+                "minutes": estimate.minutes,
+                "seconds_per_trial": estimate.seconds_per_trial,
+                "source": estimate.source,
+            },
         },
     )
-    return write_bundle(studies_dir, spec, trials, key, images, originals, web_source)
+    with tempfile.TemporaryDirectory() as scratch:
+        return write_bundle(
+            studies_dir, spec, trials, key, images, originals, filled_web_source(web_source, estimate, scratch)
+        )
+
+
+def study_duration(options: DurationOptions, trials: int, web_source: str | Path) -> DurationEstimate:
+    """The estimate for ``trials`` trials (practice included) and the web source's texts; logged, with a one-
+    paragraph warning when it is longer than ``options.max_minutes``."""
+    texts = [(Path(web_source) / n).read_text(encoding="utf-8") for n in TEXT_FILES if (Path(web_source) / n).is_file()]
+    estimate = estimate_duration(options, trials, texts)
+    log.info("%s", estimate.summary())
+    if not any(BLANK in text for text in texts):
+        log.info("the consent text has no %s blank: check that it states about %d minutes", BLANK, estimate.minutes)
+    for warning in (estimate.doubt, estimate.warning(options.max_minutes)):
+        if warning:
+            log.warning("%s", warning)
+    return estimate
+
+
+def filled_web_source(web_source: str | Path, estimate: DurationEstimate, scratch: str | Path) -> Path:
+    """A copy of ``web_source`` under ``scratch`` whose texts have ``[duration]`` filled in."""
+    filled = Path(scratch) / "web"
+    shutil.copytree(web_source, filled)
+    for name in TEXT_FILES:
+        if (filled / name).is_file():
+            text = (filled / name).read_text(encoding="utf-8")
+            (filled / name).write_text(fill_duration(text, estimate), encoding="utf-8")
+    return filled

@@ -34,9 +34,10 @@ log = logging.getLogger(__name__)
 SERVER_ERROR = "internal server error; your earlier answers are saved, please retry"
 _SESSION_PATH = re.compile(r"(/api/sessions/)[^/?\s\"]+")
 
-# The page loads only its own scripts, styles and images and talks only to its own origin. jsPsych's
-# instructions and preload plugins write a few cosmetic style="" attributes, which this policy blocks;
-# human_study/src/style.css restores them, so no 'unsafe-inline' is needed.
+# The page loads only its own scripts, styles and images and talks only to its own origin. No inline style
+# either: the pages style elements through classes in human_study/src/style.css or through the CSSOM
+# (element.style.x = ..., which style-src does not govern), and use no jsPsych plugin in a way that writes a
+# style="" attribute (experiment.js); tests/study/test_browser_csp.py visits every page and counts violations.
 CONTENT_SECURITY_POLICY = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "connect-src 'self'; font-src 'self' data:; base-uri 'none'; form-action 'none'; "

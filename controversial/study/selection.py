@@ -1,8 +1,8 @@
 """Which stimuli go into a study: balanced controversial stimuli per model pair, natural images, repeats.
 
 The paper's balance (METHODS.md section 2): within each model pair, every class is model A's target
-exactly N/10 times and model B's target exactly N/10 times. Among the accepted stimuli, the set with
-the largest total controversiality under those marginal counts is an integer linear programme,
+exactly N/K times and model B's target exactly N/K times (K classes, 10 in the paper). Among the accepted
+stimuli, the set with the largest total controversiality under those marginal counts is an integer linear programme,
 solved here with scipy's MILP solver (HiGHS).
 """
 
@@ -20,7 +20,7 @@ from scipy.sparse import lil_matrix
 
 from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow
-from controversial.records.runs import find_manifests, newest_rows
+from controversial.records.runs import RunClasses, find_manifests, newest_rows, run_classes
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,16 @@ def collect_sweep(sweep_dir: str | Path) -> list[SweepStimulus]:
     ]
     log.info("read %d distinct attempts from %d manifests under %s", len(stimuli), len(manifests), sweep_dir)
     return stimuli
+
+
+def sweep_classes(sweep_dir: str | Path, stimuli: Sequence[SweepStimulus]) -> RunClasses:
+    """The class names the runs under ``sweep_dir`` recorded, and the classes they synthesized, so a study of a
+    dataset that is not registered here (an imported model's image folder) still knows its categories."""
+    try:
+        manifests = find_manifests(sweep_dir)
+    except FileNotFoundError as error:
+        raise SelectionError(str(error)) from None
+    return run_classes(manifests, [s.row for s in stimuli])
 
 
 def _eligible(stimuli: Iterable[SweepStimulus], sources: Sequence[str]) -> list[SweepStimulus]:
@@ -121,13 +131,14 @@ def _solve_pair(
     pair: tuple[str, str],
     cells: dict[tuple[int, int], SweepStimulus],
     per_class: int,
-    n_classes: int,
+    classes: Sequence[int],
     class_name: dict[int, str],
 ) -> list[SweepStimulus]:
     """Maximise summed hard controversiality with each class exactly ``per_class`` times per role."""
     first, second = pair
+    cells = {cell: stim for cell, stim in cells.items() if cell[0] in classes and cell[1] in classes}
     for model, axis in ((first, 0), (second, 1)):
-        for cls in range(n_classes):
+        for cls in classes:
             available = sum(1 for cell in cells if cell[axis] == cls)
             if available < per_class:
                 raise SelectionError(
@@ -137,13 +148,13 @@ def _solve_pair(
                 )
     keys = sorted(cells)
     try:
-        picked = balanced_cells(keys, np.array([cells[k].row.hard_score for k in keys]), per_class, n_classes)
+        picked = balanced_cells(keys, np.array([cells[k].row.hard_score for k in keys]), per_class, classes)
     except SelectionError as error:
-        counts_first = {cls: sum(1 for c in cells if c[0] == cls) for cls in range(n_classes)}
-        counts_second = {cls: sum(1 for c in cells if c[1] == cls) for cls in range(n_classes)}
-        scarce = sorted(range(n_classes), key=lambda c: min(counts_first[c], counts_second[c]))[:3]
+        counts_first = {cls: sum(1 for c in cells if c[0] == cls) for cls in classes}
+        counts_second = {cls: sum(1 for c in cells if c[1] == cls) for cls in classes}
+        scarce = sorted(classes, key=lambda c: min(counts_first[c], counts_second[c]))[:3]
         raise SelectionError(
-            f"pair {first} vs {second}: no balanced selection of {per_class * n_classes} stimuli exists "
+            f"pair {first} vs {second}: no balanced selection of {per_class * len(classes)} stimuli exists "
             f"({error}); the scarcest classes are "
             + ", ".join(
                 f"'{class_name.get(c, c)}' ({counts_first[c]} as {first}'s target, {counts_second[c]} as {second}'s)"
@@ -162,14 +173,23 @@ def _solve_pair(
     return chosen
 
 
-def balanced_cells(cells: Sequence[tuple[int, int]], scores: np.ndarray, per_class: int, n_classes: int) -> np.ndarray:
+def _class_list(classes: int | Sequence[int]) -> list[int]:
+    """A class count K (classes 0..K-1) or the class indices themselves, as a list of indices."""
+    return list(range(classes)) if isinstance(classes, int) else list(classes)
+
+
+def balanced_cells(
+    cells: Sequence[tuple[int, int]], scores: np.ndarray, per_class: int, classes: int | Sequence[int]
+) -> np.ndarray:
     """The paper's selection within one model pair: indices of the ``cells`` (first model's target, second's) with the
-    largest summed ``scores`` such that every class is each model's target exactly ``per_class`` times (an integer
-    linear programme, HiGHS). Raises SelectionError with the solver's message when no such set exists."""
-    constraints = lil_matrix((2 * n_classes, len(cells)))
+    largest summed ``scores`` such that every class (of a count K, or of the given indices) is each model's target
+    exactly ``per_class`` times (an integer linear programme, HiGHS). Raises SelectionError with the solver's message
+    when no such set exists."""
+    row_of = {cls: row for row, cls in enumerate(_class_list(classes))}
+    constraints = lil_matrix((2 * len(row_of), len(cells)))
     for column, (cls_first, cls_second) in enumerate(cells):
-        constraints[cls_first, column] = 1
-        constraints[n_classes + cls_second, column] = 1
+        constraints[row_of[cls_first], column] = 1
+        constraints[len(row_of) + row_of[cls_second], column] = 1
     result = milp(
         c=-np.asarray(scores, dtype=np.float64),
         constraints=LinearConstraint(constraints.tocsr(), per_class, per_class),
@@ -184,10 +204,13 @@ def balanced_cells(cells: Sequence[tuple[int, int]], scores: np.ndarray, per_cla
 def select_controversial(
     stimuli: Sequence[SweepStimulus],
     per_pair: int = 20,
-    n_classes: int = 10,
+    classes: int | Sequence[int] = 10,
     sources: Sequence[str] = ("synthetic",),
 ) -> list[SweepStimulus]:
-    """Balanced, maximally controversial ``per_pair`` stimuli for every model pair in the sweep."""
+    """Balanced, maximally controversial ``per_pair`` stimuli for every model pair in the sweep, over ``classes``
+    (a class count K, or the indices of the classes synthesized, e.g. a run's ``synthesis.classes``)."""
+    chosen_classes = _class_list(classes)
+    n_classes = len(chosen_classes)
     if per_pair <= 0 or per_pair % n_classes:
         raise SelectionError(f"per_pair={per_pair}: must be a positive multiple of {n_classes} (one share per class)")
     if per_pair > n_classes * (n_classes - 1):
@@ -204,18 +227,23 @@ def select_controversial(
     by_pair = _by_pair(eligible)
     chosen: list[SweepStimulus] = []
     for pair in sorted(by_pair):
-        chosen.extend(_solve_pair(pair, _best_per_cell(by_pair[pair]), per_pair // n_classes, n_classes, names))
+        chosen.extend(_solve_pair(pair, _best_per_cell(by_pair[pair]), per_pair // n_classes, chosen_classes, names))
     return chosen
 
 
 def select_natural(
-    labels: np.ndarray, per_class: int, n_classes: int, rng: np.random.Generator, exclude: Iterable[int] = ()
+    labels: np.ndarray,
+    per_class: int,
+    classes: int | Sequence[int],
+    rng: np.random.Generator,
+    exclude: Iterable[int] = (),
 ) -> list[int]:
-    """``per_class`` random test-set indices per class (sorted), skipping ``exclude``."""
+    """``per_class`` random test-set indices per class (of a count K, or of the given indices; sorted), skipping
+    ``exclude``."""
     labels = np.asarray(labels)
     excluded = set(int(i) for i in exclude)
     chosen: list[int] = []
-    for cls in range(n_classes):
+    for cls in _class_list(classes):
         pool = np.array([i for i in np.flatnonzero(labels == cls) if int(i) not in excluded], dtype=np.int64)
         if len(pool) < per_class:
             raise SelectionError(f"natural images: class {cls} has only {len(pool)} test images, {per_class} needed")

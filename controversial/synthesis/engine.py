@@ -368,15 +368,25 @@ def _compact(
     return kept, compacted
 
 
-def ordered_class_pairs(n_classes: int = 10) -> list[tuple[int, int]]:
-    """All (a, b) with a != b: the 90 cells of a model pair's matrix."""
-    return [(a, b) for a in range(n_classes) for b in range(n_classes) if a != b]
+def ordered_class_pairs(classes: int | Sequence[int] = 10) -> list[tuple[int, int]]:
+    """All (a, b) with a != b among ``classes`` (a count K: 0..K-1, or the chosen class indices): the
+    K x (K-1) cells of a model pair's matrix, 90 for ten classes."""
+    indices = range(classes) if isinstance(classes, int) else classes
+    return [(a, b) for a in indices for b in indices if a != b]
 
 
 def noise_images(cells: Sequence[tuple[int, ...]], seeds: Sequence[int], shape: tuple[int, int, int]) -> torch.Tensor:
-    """Uniform noise, one generator per (cell, seed): an element's start does not depend on its batch."""
+    """Uniform noise, one generator per (cell, seed): an element's start does not depend on its batch.
+
+    A cell's generator key is its classes as digits (``a + 10 b``), as for every run of a 10-class dataset;
+    a cell with a class index of 10 or more takes a key of its own from 100 on (base-1000 digits), so cells of
+    datasets with up to 999 classes never share a start."""
     images = []
     for cell, seed in zip(cells, seeds):
-        key = seed * 1_000_003 + sum(c * 10**i for i, c in enumerate(cell))
+        if all(c < 10 for c in cell):
+            offset = sum(c * 10**i for i, c in enumerate(cell))
+        else:
+            offset = 100 + sum(c * 1000**i for i, c in enumerate(cell))
+        key = seed * 1_000_003 + offset
         images.append(torch.rand(shape, generator=torch.Generator().manual_seed(key)))
     return torch.stack(images)

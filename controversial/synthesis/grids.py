@@ -1,7 +1,8 @@
-"""Figures of stimuli: the 10x10 matrix of a model pair in the style of the paper's Fig. 3."""
+"""Figures of stimuli: the K x K matrix of a model pair in the style of the paper's Fig. 3."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -49,21 +50,24 @@ def plot_stimulus_grid(
     model_a: str,
     model_b: str,
     path: str | Path,
+    classes: Sequence[int] | None = None,
 ) -> None:
-    """Rows: model A's target class; columns: model B's. Failed cells are crossed out in red."""
-    n = len(class_names)
+    """Rows: model A's target class; columns: model B's. Failed cells are crossed out in red. ``classes``: the
+    class indices shown (a run of ``synthesis.classes``), default every class of ``class_names``."""
+    shown = list(range(len(class_names)) if classes is None else classes)
+    n = len(shown)
     figure, axes = image_matrix(n, n)
-    for a in range(n):
-        for b in range(n):
-            axis = axes[a, b]
+    for row, a in enumerate(shown):
+        for column, b in enumerate(shown):
+            axis = axes[row, column]
             if (a, b) in images:
                 show_image(axis, images[(a, b)])
                 if not accepted.get((a, b), False):
                     axis.plot([0, 1], [0, 1], color="red", lw=1, transform=axis.transAxes)
                     axis.plot([0, 1], [1, 0], color="red", lw=1, transform=axis.transAxes)
-            if b == 0:
+            if column == 0:
                 axis.set_ylabel(class_names[a], rotation=0, ha="right", va="center", fontsize=7)
-            if a == n - 1:
+            if row == n - 1:
                 axis.set_xlabel(class_names[b], fontsize=7)
     figure.supylabel(f"{model_a} target (class a)")
     figure.supxlabel(f"{model_b} target (class b)")

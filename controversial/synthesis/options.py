@@ -81,6 +81,12 @@ class SynthesisOptions(Options):
     )
     fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
     jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")
+    classes: list[int | str] | None = Field(
+        None,
+        min_length=2,
+        description="synthesize only the cells among these classes (the dataset's class names or indices, at "
+        "least 2: |S| x (|S|-1) cells); null: every class",
+    )
     precision: Literal["fp32", "bf16", "auto"] = Field(
         "fp32",
         description="fp32 | bf16 (the models' forward/backward in the steps under bfloat16 autocast; families "
@@ -97,6 +103,30 @@ class SynthesisOptions(Options):
     @classmethod
     def _known_parametrization(cls, value: str) -> str:
         return PARAMETRIZATIONS.check(value)
+
+
+def chosen_classes(classes: list[int | str] | None, class_names: tuple[str, ...]) -> tuple[int, ...]:
+    """The class indices ``synthesis.classes`` names, in the dataset's order (every class when null).
+
+    An entry is a class name, else an index; the indices in manifests stay the dataset's, so a subset's
+    cells are the same cells (and the same noise starts) as in a run of every class."""
+    if classes is None:
+        return tuple(range(len(class_names)))
+    allowed = f"the dataset's class names ({', '.join(class_names)}) or indices 0..{len(class_names) - 1}"
+    chosen: list[int] = []
+    for entry in classes:
+        if str(entry) in class_names:
+            index = class_names.index(str(entry))
+        elif isinstance(entry, int) and 0 <= entry < len(class_names):
+            index = entry
+        else:
+            raise UserError(f"synthesis.classes: {entry!r} is not a class of this dataset; allowed: {allowed}")
+        if index in chosen:
+            raise UserError(f"synthesis.classes: class {class_names[index]!r} is listed twice")
+        chosen.append(index)
+    if len(chosen) < 2:
+        raise UserError(f"synthesis.classes: at least 2 classes are needed for a cell; allowed: {allowed}")
+    return tuple(sorted(chosen))
 
 
 OptimizerFactory = Callable[[list["torch.Tensor"]], "torch.optim.Optimizer"]

@@ -28,13 +28,14 @@ from controversial.datasets import DatasetInfo
 from controversial.errors import UserError
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
 from controversial.records.names import stimulus_filename
+from controversial.records.runs import RUN_SETTINGS_NAME
 from controversial.synthesis.engine import BatchResult
 from controversial.synthesis.stimuli import save_png
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
-SETTINGS_NAME = "run_settings.json"
+SETTINGS_NAME = RUN_SETTINGS_NAME
 
 Cell = tuple[int, int]  # (class_a, class_b): one entry of a model pair's class-by-class matrix
 
@@ -71,7 +72,11 @@ ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {
     "stall_gain": 0.01,
     "stall_on": "hard",
     "objective": "lse",
+    "classes": None,
 }
+# Run settings added after runs were recorded; they follow from the checkpoints (hashed), so a run recorded
+# without them resumes as if it had recorded the current values.
+ADDED_RUN_KEYS = ("dataset", "class_names", "dataset_info")
 
 
 def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
@@ -90,6 +95,9 @@ def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
         for key, value in ADDED_SYNTHESIS_DEFAULTS.items():  # recorded before the key existed: it had this value
             if key in current.get("synthesis", {}) and key not in synthesis:
                 synthesis[key] = value
+        for key in ADDED_RUN_KEYS:
+            if key in current and key not in previous:
+                previous[key] = current[key]
         if previous != current:
             changed = sorted(k for k in previous.keys() | current.keys() if previous.get(k) != current.get(k))
             details = "; ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)

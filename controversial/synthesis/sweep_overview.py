@@ -204,7 +204,7 @@ def plot_pair_grids(rows: Sequence[ManifestRow], out_dir: Path) -> list[Path]:
     """Fig. 3 for every pair: ``fig3_<a>_vs_<b>.png``."""
     written = []
     class_names: dict[int, str] = {r.class_a: r.class_a_name for r in rows} | {r.class_b: r.class_b_name for r in rows}
-    names = tuple(class_names[k] for k in sorted(class_names))
+    names = tuple(class_names.get(k, str(k)) for k in range(max(class_names, default=-1) + 1))
     for (a, b), cells in _best_by_cell(rows).items():
         path = out_dir / f"fig3_{a}_vs_{b}.png"
         plot_stimulus_grid(
@@ -214,6 +214,7 @@ def plot_pair_grids(rows: Sequence[ManifestRow], out_dir: Path) -> list[Path]:
             a,
             b,
             path,
+            sorted(class_names),  # the classes the runs synthesized (all, or a chosen subset)
         )
         written.append(path)
     return written

@@ -33,6 +33,7 @@ from controversial.study.export import (
     BundleOptions,
     ExportOptions,
     check_web_texts,
+    recorded_classes,
     write_selection,
 )
 from controversial.study.selection import SelectionError, SweepStimulus, collect_sweep
@@ -160,14 +161,21 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
     web_source = Path(cfg.web_source) if cfg.web_source else DEFAULT_WEB_SOURCE
     check_web_texts(web_source, cfg.pilot)  # before any model runs
     stimuli = collect_sweep(cfg.sweep_dir)
-    dataset = next((s.row.dataset for s in stimuli if s.row.accepted), None)
-    if dataset is None:
+    if not any(s.row.accepted for s in stimuli):
         raise SelectionError(f"no accepted stimuli under {cfg.sweep_dir}")
+    classes = recorded_classes(cfg.sweep_dir, stimuli)
+    dataset = classes.dataset
     images, labels = load_uint8(dataset, "test", cfg.data.root, cfg.data.download)
     test_set = (images.numpy(), labels.numpy())
     budget, plan = cfg.budget, cfg.plan
     candidates = build_candidates(
-        stimuli, test_set, budget.natural_candidates_per_class, cfg.sources, cfg.seed, budget.seeds_per_cell
+        stimuli,
+        test_set,
+        budget.natural_candidates_per_class,
+        cfg.sources,
+        cfg.seed,
+        budget.seeds_per_cell,
+        classes.class_names,
     )
     models = [load_model(ref, dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
     names = [m.name for m in models]
@@ -286,6 +294,7 @@ def run(cfg: DesignStudySettings, invocation: Invocation) -> Path:
         web_source,
         np.random.default_rng(cfg.seed + batch),
         bundle_provenance(cfg, invocation, {"design": summary}),
+        classes.class_names,
     )
     print(
         f"batch {batch}: {len(chosen)} stimuli, weakest pairwise z {summary['weakest_z']:.2f} at {n} participants; "

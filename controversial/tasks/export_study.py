@@ -64,7 +64,7 @@ def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
     counts = bundle.spec.provenance["counts"]
     log.info(
         "study bundle %s: %d controversial + %d natural + %d repeats + %d attention checks = %d trials "
-        "per participant (+%d practice)",
+        "per participant (+%d practice), about %d min",
         path,
         counts["controversial"],
         counts["natural"],
@@ -72,6 +72,7 @@ def run(cfg: ExportStudySettings, invocation: Invocation) -> Path:
         counts["attention"],
         sum(t.kind != "demo" for t in bundle.trials),
         counts["demo"],
+        bundle.spec.provenance["duration"]["minutes"],
     )
     log.info("serve it with: python serve_study.py study_dir=%s completion_code=<CODE from Prolific>", path)
     return path

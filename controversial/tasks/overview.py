@@ -13,7 +13,7 @@ from controversial.atomic import atomic_write_text
 from controversial.errors import UserError
 from controversial.options import Options
 from controversial.progress import Progress
-from controversial.records.manifest import MANIFEST_NAME, write_manifest
+from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
 from controversial.synthesis import sweep_overview as overview
 from controversial.tasks import Invocation
 
@@ -24,8 +24,10 @@ class OverviewSettings(Options):
     sweep_dir: str = Field(description="a synthesis sweep folder (with <a>_vs_<b>/manifest.csv)")
     out_dir: str = Field(description="where the overview goes (default: <sweep_dir>/overview)")
     models: list[str] | None = Field(None, description="row/column order; default: the sweep's experiment list")
-    fig2_class_pairs: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]] = Field(
-        default_factory=lambda: [(7, 3)], description="class a (row model) and class b (column model) of each Fig. 2"
+    fig2_class_pairs: list[tuple[Annotated[int, Field(ge=0)], Annotated[int, Field(ge=0)]]] | None = Field(
+        None,
+        description="class a (row model) and class b (column model) of each Fig. 2; null: (7, 3) as in the paper, "
+        "or the sweep's first two classes where it has no classes 7 and 3",
     )
     progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
 
@@ -44,6 +46,21 @@ def _swept_models(sweep_dir: Path) -> list[str] | None:
     return None
 
 
+def _fig2_class_pairs(asked: list[tuple[int, int]] | None, rows: list[ManifestRow]) -> list[tuple[int, int]]:
+    """The class pairs of the Fig. 2 panels: those asked for, each of two different classes the sweep synthesized;
+    by default the paper's (7, 3), or the sweep's first two classes (another dataset, or ``synthesis.classes``)."""
+    present = sorted({r.class_a for r in rows} | {r.class_b for r in rows})
+    if asked is None:
+        return [(7, 3)] if {7, 3} <= set(present) else [(present[0], present[1])] if len(present) > 1 else []
+    for class_a, class_b in asked:
+        if class_a == class_b or class_a not in present or class_b not in present:
+            raise UserError(
+                f"fig2_class_pairs: [{class_a}, {class_b}] is not a pair of two different classes of the sweep "
+                f"(its classes: {', '.join(map(str, present))})"
+            )
+    return asked
+
+
 def run(cfg: OverviewSettings, invocation: Invocation) -> None:
     """The sweep's overview into ``cfg.out_dir`` (Hydra's run dir is set to it)."""
     sweep_dir, out_dir = Path(cfg.sweep_dir), Path(cfg.out_dir)
@@ -58,14 +75,9 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
     table = overview.acceptance_markdown(summaries, models)
     atomic_write_text(out_dir / "acceptance.md", table)
     overview.plot_acceptance_matrix(summaries, models, out_dir / "acceptance_matrix.png")
-    n_classes = len({r.class_a for r in rows})
-    for class_a, class_b in cfg.fig2_class_pairs:
-        if not (0 <= class_a < n_classes and 0 <= class_b < n_classes and class_a != class_b):
-            raise UserError(
-                f"fig2_class_pairs: [{class_a}, {class_b}] is not a pair of two different classes in 0..{n_classes - 1}"
-            )
-    with Progress(len(cfg.fig2_class_pairs), "fig. 2", cfg.progress) as bar:
-        for class_a, class_b in cfg.fig2_class_pairs:
+    fig2 = _fig2_class_pairs(cfg.fig2_class_pairs, rows)
+    with Progress(len(fig2), "fig. 2", cfg.progress) as bar:
+        for class_a, class_b in fig2:
             overview.plot_class_pair_matrix(
                 rows, models, class_a, class_b, out_dir, out_dir / f"fig2_{class_a}_{class_b}.png"
             )
@@ -73,8 +85,9 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
     overview.plot_pair_grids(rows, out_dir)
     accepted = sum(s.n_accepted for s in summaries.values())
     cells = sum(s.n_cells for s in summaries.values())
+    pairs = f"{len(summaries)} model pair{'' if len(summaries) == 1 else 's'}"
     print(
-        f"{len(summaries)} model pairs, {accepted}/{cells} cells accepted ({100 * accepted / max(cells, 1):.1f}%), "
+        f"{pairs}, {accepted}/{cells} cells accepted ({100 * accepted / max(cells, 1):.1f}%), "
         f"{len(rows)} rows -> {out_dir}"
     )
     print(table, end="")

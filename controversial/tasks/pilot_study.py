@@ -59,10 +59,12 @@ def run(cfg: PilotStudySettings, invocation: Invocation) -> AnalysisResults:
     names = list(cfg.models or targeted)
     if cfg.rater not in names:
         raise UserError(f"rater={cfg.rater}: not among the models evaluated ({', '.join(names)}); pick one of them")
+    # the models first: a checkpoint of an imported model registers its dataset, whose class names the
+    # stimuli's file names hold
+    models = [load_model(m, cfg.dataset or bundle.spec.dataset, cfg.models_dir, cfg.data.root) for m in names]
     stimuli = stimuli_from_folder(bundle.root / STIMULI_DIR)
     recorded = recorded_inversion(bundle.root / STIMULI_DIR)
     invert: Inversion = "auto" if recorded is None else ("true" if recorded else "false")
-    models = [load_model(m, cfg.dataset or bundle.spec.dataset, cfg.models_dir, cfg.data.root) for m in names]
     probabilities, _ = write_responses(out / "model_responses.csv", models, stimuli, cfg.batch_size, invert)
     print(f"{len(models)} models x {len(stimuli)} images -> {out / 'model_responses.csv'}")
 

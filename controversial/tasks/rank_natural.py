@@ -1,18 +1,20 @@
 """``python rank_natural.py model_a=A model_b=B top_k=1``: the most controversial test images per cell.
 
-Writes the PNGs and a ``manifest.csv`` in the synthesis format (``source=natural``,
-``init=natural:<test index>``, ``seed`` = rank within the cell), so a study can mix them with
-synthetic stimuli.
+Writes the PNGs, a ``run_settings.json`` naming the dataset's classes, and a ``manifest.csv`` in the
+synthesis format (``source=natural``, ``init=natural:<test index>``, ``seed`` = rank within the cell), so a
+study can mix them with synthetic stimuli.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from controversial.atomic import atomic_write_text
 from controversial.config import ModelOptions, check_pair
 from controversial.data import load_uint8
 from controversial.datasets import DataOptions, dataset_info
@@ -20,6 +22,7 @@ from controversial.options import DEVICE_PATTERN, Count, Options, Probability
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
 from controversial.records.names import natural_controversial_filename
+from controversial.records.runs import RUN_SETTINGS_NAME
 from controversial.synthesis.engine import ordered_class_pairs
 from controversial.synthesis.natural import calibrated_logits, top_natural
 from controversial.synthesis.stimuli import save_png
@@ -102,6 +105,11 @@ def run(cfg: RankNaturalSettings, invocation: Invocation) -> list[ManifestRow]:
             )
         )
     write_manifest(out_dir / MANIFEST_NAME, rows)
+    # the classes, for export (records.runs) where the dataset may not be registered
+    classes: dict[str, Any] = {"dataset": info.name, "class_names": list(info.class_names)}
+    if info.source:
+        classes["dataset_info"] = info.to_dict()
+    atomic_write_text(out_dir / RUN_SETTINGS_NAME, json.dumps(classes, indent=2, sort_keys=True) + "\n")
     best = [max(r.hard_score for r in rows if (r.class_a, r.class_b) == c) for c in cells]
     n_reaching = sum(score >= cfg.threshold for score in best)
     summary = (

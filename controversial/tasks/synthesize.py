@@ -1,4 +1,5 @@
-"""``python synthesize.py model_a=A model_b=B``: the full 90-cell matrix of a model pair.
+"""``python synthesize.py model_a=A model_b=B``: the full K x (K-1) matrix of a model pair (90 cells for ten
+classes), or the cells among ``synthesis.classes``.
 
 Cells that fail (hard score of the 8-bit image below the threshold, or a non-finite score) are
 retried with new seeds, all failed cells of an attempt in one batch, until ``max_attempts``; with
@@ -41,7 +42,7 @@ from controversial.synthesis.engine import (
     synthesize_batch,
 )
 from controversial.synthesis.grids import plot_stimulus_grid
-from controversial.synthesis.options import OptimizerOptions, SynthesisOptions
+from controversial.synthesis.options import OptimizerOptions, SynthesisOptions, chosen_classes
 from controversial.synthesis.runstate import Element, manifest_row
 from controversial.synthesis.stimuli import load_png
 from controversial.tasks import Invocation
@@ -80,6 +81,7 @@ class SynthesizeSettings(Options):
     @model_validator(mode="after")
     def _a_pair(self) -> SynthesizeSettings:
         check_pair(self.model_a, self.model_b)
+        chosen_classes(self.synthesis.classes, dataset_info(self.model_a.dataset).class_names)  # names checked early
         return self
 
     @property
@@ -99,8 +101,22 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _classes(cfg: SynthesizeSettings) -> tuple[int, ...]:
+    """The class indices whose cells this run synthesizes (``synthesis.classes``, else every class)."""
+    return chosen_classes(cfg.synthesis.classes, dataset_info(cfg.model_a.dataset).class_names)
+
+
+def _cells(cfg: SynthesizeSettings) -> list[tuple[int, int]]:
+    return ordered_class_pairs(_classes(cfg))
+
+
 def result_settings(cfg: SynthesizeSettings) -> dict:
-    """What determines a run dir's results; a resumed run must match it (max_attempts may grow)."""
+    """What determines a run dir's results; a resumed run must match it (max_attempts may grow).
+
+    It also records the dataset's class names (and ``synthesis.classes`` as indices), so every later stage
+    reads a run's classes from here, without the dataset being registered where it runs."""
+    info = dataset_info(cfg.model_a.dataset)
+    classes = _classes(cfg)
     return {
         "model_a": cfg.model_a.name,
         "model_b": cfg.model_b.name,
@@ -109,8 +125,14 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
         "seed": cfg.seed,
         "seeds_per_cell": cfg.seeds_per_cell,
         "init": cfg.start,
-        "synthesis": cfg.synthesis.model_dump(),
+        "synthesis": {
+            **cfg.synthesis.model_dump(),
+            "classes": None if len(classes) == len(info.class_names) else list(classes),
+        },
         "optimizer": cfg.optimizer.model_dump(by_alias=True),
+        "dataset": info.name,
+        "class_names": list(info.class_names),
+        **({"dataset_info": info.to_dict()} if info.source else {}),  # a folder: where export finds its images
     }
 
 
@@ -207,7 +229,7 @@ def _interrupted(cfg: SynthesizeSettings, invocation: Invocation, forgotten: boo
     if forgotten or not manifest.is_file():
         return f"interrupted: nothing had finished, so no folder was kept; {again}"
     rows = read_manifest(manifest)
-    cells = len(ordered_class_pairs(len(dataset_info(cfg.model_a.dataset).class_names)))
+    cells = len(_cells(cfg))
     accepted = len({r.cell for r in rows if r.accepted})
     return f"interrupted: kept {accepted}/{cells} cells accepted ({len(rows)} attempts) in {manifest}; {again}"
 
@@ -251,8 +273,7 @@ def _synthesize_pair(
     tracker: Tracker,
 ) -> list[ManifestRow]:
     """Every attempt the run still needs, then the grid and the summary line."""
-    info = dataset_info(cfg.model_a.dataset)
-    pairs = ordered_class_pairs(len(info.class_names))
+    pairs = _cells(cfg)
     start = time.perf_counter()
     if rows:
         log.info(
@@ -442,6 +463,7 @@ def _finish(
             name_a,
             name_b,
             grid_path,
+            _classes(cfg),
         )
     accepted_cells = {(r.class_a, r.class_b) for r in rows if r.accepted}
     best_scores = [max(r.hard_score for r in rows if r.cell == p) for p in pairs]

@@ -29,15 +29,32 @@ def list_checkpoints(models_dir: str | Path | None = None) -> dict[str, list[Pat
 def load_model(
     name_or_path: str, dataset: str | None = None, models_dir: str | Path | None = None, data_root: str | None = None
 ) -> CalibratedModel:
-    """Load by checkpoint path, or by model name (plus dataset when the name exists for several)."""
+    """Load by checkpoint path, or by model name (plus dataset when the name exists for several).
+
+    A name is looked up in ``models_dir`` when given, then in the repository's models/ and the folders of
+    $CONTROVERSIAL_MODELS_DIR (imported models), the first folder that has it winning.
+    """
+    from controversial.config import models_dirs
+
     as_path = Path(name_or_path)
     if as_path.suffix == ".pt" or as_path.is_file():
         return load_checkpoint(as_path, data_root)
-    available = list_checkpoints(models_dir)
-    candidates = [p for p in available.get(name_or_path, []) if dataset is None or p.parent.name == dataset]
+    folders = list(dict.fromkeys(Path(d).resolve() for d in [*([models_dir] if models_dir else []), *models_dirs()]))
+    found: dict[str, Path] = {}  # dataset -> the first folder's checkpoint of this name
+    known: list[str] = []
+    for folder in folders:
+        for name, paths in list_checkpoints(folder).items():
+            known += [f"{p.parent.name}/{name}" for p in paths]
+            if name == name_or_path:
+                for path in paths:
+                    found.setdefault(path.parent.name, path)
+    candidates = [p for d, p in found.items() if dataset is None or d == dataset]
     if not candidates:
-        known = ", ".join(f"{p.parent.name}/{n}" for n, paths in available.items() for p in paths) or "none"
-        raise UnknownNameError(f"no trained model '{name_or_path}'; bundled checkpoints: {known}")
+        raise UnknownNameError(
+            f"no trained model '{name_or_path}'; bundled checkpoints: {', '.join(dict.fromkeys(known)) or 'none'} "
+            f"(searched {', '.join(map(str, folders))}; imported models elsewhere: models_dir= or "
+            "$CONTROVERSIAL_MODELS_DIR)"
+        )
     if len(candidates) > 1:
         raise UserError(
             f"model '{name_or_path}' exists for several datasets "

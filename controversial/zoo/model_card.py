@@ -1,4 +1,4 @@
-"""Regenerate ``models/README.md`` from the metadata inside every bundled checkpoint."""
+"""Regenerate ``models/README.md`` from the metadata inside every checkpoint there, trained or imported."""
 
 from __future__ import annotations
 
@@ -17,17 +17,24 @@ NLL is the mean over test images of the summed per-class binary cross-entropy of
 "(flip)": the readout averages the logits of the image and its mirror image (`test_time_flip`); the
 network was trained on single views, and its single-view accuracy is listed with the model.
 """
+# Added only where imported models are listed, so the card of the trained models stays as it was.
+IMPORTED_NOTE = """
+Imported models (training time "imported"; docs/your_own_model.md) were trained elsewhere and brought in by
+`import_model.py`: their calibration is fitted on training images (`calibrated_on`), never the test set,
+and their weights file is named with its sha256.
+"""
 
 
-def _row(path: Path) -> tuple[str, str]:
+def _row(path: Path) -> tuple[str, str, bool]:
     info, state = read_checkpoint(path)
     m = info.metrics
     n_params = m.get("parameters", sum(v.numel() for v in state.values() if v.is_floating_point()))
     readout = " (flip)" if info.test_time_flip else ""
+    trained = "imported" if info.arch == "imported" else f"{m.get('train_time_s', 0):.0f} s"
     table = (
         f"| {info.dataset}/{info.name} | {info.card.get('paper_name', '')} | {n_params:,} | "
         f"{100 * m['test_accuracy']:.2f}%{readout} | {info.calibration.slope:.4g} | {info.calibration.intercept:.4g} | "
-        f"{m['test_nll_uncalibrated']:.4g} | {m['test_nll_calibrated']:.4g} | {m.get('train_time_s', 0):.0f} s |"
+        f"{m['test_nll_uncalibrated']:.4g} | {m['test_nll_calibrated']:.4g} | {trained} |"
     )
     details = (
         f"### {info.dataset}/{info.name}\n\n{info.card.get('description', '')}\n\n"
@@ -53,7 +60,7 @@ def _row(path: Path) -> tuple[str, str]:
         + f"- **File:** `{path.parent.name}/{path.name}` ({path.stat().st_size / 1e6:.2f} MB), "
         f"code version {info.code_version}, created {info.created}\n"
     )
-    return table, details
+    return table, details, info.arch == "imported"
 
 
 def write_model_card(models_dir: str | Path) -> Path:
@@ -64,7 +71,14 @@ def write_model_card(models_dir: str | Path) -> Path:
         "| training time |\n"
         "|---|---|---|---|---|---|---|---|---|\n" + "\n".join(r[0] for r in rows)
     )
-    text = HEADER + "\n" + table + "\n\n" + "\n".join(r[1] for r in rows)
+    text = (
+        HEADER
+        + (IMPORTED_NOTE if any(r[2] for r in rows) else "")
+        + "\n"
+        + table
+        + "\n\n"
+        + "\n".join(r[1] for r in rows)
+    )
     out = models_dir / "README.md"
     atomic_write_text(out, text)
     return out

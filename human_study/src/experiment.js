@@ -169,10 +169,15 @@
     }
 
     if (state.n_done === 0) {
-      timeline.push({ type: jsPsychInstructions, pages: [instructionsHtml], show_clickable_nav: true,
-                      button_label_next: "Start practice" });
+      // One page with one button: html-button-response, whose markup has no style="" attribute (jsPsych's
+      // instructions plugin writes three, which the server's Content-Security-Policy blocks).
+      timeline.push({ type: jsPsychHtmlButtonResponse, stimulus: instructionsHtml, choices: ["Start practice"],
+                      data: { screen: "instructions" } });
       if (study.demo_trials.length) {
-        timeline.push({ type: jsPsychPreload, images: study.demo_trials.map((t) => t.image_url) });
+        // The preload plugin's progress bar is two style="" attributes, blocked likewise: a message instead.
+        timeline.push({ type: jsPsychPreload, images: study.demo_trials.map((t) => t.image_url),
+                        show_progress_bar: false,
+                        message: "<p class='status-message'>Loading the practice images&hellip;</p>" });
       }
       study.demo_trials.forEach((demo, index) => {
         timeline.push({ ...rating, image: demo.image_url,

@@ -58,7 +58,9 @@ var jsPsychRateCategories = (function (jspsych) {
       body.appendChild(frame);
       root.appendChild(body);
 
-      const table = element("table", { class: "rating-grid" });
+      // more categories than MNIST's ten (e.g. the 16 ImageNet entry-level ones): denser rows, so the grid and
+      // Continue fit the smallest window the study admits (800 x 600)
+      const table = element("table", { class: trial.categories.length > 10 ? "rating-grid compact" : "rating-grid" });
       table.appendChild(element("caption", {}, trial.question));
       const head = element("tr");
       head.appendChild(element("th", {}, ""));

@@ -35,6 +35,7 @@ REQUIRED = {  # values a command cannot run without, so that only the tested val
     "serve_study": ["study_dir=x"],
     "fidelity": ["images=."],
     "pilot_study": ["study_dir=x", "rater=vgg"],
+    "import_model": ["name=m", "dataset=mnist", "source=timm:resnet18"],
 }
 
 

@@ -161,10 +161,10 @@ def test_balanced_cells_on_arrays_is_the_papers_selection():
     # what benchmarks/design.py uses for the paper's design: the brute-force optimum on 3 classes, one per side
     cells = [(a, b) for a in range(3) for b in range(3) if a != b]
     scores = np.array([0.9, 0.2, 0.4, 0.8, 0.7, 0.1])
-    chosen = balanced_cells(cells, scores, per_class=1, n_classes=3)
+    chosen = balanced_cells(cells, scores, per_class=1, classes=3)
     derangements = [p for p in permutations(range(3)) if all(p[a] != a for a in range(3))]
     best = max(sum(scores[cells.index((a, p[a]))] for a in range(3)) for p in derangements)
     assert scores[chosen].sum() == pytest.approx(best)
     assert sorted(cells[i][0] for i in chosen) == [0, 1, 2] and sorted(cells[i][1] for i in chosen) == [0, 1, 2]
     with pytest.raises(SelectionError):  # class 0 is never the first model's target
-        balanced_cells([c for c in cells if c[0] != 0], scores[2:], per_class=1, n_classes=3)
+        balanced_cells([c for c in cells if c[0] != 0], scores[2:], per_class=1, classes=3)

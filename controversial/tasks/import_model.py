@@ -1,0 +1,55 @@
+"""``python import_model.py``: a classifier trained elsewhere as a checkpoint every command uses by name."""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from pathlib import Path
+
+from pydantic import Field
+
+from controversial.config import REPO_ROOT, models_dirs
+from controversial.tasks import Invocation
+from controversial.zoo.checkpoints import read_checkpoint
+from controversial.zoo.importing import ImportOptions, import_model
+from controversial.zoo.model_card import write_model_card
+
+log = logging.getLogger(__name__)
+
+
+class ImportModelSettings(ImportOptions):
+    """import_model.py: the model, its preprocessing and calibration (ImportOptions), and the model card."""
+
+    update_model_card: bool = Field(True, description="regenerate <models_dir>/README.md")
+
+
+def usage_hint(name: str, models_dir: Path) -> str:
+    """How to name the model in the other commands: a folder outside the searched ones needs the environment."""
+    searched = [p.resolve() for p in models_dirs()]
+    prefix = "" if models_dir.resolve() in searched else f"CONTROVERSIAL_MODELS_DIR={shlex.quote(str(models_dir))} "
+    evaluate_dir = "" if models_dir.resolve() == (REPO_ROOT / "models").resolve() else f" models_dir={models_dir}"
+    return (
+        f"  {prefix}python synthesize.py model_a={name} model_b=<another model of the dataset>\n"
+        f"  python evaluate.py models=[{name},...]{evaluate_dir} images=<folder>"
+    )
+
+
+def run(settings: ImportModelSettings, invocation: Invocation) -> Path:
+    """Import the model; print its accuracy, calibration, file and the command that uses it."""
+    path = import_model(settings, invocation.command)
+    info, _ = read_checkpoint(path)
+    models_dir = Path(settings.models_dir)
+    if settings.update_model_card:
+        log.info("model card: %s", write_model_card(models_dir))
+    m, c = info.metrics, info.calibration
+    print(
+        f"{info.name} ({info.dataset}, {m['parameters']:,} parameters): test accuracy "
+        f"{100 * m['test_accuracy']:.2f}% on {m['n_test']:,} test images"
+        + (" (float16 weights, as stored)" if settings.float16 else "")
+        + f"\ncalibration: {c.method}, slope {c.slope:.4g}, intercept {c.intercept:.4g}, fitted on "
+        f"{m['calibrated_on']}; test NLL {m['test_nll_uncalibrated']:.4g} -> {m['test_nll_calibrated']:.4g}\n"
+        f"preprocessing: {m['preprocessing']}\n"
+        f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB) and {path.with_suffix('.yaml')}\n"
+        f"use it:\n{usage_hint(info.name, models_dir)}"
+    )
+    return path

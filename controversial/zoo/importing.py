@@ -1,0 +1,527 @@
+"""Bring your own model: a classifier trained elsewhere becomes a self-describing checkpoint, usable by name.
+
+A model source (``MODEL_SOURCES``) builds the network: ``timm:<name>``, ``torchvision:<name>`` or
+``python:<module>:<callable>``. The checkpoint's architecture is ``"imported"``, whose ``arch_kwargs``
+record the source, its keyword arguments, the output count, the preprocessing and the readout, so
+``load_checkpoint`` rebuilds it like any bundled model (a ``python:`` source needs its module importable
+then too). The weights are the user's file, loaded strictly; the calibration is fitted on held-out
+training images, the accuracy measured on the test split, both of the model as stored.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import importlib
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+from pydantic import Field, field_validator, model_validator
+from torch import nn
+
+from controversial.atomic import atomic_write_text
+from controversial.config import REPO_ROOT, SIDECAR_DATASET_KEY, ModelOptions
+from controversial.datasets import DataOptions, DatasetInfo, FolderOptions, describe_dataset
+from controversial.errors import UserError
+from controversial.options import DEVICE_PATTERN, Count, Options, Seed
+from controversial.registry import Registry
+from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.zoo.preprocessing import Imported, Preprocess
+from controversial.zoo.readout import IDENTITY, fit_calibration, sigmoid_nll
+from controversial.zoo.registry import register_arch
+from controversial.zoo.train_options import CALIBRATIONS
+
+log = logging.getLogger(__name__)
+
+SourceBuilder = Callable[[str, int, dict[str, Any], bool], nn.Module]
+"""``(name, num_classes, arch_kwargs, pretrained) -> nn.Module``; ``pretrained``: the source's own download."""
+MODEL_SOURCES: Registry[SourceBuilder] = Registry("model source")
+IMAGENET16_READOUT = "imagenet16"
+MAX_LISTED_KEYS = 5
+
+
+def parse_source(source: str) -> tuple[str, str]:
+    """``"timm:resnet18"`` -> ``("timm", "resnet18")``; the kind must be a registered source."""
+    kind, sep, name = source.partition(":")
+    if not sep or not name or kind not in MODEL_SOURCES:
+        raise UserError(
+            f"source={source!r}: expected <kind>:<name>, e.g. timm:resnet18, torchvision:resnet50 or "
+            f"python:my_package.models:build (kinds: {', '.join(MODEL_SOURCES.names())})"
+        )
+    return kind, name
+
+
+def _did_you_mean(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(close)}?" if close else ""
+
+
+def _what_failed(error: Exception) -> str:
+    """``Type: first line`` of a download's error, for a one-paragraph message."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0].rstrip('.') if lines else ''}"
+
+
+def _construct(source: str, build: Callable[[], nn.Module], arch_kwargs: dict[str, Any]) -> nn.Module:
+    """``build()``, with a constructor that refuses the keyword arguments reported as a UserError."""
+    try:
+        return build()
+    except TypeError as error:
+        raise UserError(
+            f"source={source} could not be built with arch_kwargs={arch_kwargs}: {error}. arch_kwargs are "
+            "passed to the model's constructor as keyword arguments; drop or rename the ones it does not take"
+        ) from None
+
+
+@MODEL_SOURCES.register("timm")
+def timm_source(name: str, num_classes: int, arch_kwargs: dict[str, Any], pretrained: bool) -> nn.Module:
+    """``timm.create_model(name, pretrained=..., num_classes=K, **arch_kwargs)``."""
+    import timm
+
+    if not timm.is_model(name):
+        raise UserError(
+            f"source=timm:{name}: timm {timm.__version__} has no model '{name}'"
+            f"{_did_you_mean(name, timm.list_models())} (timm.list_models('<pattern>*') lists them)"
+        )
+    if not pretrained:
+        return _construct(
+            f"timm:{name}", lambda: timm.create_model(name, num_classes=num_classes, **arch_kwargs), arch_kwargs
+        )
+    config = timm.models.get_pretrained_cfg(name)
+    hub = getattr(config, "hf_hub_id", None) or name
+    _refuse_a_pretrained_head_of_another_size(f"timm:{name}", getattr(config, "num_classes", None), num_classes)
+    try:
+        return timm.create_model(name, pretrained=True, num_classes=num_classes, **arch_kwargs)
+    except TypeError:
+        raise
+    except Exception as error:  # the hub's errors come in many types (offline, DNS, HTTP); name whichever it was
+        raise NoNetworkError(
+            f"source=timm:{name} without weights= asks timm to download its pretrained weights from the Hugging "
+            f"Face hub ({hub}), and that failed: {_what_failed(error)}. Nothing "
+            "is downloaded here: on a machine with a network, save the weights with `torch.save(timm.create_model("
+            f"'{name}', pretrained=True).state_dict(), '{name}.pt')` (or download model.safetensors from "
+            f"huggingface.co/{hub}), copy the file here and pass weights={name}.pt"
+        ) from None
+
+
+@MODEL_SOURCES.register("torchvision")
+def torchvision_source(name: str, num_classes: int, arch_kwargs: dict[str, Any], pretrained: bool) -> nn.Module:
+    """``torchvision.models.get_model(name, weights=None | "DEFAULT", num_classes=K, **arch_kwargs)``."""
+    import torchvision
+
+    known = torchvision.models.list_models()
+    if name not in known:
+        raise UserError(
+            f"source=torchvision:{name}: torchvision {torchvision.__version__} has no model '{name}'"
+            f"{_did_you_mean(name, known)} (torchvision.models.list_models() lists them)"
+        )
+    if not pretrained:
+        return _construct(
+            f"torchvision:{name}",
+            lambda: torchvision.models.get_model(name, weights=None, num_classes=num_classes, **arch_kwargs),
+            arch_kwargs,
+        )
+    weights = torchvision.models.get_model_weights(name).DEFAULT
+    _refuse_a_pretrained_head_of_another_size(f"torchvision:{name}", len(weights.meta["categories"]), num_classes)
+    try:
+        return torchvision.models.get_model(name, weights=weights, **arch_kwargs)
+    except TypeError:
+        raise
+    except Exception as error:
+        raise NoNetworkError(
+            f"source=torchvision:{name} without weights= asks torchvision to download {weights.url}, and that "
+            f"failed: {_what_failed(error)}. Nothing is downloaded here: on a "
+            f"machine with a network, download that file (or save `torchvision.models.get_model('{name}', "
+            f"weights='DEFAULT').state_dict()` with torch.save), copy it here and pass weights=<that file>"
+        ) from None
+
+
+@MODEL_SOURCES.register("python")
+def python_source(spec: str, num_classes: int, arch_kwargs: dict[str, Any], pretrained: bool) -> nn.Module:
+    """``<module>:<callable>`` on the PYTHONPATH, called with ``arch_kwargs`` (the factory sets its own outputs)."""
+    module_name, sep, attribute = spec.partition(":")
+    if not sep or not module_name or not attribute:
+        raise UserError(f"source=python:{spec}: expected python:<module>:<callable>, e.g. python:my_models:build_net")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise UserError(
+            f"source=python:{spec}: module '{module_name}' cannot be imported ({error}). Put the folder that "
+            "holds it on PYTHONPATH (e.g. PYTHONPATH=/path/to/code python import_model.py ...); every command "
+            "that loads this model needs it importable the same way, since the checkpoint stores weights, not code"
+        ) from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        public = [n for n in dir(module) if not n.startswith("_") and callable(getattr(module, n))]
+        raise UserError(
+            f"source=python:{spec}: module '{module_name}' ({module.__file__}) has no callable '{attribute}'"
+            f"{_did_you_mean(attribute, public)}"
+        )
+    net = _construct(f"python:{spec}", lambda: factory(**arch_kwargs), arch_kwargs)
+    if not isinstance(net, nn.Module):
+        raise UserError(f"source=python:{spec} returned a {type(net).__name__}, not a torch.nn.Module")
+    return net
+
+
+class NoNetworkError(UserError):
+    """A source's pretrained download failed; the message says which file to pass as ``weights=`` instead."""
+
+
+def _refuse_a_pretrained_head_of_another_size(source: str, pretrained_classes: int | None, num_classes: int) -> None:
+    if pretrained_classes is not None and pretrained_classes != num_classes:
+        raise UserError(
+            f"source={source} without weights= would take its pretrained weights, whose classifier has "
+            f"{pretrained_classes} outputs, but this dataset needs {num_classes}: a new head would be random. Pass "
+            f"weights=<file> with a state dict trained for these {num_classes} classes"
+        )
+
+
+def build_network(source: str, num_classes: int, arch_kwargs: dict[str, Any], pretrained: bool = False) -> nn.Module:
+    """The bare network of ``source`` (no preprocessing); ``pretrained`` lets the source download its weights."""
+    kind, name = parse_source(source)
+    return MODEL_SOURCES.get(kind)(name, num_classes, dict(arch_kwargs), pretrained)
+
+
+def _readout(name: str) -> nn.Module | None:
+    """The readout after the network: none, or the ImageNet 16-class one (``zoo/imagenet16.py``)."""
+    if not name:
+        return None
+    if name != IMAGENET16_READOUT:
+        raise UserError(f"readout '{name}' unknown; allowed: '' (none), {IMAGENET16_READOUT}")
+    imagenet16 = importlib.import_module("controversial.zoo.imagenet16")
+    return imagenet16.ImageNet16Readout()
+
+
+@register_arch("imported")
+def imported(
+    source: str,
+    num_classes: int,
+    input_size: Sequence[int],
+    mean: Sequence[float],
+    std: Sequence[float],
+    arch_kwargs: dict[str, Any] | None = None,
+    readout: str = "",
+) -> Imported:
+    """An imported model as its checkpoint records it: the source's network (no download) behind its preprocessing."""
+    net = build_network(source, num_classes, arch_kwargs or {}, pretrained=False)
+    return Imported(net, Preprocess(input_size, mean, std), _readout(readout))
+
+
+# ---------------------------------------------------------------- weights
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_weights(path: Path) -> dict[str, torch.Tensor]:
+    """A state dict from ``path``: a ``.safetensors`` file, a saved state dict, or a training checkpoint holding
+    one under ``state_dict`` or ``model``; a ``module.`` prefix (DataParallel) is dropped."""
+    if not path.is_file():
+        raise UserError(f"weights={path}: no such file")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        state: Any = load_file(str(path))
+    else:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as error:
+            raise UserError(
+                f"weights={path} cannot be read as a PyTorch file of tensors ({type(error).__name__}: "
+                f"{str(error).splitlines()[0]}). Save the weights with torch.save(model.state_dict(), path): "
+                "a whole pickled model or custom objects are not read, for safety"
+            ) from None
+    for key in ("state_dict", "model"):
+        if isinstance(state, dict) and isinstance(state.get(key), dict):
+            state = state[key]
+            break
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise UserError(
+            f"weights={path} holds a {type(state).__name__} that is not a state dict (names -> tensors), nor a "
+            "checkpoint with one under 'state_dict' or 'model'; save it with torch.save(model.state_dict(), path)"
+        )
+    if state and all(k.startswith("module.") for k in state):
+        state = {k.removeprefix("module."): v for k, v in state.items()}
+    return state
+
+
+def _listed(keys: Sequence[str]) -> str:
+    shown = ", ".join(keys[:MAX_LISTED_KEYS])
+    return f"{len(keys)} ({shown}{', ...' if len(keys) > MAX_LISTED_KEYS else ''})"
+
+
+def load_weights(net: nn.Module, state: dict[str, torch.Tensor], path: Path, source: str) -> None:
+    """Load ``state`` into ``net`` strictly; keys that do not match are one error naming them and their counts."""
+    expected = net.state_dict()
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    mismatched = [
+        f"{k} {tuple(state[k].shape)} vs {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in state and state[k].shape != v.shape
+    ]
+    if missing or unexpected or mismatched:
+        parts = [
+            f"missing keys {_listed(missing)}" if missing else "",
+            f"unexpected keys {_listed(unexpected)}" if unexpected else "",
+            f"shape mismatches (file vs model) {_listed(mismatched)}" if mismatched else "",
+        ]
+        raise UserError(
+            f"weights={path} do not fit source={source} ({len(expected)} tensors expected, the file has "
+            f"{len(state)}): {'; '.join(p for p in parts if p)}. Check the architecture name and arch_kwargs "
+            "(e.g. the number of classes, a different depth or width) against the script that trained it"
+        )
+    net.load_state_dict(state, strict=True)
+
+
+# ---------------------------------------------------------------- the command's options
+
+
+class ImportOptions(Options):
+    """What ``import_model.py`` needs to turn a trained classifier into a checkpoint usable by name."""
+
+    name: str = Field(
+        pattern=r"^[A-Za-z][A-Za-z0-9_-]*$",
+        description="the model's name (model_a=<name>); letters, digits, _ and -, starting with a letter",
+    )
+    dataset: str = Field(description="mnist | cifar10 | folder:<path> | imagenet16:<path>")
+    source: str = Field(description="timm:<model> | torchvision:<model> | python:<module>:<callable>")
+    weights: str | None = Field(
+        None,
+        description="state dict file (.pt/.pth/.bin, or a checkpoint with 'state_dict'/'model'; .safetensors); "
+        "null: the source's pretrained download (needs a network)",
+    )
+    arch_kwargs: dict[str, Any] | None = Field(
+        None, description="keyword arguments of the model's builder, e.g. arch_kwargs={drop_rate:0.1}"
+    )
+    input_size: list[int] | None = Field(
+        None, min_length=3, max_length=3, description="[C,H,W] the network takes; default: timm's pretrained config"
+    )
+    mean: list[float] | None = Field(None, description="per-channel mean subtracted; default: timm's pretrained config")
+    std: list[float] | None = Field(None, description="per-channel std divided by; default: timm's pretrained config")
+    calibration: str = Field("cross_entropy", description=f"readout calibration: {', '.join(CALIBRATIONS.names())}")
+    calibration_images: Count = Field(
+        1000, description="labelled training images (a seeded sample) the calibration is fitted on; never test ones"
+    )
+    calibration_seed: Seed = 0
+    description: str = Field("", description="one paragraph for the model card")
+    models_dir: str = Field(
+        default_factory=lambda: str(REPO_ROOT / "models"),
+        description="writes <models_dir>/<dataset>/<name>.pt and <name>.yaml; outside the repository's models/, "
+        "set CONTROVERSIAL_MODELS_DIR to it for model_a=<name>",
+    )
+    device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
+    batch_size: Count = Field(256, description="images per forward pass")
+    float16: bool = Field(True, description="store weights in float16 (accuracy is measured after the round trip)")
+    data: DataOptions = Field(default_factory=DataOptions)
+    folder: FolderOptions = Field(
+        default_factory=FolderOptions, description="how dataset=folder:<path> or imagenet16:<path> is read"
+    )
+
+    @field_validator("calibration")
+    @classmethod
+    def _known_calibration(cls, value: str) -> str:
+        return CALIBRATIONS.check(value)
+
+    @field_validator("source")
+    @classmethod
+    def _source(cls, value: str) -> str:
+        parse_source(value)
+        return value
+
+    @field_validator("input_size")
+    @classmethod
+    def _positive(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and min(value) < 1:
+            raise UserError(f"input_size={value}: channels, height and width must be positive")
+        return value
+
+    @model_validator(mode="after")
+    def _no_name_clash(self) -> ImportOptions:
+        if "__" in self.name:
+            raise UserError(f"name={self.name}: '__' separates the two models of a pair option; use one '_'")
+        return self
+
+
+# ---------------------------------------------------------------- the import
+
+
+@dataclass(frozen=True)
+class Preprocessing:
+    input_size: list[int]
+    mean: list[float]
+    std: list[float]
+    origin: str  # where the values came from, for the summary and the card
+
+
+def preprocessing(settings: ImportOptions, net: nn.Module, info: DatasetInfo) -> Preprocessing:
+    """The preprocessing options, each defaulting to the network's pretrained config (timm), else required."""
+    kind, name = parse_source(settings.source)
+    config: dict[str, Any] = {}
+    if kind == "timm":
+        from timm.data import resolve_data_config
+
+        config = resolve_data_config({}, model=net)
+    values = {"input_size": settings.input_size, "mean": settings.mean, "std": settings.std}
+    taken = [k for k, v in values.items() if v is None and k in config]
+    missing = [k for k, v in values.items() if v is None and k not in config]
+    if missing:
+        raise UserError(
+            f"source={settings.source} has no pretrained configuration to take {', '.join(missing)} from: pass "
+            f"input_size=[C,H,W] mean=[...] std=[...] as the model was trained (e.g. for a CIFAR-10 model at its "
+            f"own size: input_size={list(info.image_shape)} mean=[0.4914,0.4822,0.4465] std=[0.247,0.2435,0.2616]; "
+            "mean=[0,0,0] std=[1,1,1] if it takes images in [0, 1])"
+        )
+    chosen: dict[str, list[Any]] = {k: list(v) if v is not None else list(config[k]) for k, v in values.items()}
+    origin = f"{', '.join(taken)} from timm's pretrained config of {name}" if taken else "given"
+    return Preprocessing(
+        [int(v) for v in chosen["input_size"]],
+        [float(v) for v in chosen["mean"]],
+        [float(v) for v in chosen["std"]],
+        origin,
+    )
+
+
+@torch.no_grad()
+def collect_logits(net: nn.Module, images: torch.Tensor, batch_size: int, device: torch.device) -> torch.Tensor:
+    """Logits of uint8 images, batched, on ``device``; float64 on the CPU."""
+    out = [
+        net(images[i : i + batch_size].to(device).float().div_(255)).double().cpu()
+        for i in range(0, len(images), batch_size)
+    ]
+    return torch.cat(out)
+
+
+def calibration_split(
+    images: torch.Tensor, labels: torch.Tensor, n: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, str]:
+    """A seeded sample of ``n`` training images: never the test split, on which accuracy is measured."""
+    n = min(n, len(labels))
+    pick = torch.randperm(len(labels), generator=torch.Generator().manual_seed(seed))[:n]
+    return images[pick], labels[pick], f"{n} training images (a random sample, seed {seed})"
+
+
+def _float16_round_trip(net: nn.Module) -> None:
+    """The weights as the checkpoint stores them, so accuracy and calibration are those of the stored model."""
+    state = net.state_dict()
+    net.load_state_dict({k: v.half().to(v.dtype) if v.is_floating_point() else v for k, v in state.items()})
+
+
+def _no_weights_file(kind: str) -> str:
+    return "the factory's own (no weights= file)" if kind == "python" else f"{kind}'s pretrained download"
+
+
+def _check_outputs(net: nn.Module, info: DatasetInfo, n_outputs: int, source: str) -> None:
+    probe = torch.rand(2, *info.image_shape)
+    with torch.no_grad():
+        logits = net(probe)
+    if logits.ndim != 2 or logits.shape[1] != n_outputs:
+        raise UserError(
+            f"source={source} gives outputs of shape {tuple(logits.shape)} for 2 images of {info.name}; "
+            f"expected (2, {n_outputs}): one logit per class of {info.name}. Make the model end in {n_outputs} outputs"
+        )
+
+
+def sidecar_text(options: ModelOptions, info: DatasetInfo) -> str:
+    """The model file ``<name>.yaml`` beside the checkpoint: a ``conf/model``-style description whose ``checkpoint``
+    is relative to its folder, plus the dataset's description where it is not built in."""
+    values = options.model_dump(exclude={"train"})
+    values["checkpoint"] = Path(options.checkpoint).name
+    if info.source:
+        values[SIDECAR_DATASET_KEY] = info.to_dict()
+    header = "# Written by import_model.py; model_a=<name> finds it (docs/your_own_model.md).\n"
+    return header + yaml.safe_dump(values, sort_keys=False, allow_unicode=True, default_flow_style=None, width=120)
+
+
+def import_model(settings: ImportOptions, command: str = "") -> Path:
+    """Build, load, calibrate and measure the model, then write ``<models_dir>/<dataset>/<name>.pt`` and its
+    ``<name>.yaml``; returns the checkpoint's path."""
+    from controversial.data import load_uint8
+    from controversial.zoo.loading import resolve_device
+
+    info = describe_dataset(settings.dataset, settings.folder)
+    readout = IMAGENET16_READOUT if info.source.startswith("imagenet16:") else ""
+    n_outputs = 1000 if readout else len(info.class_names)
+    weights = Path(settings.weights).expanduser() if settings.weights is not None else None
+    state = read_weights(weights) if weights is not None else None  # a bad file fails before any model is built
+    net = build_network(settings.source, n_outputs, settings.arch_kwargs or {}, pretrained=weights is None)
+    if weights is not None and state is not None:
+        load_weights(net, state, weights, settings.source)
+    chosen = preprocessing(settings, net, info)
+    model = Imported(net, Preprocess(chosen.input_size, chosen.mean, chosen.std), _readout(readout)).eval()
+    _check_outputs(model, info, len(info.class_names), settings.source)
+    if settings.float16:
+        _float16_round_trip(model)
+
+    device = resolve_device(settings.device)
+    model.to(device)
+    train_x, train_y = load_uint8(info.name, "train", settings.data.root, settings.data.download)
+    cal_x, cal_y, cal_note = calibration_split(train_x, train_y, settings.calibration_images, settings.calibration_seed)
+    del train_x, train_y
+    cal_logits = collect_logits(model, cal_x, settings.batch_size, device)
+    calibration = fit_calibration(settings.calibration, cal_logits, cal_y)
+    test_x, test_y = load_uint8(info.name, "test", settings.data.root, settings.data.download)
+    logits = collect_logits(model, test_x, settings.batch_size, device)
+    model.to("cpu")
+
+    kind, source_name = parse_source(settings.source)
+    metrics: dict[str, Any] = {
+        "test_accuracy": float((logits.argmax(1) == test_y).double().mean()),
+        "test_nll_uncalibrated": sigmoid_nll(IDENTITY.apply(logits), test_y),
+        "test_nll_calibrated": sigmoid_nll(calibration.apply(logits), test_y),
+        "n_test": len(test_y),
+        "calibrated_on": cal_note,
+        "parameters": sum(p.numel() for p in net.parameters()),
+        "weights": weights.name if weights else _no_weights_file(kind),  # the sha256 below identifies the file
+        "preprocessing": f"input_size={chosen.input_size} mean={chosen.mean} std={chosen.std} ({chosen.origin})",
+    }
+    if weights is not None:
+        metrics["weights_sha256"] = sha256_file(weights)
+    arch_kwargs = {
+        "source": settings.source,
+        "num_classes": n_outputs,
+        "input_size": chosen.input_size,
+        "mean": chosen.mean,
+        "std": chosen.std,
+        "arch_kwargs": dict(settings.arch_kwargs or {}),
+        "readout": readout,
+    }
+    path = Path(settings.models_dir) / info.name / f"{settings.name}.pt"
+    description = settings.description or (
+        f"{source_name} from {kind}, trained outside the project and imported with import_model.py"
+    )
+    checkpoint = CheckpointInfo(
+        name=settings.name,
+        arch="imported",
+        arch_kwargs=arch_kwargs,
+        dataset=info.name,
+        calibration=calibration,
+        metrics=metrics,
+        train_config={"imported_from": settings.source, "calibration_images": settings.calibration_images},
+        command=command,
+        card={"paper_name": "", "description": description, "differences": "imported (not trained by train.py)"},
+        dataset_info=info if info.source else None,
+    )
+    save_checkpoint(path, model, checkpoint, float16=settings.float16)
+    options = ModelOptions(
+        name=settings.name,
+        dataset=info.name,
+        arch="imported",
+        arch_kwargs=arch_kwargs,
+        calibration=settings.calibration,
+        checkpoint=str(path),
+        description=description,
+    )
+    atomic_write_text(path.with_suffix(".yaml"), sidecar_text(options, info))
+    log.info("wrote %s and %s", path, path.with_suffix(".yaml"))
+    return path
