@@ -408,6 +408,7 @@ def pooled_bootstrap(
     seed: int = 0,
     chunk_size: int = 10_000,
     include_copies: bool = False,
+    threads: int = 1,
 ) -> Distributions:
     """Independent replications (or an adaptive study's batches), each ``(human, model, conditions)``, pooled.
 
@@ -417,7 +418,15 @@ def pooled_bootstrap(
     """
     dists = [
         bootstrap(
-            human, model, model_names, conditions, n_resamples, seed + i, chunk_size, include_copies=include_copies
+            human,
+            model,
+            model_names,
+            conditions,
+            n_resamples,
+            seed + i,
+            chunk_size,
+            include_copies=include_copies,
+            threads=threads,
         )
         for i, (human, model, conditions) in enumerate(parts)
     ]
