@@ -47,6 +47,7 @@ from controversial.synthesis.runstate import Element, manifest_row
 from controversial.synthesis.stimuli import load_png
 from controversial.tasks import Invocation
 from controversial.tracking import Tracker, WandbOptions, start_tracking
+from controversial.zoo.inference import compile_networks
 from controversial.zoo.loading import load_models, resolve_device
 from controversial.zoo.readout import CalibratedModel
 
@@ -246,6 +247,8 @@ def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
     models = [m.to(device) for m in load_models([cfg.model_a, cfg.model_b], cfg.data.root, ["model_a", "model_b"])]
+    if cfg.synthesis.torch_compile:
+        compile_networks(models)
     with runstate.exclusive_run_dir(out_dir):
         runstate.remove_stale_temp_files(out_dir)
         runstate.check_run_settings(out_dir, result_settings(cfg))
