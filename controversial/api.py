@@ -14,18 +14,7 @@ from typing import Any
 
 from controversial.errors import UserError
 from controversial.options import Options
-from controversial.tasks import Invocation, command_names, command_settings
-
-
-def _register_groups(name: str) -> None:
-    """The config groups a command composes from (model names for ``model_a=``, ``pair=``)."""
-    from controversial.config import register_model_options
-    from controversial.synthesis.sweeps import register_pair_options
-
-    if name == "synthesize":
-        register_pair_options(register_model_options())
-    elif name == "rank_natural":
-        register_model_options()
+from controversial.tasks import Invocation, command_names, command_settings, register_options
 
 
 def settings(name: str, overrides: Sequence[str] = ()) -> Options:
@@ -34,7 +23,7 @@ def settings(name: str, overrides: Sequence[str] = ()) -> Options:
 
     if name not in command_names():
         raise UserError(f"unknown command {name!r}; known: {', '.join(command_names())}")
-    _register_groups(name)
+    register_options(importlib.import_module(f"controversial.tasks.{name}"))  # the model names of model_a=
     return load_settings(name, command_settings(name), list(overrides))
 
 
