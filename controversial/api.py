@@ -27,8 +27,10 @@ def settings(name: str, overrides: Sequence[str] = ()) -> Options:
     return load_settings(name, command_settings(name), list(overrides))
 
 
-def run_command(name: str, overrides: Sequence[str] = (), out_dir: str | Path = ".") -> Any:
-    """Run command ``name`` in this process, writing into ``out_dir``; returns what its task returns."""
+def run_command(name: str, overrides: Sequence[str] = (), out_dir: str | Path = ".", command: str | None = None) -> Any:
+    """Run command ``name`` in this process, writing into ``out_dir``; returns what its task returns. ``command``
+    is the command line its records keep (a checkpoint's, a bundle's provenance), by default
+    ``python <name>.py <overrides>``."""
     task = importlib.import_module(f"controversial.tasks.{name}")
-    invocation = Invocation(Path(out_dir), " ".join([f"python {name}.py", *overrides]))
+    invocation = Invocation(Path(out_dir), " ".join([f"python {name}.py", *overrides]) if command is None else command)
     return task.run(settings(name, overrides), invocation)
