@@ -25,7 +25,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from controversial.config import ModelOptions, check_pair
+from controversial.config import ModelOptions, check_pair, register_model_options
 from controversial.data import load_uint8
 from controversial.datasets import DataOptions, DatasetInfo, dataset_info
 from controversial.errors import UserError
@@ -45,6 +45,7 @@ from controversial.synthesis.grids import plot_stimulus_grid
 from controversial.synthesis.options import OptimizerOptions, SynthesisOptions, chosen_classes
 from controversial.synthesis.runstate import Element, manifest_row
 from controversial.synthesis.stimuli import load_png
+from controversial.synthesis.sweeps import register_pair_options
 from controversial.tasks import Invocation
 from controversial.tracking import Tracker, WandbOptions, start_tracking
 from controversial.zoo.inference import compile_networks
@@ -92,6 +93,11 @@ class SynthesizeSettings(Options):
             return self.init
         declared = {self.model_a.synthesis_init, self.model_b.synthesis_init}
         return "test_image" if "test_image" in declared else "noise"
+
+
+def register_options() -> None:
+    """The model names of ``model_a=``/``model_b=`` (conf/model and the models folders) and the pairs of ``pair=``."""
+    register_pair_options(register_model_options())
 
 
 def _sha256(path: Path) -> str:
