@@ -1,10 +1,9 @@
 """The most controversial natural images per cell: ``python rank_natural.py model_a=abs model_b=vgg top_k=1``."""
 
 from controversial.cli import command
-from controversial.config import register_model_options
 from controversial.tasks import rank_natural
 
-main = command("rank_natural", rank_natural.run, register=register_model_options)
+main = command("rank_natural", rank_natural.run)
 
 if __name__ == "__main__":
     main()

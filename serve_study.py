@@ -6,7 +6,7 @@
 from controversial.cli import command
 from controversial.tasks import serve_study
 
-main = command("serve_study", serve_study.run, register=serve_study.before_hydra)
+main = command("serve_study", serve_study.run)
 
 if __name__ == "__main__":
     main()

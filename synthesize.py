@@ -5,11 +5,9 @@ experiment's models), or ``-m model_a=abs,kde model_b=vgg``. See docs/sweeps.md.
 """
 
 from controversial.cli import command
-from controversial.config import register_model_options
-from controversial.synthesis.sweeps import register_pair_options
 from controversial.tasks import synthesize
 
-main = command("synthesize", synthesize.run, register=lambda: register_pair_options(register_model_options()))
+main = command("synthesize", synthesize.run)
 
 if __name__ == "__main__":
     main()

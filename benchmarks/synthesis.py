@@ -70,6 +70,7 @@ from controversial.synthesis.engine import (  # noqa: E402
 )
 from controversial.synthesis.options import SynthesisOptions  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
+from controversial.zoo.inference import compile_networks  # noqa: E402
 from controversial.zoo.readout import CalibratedModel  # noqa: E402
 
 MNIST_MODELS = "vgg,vgg_neg,capsnet,pcn,madry_linf,madry_l2,capsnet_recon,kde,abs"
@@ -327,8 +328,7 @@ def compare_precision(
         names = pair.split(":")
         eager = [load_model(name) for name in names]
         compiled = [load_model(name) for name in names] if compile_too else []
-        for model in compiled:
-            model.net = torch.compile(model.net, dynamic=True)
+        compile_networks(compiled)
         initial = starts(eager, cells)
         targets = torch.tensor(cells)
         warm_up(eager, settings)

@@ -14,18 +14,7 @@ from typing import Any
 
 from controversial.errors import UserError
 from controversial.options import Options
-from controversial.tasks import Invocation, command_names, command_settings
-
-
-def _register_groups(name: str) -> None:
-    """The config groups a command composes from (model names for ``model_a=``, ``pair=``)."""
-    from controversial.config import register_model_options
-    from controversial.synthesis.sweeps import register_pair_options
-
-    if name == "synthesize":
-        register_pair_options(register_model_options())
-    elif name == "rank_natural":
-        register_model_options()
+from controversial.tasks import Invocation, command_names, command_settings, register_options
 
 
 def settings(name: str, overrides: Sequence[str] = ()) -> Options:
@@ -34,12 +23,14 @@ def settings(name: str, overrides: Sequence[str] = ()) -> Options:
 
     if name not in command_names():
         raise UserError(f"unknown command {name!r}; known: {', '.join(command_names())}")
-    _register_groups(name)
+    register_options(importlib.import_module(f"controversial.tasks.{name}"))  # the model names of model_a=
     return load_settings(name, command_settings(name), list(overrides))
 
 
-def run_command(name: str, overrides: Sequence[str] = (), out_dir: str | Path = ".") -> Any:
-    """Run command ``name`` in this process, writing into ``out_dir``; returns what its task returns."""
+def run_command(name: str, overrides: Sequence[str] = (), out_dir: str | Path = ".", command: str | None = None) -> Any:
+    """Run command ``name`` in this process, writing into ``out_dir``; returns what its task returns. ``command``
+    is the command line its records keep (a checkpoint's, a bundle's provenance), by default
+    ``python <name>.py <overrides>``."""
     task = importlib.import_module(f"controversial.tasks.{name}")
-    invocation = Invocation(Path(out_dir), " ".join([f"python {name}.py", *overrides]))
+    invocation = Invocation(Path(out_dir), " ".join([f"python {name}.py", *overrides]) if command is None else command)
     return task.run(settings(name, overrides), invocation)

@@ -1,7 +1,7 @@
 """What every command shares: fair thread defaults, settings validated before any output, one error style, --help.
 
 The entry points (``synthesize.py`` ...) are the only code that touches Hydra; each is
-``command(name, schema, task)``. Importing this module first sets the thread defaults, so it must
+``command(name, task)``. Importing this module first sets the thread defaults, so it must
 be imported before torch or numpy.
 """
 
@@ -37,7 +37,7 @@ from controversial.config import CONF_DIR
 from controversial.errors import UserError, one_paragraph
 from controversial.help import command_help
 from controversial.options import Options, defaults
-from controversial.tasks import Invocation, settings_schema
+from controversial.tasks import Invocation, register_options, settings_schema
 
 log = logging.getLogger(__name__)
 
@@ -201,13 +201,13 @@ def register_defaults(name: str, schema: type[Options]) -> None:
     ConfigStore.instance().store(name=f"{name}_defaults", node=defaults(schema))
 
 
-def command(
-    name: str, task: Callable[[S, Invocation], Any], register: Callable[[], None] | None = None
-) -> Callable[[], None]:
+def command(name: str, task: Callable[[S, Invocation], Any]) -> Callable[[], None]:
     """The ``main()`` of ``<name>.py``: ``--help`` from the task's settings schema, validation, the task, and
-    error reporting; ``register`` adds config groups (the model names of ``model_a=``) before Hydra starts."""
+    error reporting. Before Hydra starts it calls the task module's optional hooks: ``before_hydra(argv)`` (checks
+    of the command line itself) and ``register_options()`` (config groups: the model names of ``model_a=``)."""
 
     schema = cast(type[S], settings_schema(task))  # the annotation of the task's first parameter: S
+    module = sys.modules[task.__module__]  # where its hooks live, beside run
     failures: list[BaseException] = []
     launcher_pid = [os.getpid()]  # main() sets it; a job in another process (SLURM, joblib) carries a copy
 
@@ -236,13 +236,14 @@ def command(
 
     def main() -> None:
         register_defaults(name, schema)
-        if register is not None:
-            try:
-                register()  # reads model files: a malformed or clashing one is the user's to fix
-            except INPUT_ERRORS as error:
-                if debugging():
-                    raise
-                raise SystemExit(report(error, name)) from None
+        try:
+            if (before_hydra := getattr(module, "before_hydra", None)) is not None:
+                before_hydra(sys.argv[1:])
+            register_options(module)  # reads model files: a malformed or clashing one is the user's to fix
+        except INPUT_ERRORS as error:
+            if debugging():
+                raise
+            raise SystemExit(report(error, name)) from None
         if any(arg in ("--help", "-h") for arg in sys.argv[1:]):
             print(command_help(name, schema, [a for a in sys.argv[1:] if a not in ("--help", "-h")]))
             return

@@ -3,7 +3,6 @@ synthetic sweeps and test splits for the study and design tests."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from controversial.api import settings
+from controversial.api import run_command, settings
 from controversial.config import CONF_DIR, register_model_options
 from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
@@ -59,9 +58,9 @@ def settings_for(name: str, overrides: Sequence[str] = ()) -> Any:
 
 
 def run_task(name: str, overrides: Sequence[str], out_dir: Path, command: str = "") -> Any:
-    """A command in-process: its settings validated, then its task writing into ``out_dir``."""
-    task = importlib.import_module(f"controversial.tasks.{name}")
-    return task.run(settings(name, overrides), Invocation(Path(out_dir), command or f"python {name}.py"))
+    """A command in-process (``controversial.api.run_command``), its records naming ``python <name>.py`` alone
+    unless ``command`` is given, so they hold no temporary paths."""
+    return run_command(name, overrides, out_dir, command or f"python {name}.py")
 
 
 def train_in(tmp_path: Path, overrides: Sequence[str]) -> Path:

@@ -22,6 +22,11 @@ class BootstrapOptions(Options):
         10_000, description="resamples per matrix product (memory bound; results do not depend on it)"
     )
     include_copies: bool = Field(False, description="lower ceiling: a participant's own copies count as 'others'")
+    threads: Count = Field(
+        1,
+        description="resample chunks evaluated at once, e.g. one per core when BLAS runs one thread "
+        "(results do not depend on it; docs/benchmarks.md)",
+    )
     ci_level: float = Field(0.95, gt=0, lt=1, description="confidence level of the percentile intervals")
     alpha: float = Field(0.05, gt=0, lt=1, description="family-wise level, Holm-Sidak over all pairs")
 

@@ -164,6 +164,7 @@ def evaluate_subset(
             options.seed,
             options.bootstrap.chunk_size,
             options.bootstrap.include_copies,
+            options.bootstrap.threads,
         )
         ci = percentile_ci(dist.samples, options.bootstrap.ci_level)
         ranked = sorted(models, key=lambda m: -dist.estimates[dist.names.index(m)])

@@ -93,6 +93,11 @@ class SynthesisOptions(Options):
         "that declare bfloat16_synthesis = False stay fp32; scores for acceptance always fp32) | auto (bf16 where "
         "the device has bfloat16 in hardware)",
     )
+    torch_compile: bool = Field(
+        False,
+        description="wrap each model's network in torch.compile(dynamic=True) for the run; the first steps "
+        "compile for minutes, and on the CPUs measured it did not pay (docs/benchmarks.md): try it on a GPU",
+    )
 
     @field_validator("objective")
     @classmethod

@@ -73,6 +73,8 @@ ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {
     "stall_on": "hard",
     "objective": "lse",
     "classes": None,
+    "precision": "fp32",
+    "torch_compile": False,
 }
 # Run settings added after runs were recorded; they follow from the checkpoints (hashed), so a run recorded
 # without them resumes as if it had recorded the current values.

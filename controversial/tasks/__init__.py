@@ -8,6 +8,7 @@ import inspect
 import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable, get_type_hints
 
 from controversial.options import Options
@@ -39,3 +40,12 @@ def command_names() -> list[str]:
 def command_settings(name: str) -> type[Options]:
     """The settings schema of command ``name``."""
     return settings_schema(importlib.import_module(f"{__name__}.{name}").run)
+
+
+def register_options(module: ModuleType) -> None:
+    """Add the config groups a command composes from (the model names of ``model_a=``) before Hydra composes
+    ``conf/<command>.yaml``: an optional ``register_options()`` beside the task's ``run``, which the entry point
+    and ``controversial.api`` both call, so neither keeps a list of the commands that have one."""
+    hook = getattr(module, "register_options", None)
+    if hook is not None:
+        hook()

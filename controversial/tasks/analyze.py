@@ -207,11 +207,6 @@ def benchmark_choice_files(cfg: AnalyzeSettings) -> BenchmarkResults | None:
     )
 
 
-def _container(value: object) -> str | list | dict:
-    """A path, a list of paths, or a replication -> path(s) mapping, as plain Python."""
-    return value if isinstance(value, (list, dict)) else str(value)
-
-
 def _model_table(spec: str | list) -> ModelTable:
     paths = [spec] if isinstance(spec, str) else list(spec)
     return merge_model_tables([read_model_responses(str(p)) for p in paths])
@@ -282,8 +277,8 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
         log.warning("no human_ratings given: analysing a SIMULATED study written to %s", human_path.parent)
         human_spec, model_spec = str(human_path), str(model_path)
     else:
-        human_spec = _container(cfg.human_ratings)
-        model_spec = _container(cfg.model_responses)
+        assert cfg.model_responses is not None  # required with human_ratings by AnalyzeSettings
+        human_spec, model_spec = cfg.human_ratings, cfg.model_responses
     header += [f"- human ratings: `{human_spec}`", f"- model responses: `{model_spec}`", f"- command: `{command}`"]
     studies = build_studies(cfg, human_spec, model_spec)
     for name, study in studies.items():

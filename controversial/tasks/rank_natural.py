@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from controversial.atomic import atomic_write_text
-from controversial.config import ModelOptions, check_pair
+from controversial.config import ModelOptions, check_pair, register_model_options
 from controversial.data import load_uint8
 from controversial.datasets import DataOptions, dataset_info
 from controversial.options import DEVICE_PATTERN, Count, Options, Probability
@@ -52,6 +52,11 @@ class RankNaturalSettings(Options):
     def _a_pair(self) -> RankNaturalSettings:
         check_pair(self.model_a, self.model_b)
         return self
+
+
+def register_options() -> None:
+    """The model names of ``model_a=``/``model_b=``: conf/model and the models folders."""
+    register_model_options()
 
 
 def run(cfg: RankNaturalSettings, invocation: Invocation) -> list[ManifestRow]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -14,7 +13,6 @@ import uvicorn
 from sqlalchemy.engine import make_url
 
 from controversial.atomic import atomic_write
-from controversial.cli import report
 from controversial.errors import UserError
 from controversial.records.csvfile import csv_chunks
 from controversial.study.admin_token import ENV_VAR, AdminTokenError, read_admin_token, write_admin_token
@@ -77,18 +75,17 @@ def export_csvs(
     return written
 
 
-def before_hydra(argv: Sequence[str] | None = None) -> None:
-    """Refuse the admin token on the command line, before Hydra echoes it or writes it to the run's records
-    (and ``ps`` shows it to every user); then make everything this process creates (the run dir, its log,
-    the database) readable by the owner only."""
-    for arg in sys.argv[1:] if argv is None else argv:
+def before_hydra(argv: Sequence[str]) -> None:
+    """Refuse the admin token on the command line ``argv``, before Hydra echoes it or writes it to the run's
+    records (and ``ps`` shows it to every user); then make everything this process creates (the run dir, its
+    log, the database) readable by the owner only. The entry point calls it (``cli.command``); the API does not."""
+    for arg in argv:
         if arg.lstrip("+~").split("=", 1)[0] == "admin_token":
-            error = UserError(
+            raise UserError(
                 "admin_token cannot be given on the command line, where `ps`, the shell history and the run's "
                 "records would keep it: put it in a file and pass admin_token_file=<path> (`python serve_study.py "
                 f"mode=token admin_token_file=<path>` writes a new one), or set ${ENV_VAR}"
             )
-            raise SystemExit(report(error, "serve_study"))
     os.umask(0o077)
 
 

@@ -25,7 +25,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
-from controversial.config import ModelOptions, check_pair
+from controversial.config import ModelOptions, check_pair, register_model_options
 from controversial.data import load_uint8
 from controversial.datasets import DataOptions, DatasetInfo, dataset_info
 from controversial.errors import UserError
@@ -45,8 +45,10 @@ from controversial.synthesis.grids import plot_stimulus_grid
 from controversial.synthesis.options import OptimizerOptions, SynthesisOptions, chosen_classes
 from controversial.synthesis.runstate import Element, manifest_row
 from controversial.synthesis.stimuli import load_png
+from controversial.synthesis.sweeps import register_pair_options
 from controversial.tasks import Invocation
 from controversial.tracking import Tracker, WandbOptions, start_tracking
+from controversial.zoo.inference import compile_networks
 from controversial.zoo.loading import load_models, resolve_device
 from controversial.zoo.readout import CalibratedModel
 
@@ -91,6 +93,11 @@ class SynthesizeSettings(Options):
             return self.init
         declared = {self.model_a.synthesis_init, self.model_b.synthesis_init}
         return "test_image" if "test_image" in declared else "noise"
+
+
+def register_options() -> None:
+    """The model names of ``model_a=``/``model_b=`` (conf/model and the models folders) and the pairs of ``pair=``."""
+    register_pair_options(register_model_options())
 
 
 def _sha256(path: Path) -> str:
@@ -246,6 +253,8 @@ def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
     models = [m.to(device) for m in load_models([cfg.model_a, cfg.model_b], cfg.data.root, ["model_a", "model_b"])]
+    if cfg.synthesis.torch_compile:
+        compile_networks(models)
     with runstate.exclusive_run_dir(out_dir):
         runstate.remove_stale_temp_files(out_dir)
         runstate.check_run_settings(out_dir, result_settings(cfg))

@@ -11,11 +11,17 @@ docs/benchmarks.md.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, cast
+
 import torch
 from torch import nn
 from torch.nn.utils.fusion import fuse_conv_bn_eval
 
 from controversial.errors import UserError
+
+if TYPE_CHECKING:
+    from controversial.zoo.readout import CalibratedModel
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -55,3 +61,13 @@ def use_preferred_memory_format(module: nn.Module) -> bool:
         return False
     module.to(memory_format=torch.channels_last)
     return True
+
+
+def compile_networks(models: Sequence[CalibratedModel]) -> None:
+    """Wrap each model's network in ``torch.compile(dynamic=True)``, in place (``synthesis.torch_compile``).
+
+    ``dynamic=True`` because the synthesis batch shrinks as cells finish; a fixed-shape compile would
+    recompile at every size. The calibration stays outside the compiled graph (two scalars).
+    """
+    for model in models:
+        model.net = cast(nn.Module, torch.compile(model.net, dynamic=True))  # an OptimizedModule

@@ -32,7 +32,7 @@ ARCHITECTURES: Registry[ArchSpec] = Registry(
         "capsnet": _ARCHS + "capsnet",
         "jem": _ARCHS + "jem",
         "gaussian_kde": _ARCHS + "kde",
-        "imported": "controversial.zoo.importing",  # a model trained elsewhere (import_model.py)
+        "imported": "controversial.zoo.sources",  # a model trained elsewhere (import_model.py)
         "madry_mnist": _ARCHS + "madry",
         "pcn": _ARCHS + "pcn",
         "tiny_mlp": _ARCHS + "tiny",

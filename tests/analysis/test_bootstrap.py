@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -9,11 +11,13 @@ from controversial.analysis.bootstrap import (
     BLOCK,
     LOWER,
     UPPER,
+    CountProduct,
     Distributions,
     SufficientStatistics,
     bootstrap,
     counts,
-    float32_unit,
+    draw_block,
+    draw_counts,
     iter_blocks,
     pairwise_tests,
     percentile_ci,
@@ -160,17 +164,54 @@ def test_both_ceiling_paths_match_reference(S, K):
     np.testing.assert_allclose(fast.samples, reference, rtol=0, atol=1e-9)
 
 
-def test_pair_table_runs_in_float32_only_when_exact():
-    human, model, conditions = small_study(seed=5, S=6)  # ratings on the 0, .25, ..., 1 grid
-    grid = SufficientStatistics(human, model)
-    assert grid.pairs.dtype == np.float32 and float32_unit(human) == 0.25
-    block = next(iter_blocks(200, 1, 6, conditions))
-    stimulus_counts, participant_counts = counts(block.stimuli, len(conditions)), counts(block.participants, 6)
-    in_float32 = grid.evaluate(stimulus_counts, participant_counts)
-    grid.pairs = grid.pairs.astype(np.float64)  # the float64 product of the same table
-    np.testing.assert_array_equal(in_float32, grid.evaluate(stimulus_counts, participant_counts))
-    off_grid = SufficientStatistics(human + 1e-3 * np.random.default_rng(0).random(human.shape), model)
-    assert off_grid.pairs.dtype == np.float64 and float32_unit(off_grid.pairs) is None
+def test_count_product_is_exact_on_a_grid_and_float64_close_off_it(monkeypatch):
+    """Grid columns (ratings, their squares and cross-products) sum exactly in int8 digits, with counts past
+    one digit and the stimuli split into several products; other columns are exact sums of the table
+    rounded to 2**-54 of the column's largest entry, so within float64 rounding of the true sums."""
+    rng = np.random.default_rng(0)
+    N = 50
+    grid = rng.integers(-160, 161, size=(N, 6)) / 16.0  # multiples of 1/16 of either sign
+    grid[:, 0] = 0.0  # an empty column
+    grid[:, 1] = rng.integers(0, 2**40, size=N) * 2.0**-20  # a grid that needs six digits
+    off_grid = rng.random((N, 4)) ** 3 * np.array([1.0, 1e-3, 1e5, -7.0])  # spanning more than 2**54 units
+    table = np.concatenate([grid, off_grid], axis=1)
+    counts_ = rng.integers(0, 4, size=(30, N))
+    counts_[0, 3] = 300  # past one int8 digit
+    exact = np.array(
+        [[sum(int(c) * Fraction(float(t)) for c, t in zip(row, col)) for col in table.T] for row in counts_]
+    )
+    monkeypatch.setattr(CountProduct, "ROWS", 7)  # several products over the stimuli, summed in int64
+    product = CountProduct(table)
+    assert product.exact.tolist() == [True] * 6 + [False] * 4
+    for c in (counts_, counts_[1:].astype(np.int8)):  # int8 counts take the one-digit path
+        got = product(c)
+        want = exact[-len(c) :]
+        np.testing.assert_array_equal(got[:, :6], want[:, :6].astype(np.float64))
+        scale = np.abs(table[:, 6:]).max(axis=0) * np.abs(c).sum(axis=1, keepdims=True)
+        assert (np.abs(got[:, 6:] - want[:, 6:].astype(np.float64)) <= 2.0**-52 * scale).all()
+    with pytest.raises(ValueError, match="whole numbers"):
+        product(np.full((1, N), 0.5))
+
+
+def test_threads_give_the_same_numbers():
+    human, model, conditions = small_study(seed=6, S=5)
+    one = bootstrap(human, model, ["m0", "m1", "m2"], conditions, n_resamples=2500, seed=4, chunk_size=1000)
+    two = bootstrap(human, model, ["m0", "m1", "m2"], conditions, 2500, seed=4, chunk_size=1000, threads=2)
+    np.testing.assert_array_equal(one.samples, two.samples)
+
+
+@pytest.mark.parametrize("largest, dtype", [(9, np.int8), (130, np.int64)])
+def test_counted_draws_are_the_drawn_resamples(largest, dtype):
+    """The fast path counts the draws of draw_block (the reference's resamples) without gathering them;
+    strata come interleaved, and a stratum past 127 stimuli keeps wide counts."""
+    conditions = np.array(["a"] * largest + ["b"] * 3 + ["c"] * 2)[np.random.default_rng(0).permutation(largest + 5)]
+    groups = strata(conditions)
+    for child, size in zip(np.random.SeedSequence(3).spawn(2), (BLOCK, 17)):
+        block = draw_block(child, 4, groups, size)
+        stimulus_counts, participant_counts = draw_counts(child, 4, groups, size)
+        assert stimulus_counts.dtype == dtype
+        np.testing.assert_array_equal(stimulus_counts, counts(block.stimuli, len(conditions)))
+        np.testing.assert_array_equal(participant_counts, counts(block.participants, 4))
 
 
 def test_resamples_for_a_seed_never_change():

@@ -15,6 +15,7 @@ from controversial.synthesis.engine import (
     synthesize_batch,
 )
 from controversial.synthesis.options import SynthesisOptions
+from controversial.zoo.inference import compile_networks
 
 FAST = dict(max_steps=30, stop_score=None)
 
@@ -69,3 +70,16 @@ def test_the_command_takes_the_precision_and_refuses_others():
     assert settings_for("synthesize", ["synthesis.precision=auto"]).synthesis.precision == "auto"
     with pytest.raises(ValidationError, match="synthesis.precision"):
         settings_for("synthesize", ["synthesis.precision=fp16"])
+
+
+@pytest.mark.slow
+def test_compiled_networks_synthesize_what_eager_ones_do():
+    """synthesis.torch_compile wraps the networks only: the same images up to float rounding, the same rule."""
+    targets, initial = _problem(4)
+    eager, compiled = [make_tiny_model(1), make_tiny_model(2)], [make_tiny_model(1), make_tiny_model(2)]
+    compile_networks(compiled)
+    assert all(isinstance(m.net, torch._dynamo.eval_frame.OptimizedModule) for m in compiled)
+    full = synthesize_batch(eager, targets, initial, SynthesisOptions(**FAST))
+    fast = synthesize_batch(compiled, targets, initial, SynthesisOptions(**FAST))
+    assert torch.allclose(fast.images, full.images, atol=1e-3)
+    assert torch.allclose(fast.hard, full.hard, atol=1e-3) and torch.equal(fast.steps, full.steps)

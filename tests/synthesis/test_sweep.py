@@ -195,6 +195,15 @@ def test_a_run_dir_recorded_before_stall_on_resumes_watching_the_hard_score_only
         runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {**recorded["synthesis"], "stall_on": "smooth"}})
 
 
+def test_a_run_dir_recorded_before_precision_and_compile_resumes_in_fp32_eager_only(tmp_path):
+    (tmp_path / runstate.SETTINGS_NAME).write_text('{"seed": 0, "synthesis": {"threshold": 0.75}}')
+    eager = {"seed": 0, "synthesis": {"threshold": 0.75, "precision": "fp32", "torch_compile": False}}
+    runstate.check_run_settings(tmp_path, eager)
+    for changed in ({"precision": "bf16"}, {"torch_compile": True}):
+        with pytest.raises(UserError, match=next(iter(changed))):
+            runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {**eager["synthesis"], **changed}})
+
+
 def test_the_run_dir_lock_excludes_a_second_writer(tmp_path):
     with runstate.exclusive_run_dir(tmp_path):
         fd = os.open(tmp_path / runstate.LOCK_NAME, os.O_RDWR)

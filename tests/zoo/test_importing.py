@@ -21,16 +21,11 @@ from controversial.config import ModelOptions, check_pair, load_sidecar, registe
 from controversial.datasets import DATASETS, DatasetInfo
 from controversial.errors import UserError
 from controversial.zoo.checkpoints import load_checkpoint, read_checkpoint
-from controversial.zoo.importing import (
-    ImportOptions,
-    NoNetworkError,
-    build_network,
-    import_model,
-    read_weights,
-    timm_source,
-)
+from controversial.zoo.importing import ImportOptions, import_model
 from controversial.zoo.preprocessing import Preprocess
 from controversial.zoo.readout import fit_calibration
+from controversial.zoo.sources import NoNetworkError, build_network, timm_source
+from controversial.zoo.weights import read_weights
 
 NETS = '''
 import torch
