@@ -49,6 +49,7 @@ def contrast(folder: Path, rng: random.Random) -> None:
         write_trials(folder / f"contrast_{name}_session_1.csv", rows)
 
 
+@pytest.mark.slow
 def test_benchmark_tables_json_and_figures(tmp_path):
     rng = random.Random(0)
     cue_conflict(tmp_path / "raw" / "cue-conflict", rng)

@@ -93,6 +93,7 @@ def test_the_command_prints_accuracy_calibration_file_and_usage(imported):
     assert 'Imported models (training time "imported"' in card and "| imported |" in card
 
 
+@pytest.mark.slow
 def test_an_imported_model_is_usable_by_name_in_synthesize_and_evaluate(imported, tmp_path, monkeypatch, capsys):
     models, _ = imported
     monkeypatch.setenv(MODELS_DIR_ENV, str(models))

@@ -126,6 +126,7 @@ def test_imported_models_record_the_folder_and_read_it(shapes_models):
         assert info.calibration.method == "cross_entropy" and info.metrics["calibrated_on"].startswith("36 training")
 
 
+@pytest.mark.slow
 def test_three_classes_from_import_to_analysis(shapes_models, tmp_path, capsys):
     _, models = shapes_models
     sweep = tmp_path / "sweep"

@@ -74,6 +74,7 @@ def test_summaries_and_markdown_fill_both_triangles(sweep):
     assert "| **abs** | 88/90 (0.90) | 90/90 (0.90) |  | - |" in table
 
 
+@pytest.mark.slow
 def test_overview_command_writes_manifest_and_figures(sweep):
     cfg = OverviewSettings(
         sweep_dir=str(sweep), out_dir=str(sweep / "overview"), fig2_class_pairs=[(7, 3)], progress=False

@@ -39,6 +39,7 @@ def test_a_single_run_folder_is_accepted_everywhere(tmp_path):
     assert _readers(run, tmp_path / "overview") == (90, 90, 90)
 
 
+@pytest.mark.slow
 def test_a_rerun_of_a_pair_is_read_once_newest_first_and_named(tmp_path, capsys):
     old, new = tmp_path / "runs" / "10-00-00", tmp_path / "runs" / "11-00-00"
     make_run(old, "abs", "vgg", np.random.default_rng(0), drop={(0, 1)})
@@ -52,6 +53,7 @@ def test_a_rerun_of_a_pair_is_read_once_newest_first_and_named(tmp_path, capsys)
     assert all(s.image_path.parent == new.resolve() for s in stimuli.values())
 
 
+@pytest.mark.slow
 def test_symlinked_run_folders_are_followed_once(tmp_path):
     real = tmp_path / "real"
     make_run(real / "abs_vs_vgg", "abs", "vgg", np.random.default_rng(0))
