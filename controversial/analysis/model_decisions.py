@@ -23,13 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from controversial.analysis.decision_options import BENCHMARK_NAMES, READOUTS
+from controversial.analysis.model_responses import model_outputs
 from controversial.errors import UserError
 from controversial.records.choices import write_trials
 from controversial.synthesis.stimuli import DisplayConvention, Inversion, display_convention, load_png
-from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import CalibratedModel
 
 
@@ -74,15 +73,7 @@ def load_labelled(images: Sequence[LabelledImage], invert: Inversion = "auto") -
 def decision_scores(models: Sequence[CalibratedModel], images: np.ndarray, batch_size: int = 256) -> np.ndarray:
     """(M, N, K) logits before calibration, float64: in the order of the calibrated probabilities, without the
     float32 ties a flat calibration (a slope near 0) rounds them to."""
-    out = []
-    for model in models:
-        per_model = []
-        for start in range(0, len(images), batch_size):
-            batch = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size]))
-            with scoring():
-                per_model.append(model.raw_logits(batch).double().numpy())
-        out.append(np.concatenate(per_model))
-    return np.stack(out)
+    return model_outputs(models, images, CalibratedModel.raw_logits, batch_size)
 
 
 def write_decisions(

@@ -8,9 +8,9 @@ or ``pnas2020``). Output rows are in the PNAS model format read by ``records.res
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -94,17 +94,27 @@ def load_images(stimuli: Sequence[StimulusImage], invert: Inversion = "auto") ->
     return (1.0 - pixels if convention.invert else pixels), convention
 
 
-def probabilities(models: Sequence[CalibratedModel], images: np.ndarray, batch_size: int = 256) -> np.ndarray:
-    """(M, N, K) calibrated sigmoid probabilities of (N, C, H, W) images, batched, no gradients."""
+def model_outputs(
+    models: Sequence[CalibratedModel],
+    images: np.ndarray,
+    output: Callable[[CalibratedModel, torch.Tensor], torch.Tensor],
+    batch_size: int = 256,
+) -> np.ndarray:
+    """(M, N, K) ``output(model, batch)`` of (N, C, H, W) images as float64, batched, no gradients."""
     out = []
     for model in models:
         per_model = []
         for start in range(0, len(images), batch_size):
             batch = torch.from_numpy(np.ascontiguousarray(images[start : start + batch_size]))
             with scoring():
-                per_model.append(model.probabilities(batch).double().numpy())
+                per_model.append(output(model, batch).double().numpy())
         out.append(np.concatenate(per_model))
     return np.stack(out)
+
+
+def probabilities(models: Sequence[CalibratedModel], images: np.ndarray, batch_size: int = 256) -> np.ndarray:
+    """(M, N, K) calibrated sigmoid probabilities of (N, C, H, W) images."""
+    return model_outputs(models, images, CalibratedModel.probabilities, batch_size)
 
 
 def implausible_accuracies(
