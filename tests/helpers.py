@@ -41,6 +41,18 @@ def write_tiny_checkpoints(folder: Path, names: Sequence[str], dataset: str) -> 
     return folder
 
 
+def tiny_abs_vgg_overrides(folder: Path) -> list[str]:
+    """synthesize.py overrides that run model_a=abs model_b=vgg on tiny random MLPs saved under ``folder``."""
+    write_tiny_checkpoints(folder, ["abs", "vgg"], "mnist")
+    return [
+        "model_a=abs",
+        "model_b=vgg",
+        f"model_a.checkpoint={folder / 'abs.pt'}",
+        f"model_b.checkpoint={folder / 'vgg.pt'}",
+        "wandb.mode=disabled",
+    ]
+
+
 def compose_synthesize(*overrides: str):
     """The synthesize config with these overrides, Hydra's own section included."""
     from controversial.cli import register_defaults

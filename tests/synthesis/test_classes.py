@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helpers import run_task, write_tiny_checkpoints
+from helpers import run_task, tiny_abs_vgg_overrides
 from pydantic import ValidationError
 
 from controversial.api import settings
@@ -23,15 +23,7 @@ CIFAR = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse"
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> list[str]:
-    folder = write_tiny_checkpoints(tmp_path_factory.mktemp("checkpoints"), ["abs", "vgg"], "mnist")
-    return [
-        "model_a=abs",
-        "model_b=vgg",
-        f"model_a.checkpoint={folder / 'abs.pt'}",
-        f"model_b.checkpoint={folder / 'vgg.pt'}",
-        "wandb.mode=disabled",
-        "max_attempts=1",
-    ]
+    return tiny_abs_vgg_overrides(tmp_path_factory.mktemp("checkpoints")) + ["max_attempts=1"]
 
 
 def test_a_subset_of_a_ten_class_run_is_its_cells_only(pair, tmp_path):

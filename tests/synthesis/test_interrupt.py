@@ -5,7 +5,7 @@ leaves no folder."""
 from __future__ import annotations
 
 import pytest
-from helpers import run_task, write_tiny_checkpoints
+from helpers import run_task, tiny_abs_vgg_overrides
 
 import controversial.tasks.synthesize as synthesize_task
 from controversial.records.manifest import read_manifest, without_timing
@@ -15,14 +15,7 @@ SETTINGS = ["synthesis.max_steps=40", "synthesis.stop_score=0.4", "synthesis.thr
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> list[str]:
-    folder = write_tiny_checkpoints(tmp_path_factory.mktemp("checkpoints"), ["abs", "vgg"], "mnist")
-    return [
-        "model_a=abs",
-        "model_b=vgg",
-        f"model_a.checkpoint={folder / 'abs.pt'}",
-        f"model_b.checkpoint={folder / 'vgg.pt'}",
-        "wandb.mode=disabled",
-    ]
+    return tiny_abs_vgg_overrides(tmp_path_factory.mktemp("checkpoints"))
 
 
 def _interrupt_at(monkeypatch, at_step: int) -> None:
