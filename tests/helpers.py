@@ -4,10 +4,17 @@ synthetic sweeps and test splits for the study and design tests."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
@@ -108,7 +115,8 @@ def input_gradient(net: torch.nn.Module, images: torch.Tensor, cls: int = 3) -> 
 
 DIGITS = [str(d) for d in range(10)]
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
-WEB_SOURCE = Path(__file__).resolve().parents[1] / "human_study" / "src"
+REPO = Path(__file__).resolve().parents[1]
+WEB_SOURCE = REPO / "human_study" / "src"
 
 
 def make_run(
@@ -202,3 +210,45 @@ def softmax_score(logits: list[torch.Tensor], targets: torch.Tensor) -> torch.Te
     """Eq. 1 of the paper, for softmax readouts: ``min_i p_i(t_i)`` (a reference score and a toy objective)."""
     probabilities = [torch.softmax(l, 1).gather(1, targets[:, i : i + 1]).squeeze(1) for i, l in enumerate(logits)]
     return torch.stack(probabilities, 1).min(1).values
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def study_server(bundle: Path, run_dir: Path, database: Path, completion_code: str, admin_token: str) -> Iterator[str]:
+    """``serve_study.py`` in a child process on a free loopback port; yields its base URL once it answers
+    /api/health (its output goes to ``run_dir/server.log``), and stops it afterwards."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log_path, port = run_dir / "server.log", free_port()
+    command = [
+        sys.executable,
+        "serve_study.py",
+        f"study_dir={bundle}",
+        f"completion_code={completion_code}",
+        f"port={port}",
+        f"database_url=sqlite:///{database}",
+        f"hydra.run.dir={run_dir / 'hydra'}",
+    ]
+    with log_path.open("w") as log:
+        env = {**os.environ, "STUDY_ADMIN_TOKEN": admin_token}
+        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180  # start-up imports take a minute on a starved shared CPU
+        try:
+            while True:
+                assert process.poll() is None, f"server exited: {log_path.read_text()}"
+                try:
+                    if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                assert time.monotonic() < deadline, "the study server did not start"
+                time.sleep(0.2)
+            yield base
+        finally:
+            process.terminate()
+            process.wait(timeout=10)

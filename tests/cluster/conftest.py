@@ -21,18 +21,13 @@ from pathlib import Path
 
 import pytest
 from conftest import require_component
+from helpers import free_port
 
 DAEMONS = ("munged", "slurmctld", "slurmd")
 CLIENTS = ("sbatch", "squeue", "scancel", "scontrol", "sinfo")
 PARTITION = "tests"
 SACCT_STAND_IN = Path(__file__).with_name("sacct_stand_in.py")
 INSTALL = "apt-get install -y slurm-wlm munge (.ci/run does this)"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _binary(name: str) -> str | None:
@@ -75,8 +70,8 @@ class SlurmCluster:
             "SlurmctldHost": f"{self.node}(127.0.0.1)",
             "SlurmUser": "root",
             "SlurmdUser": "root",
-            "SlurmctldPort": str(_free_port()),
-            "SlurmdPort": str(_free_port()),
+            "SlurmctldPort": str(free_port()),
+            "SlurmdPort": str(free_port()),
             "AuthType": "auth/munge",
             "CredType": "cred/munge",
             # cred_expire: also how long a requeued job waits before it may start again (default 120 s)

@@ -12,24 +12,17 @@ and the end page.
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
-
 import httpx
 import pytest
-from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
+from helpers import WEB_SOURCE, fake_mnist_test, make_sweep, study_server
 
 from controversial.study.export import ExportOptions, export_study
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parents[2]
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking"]
 CODE = "CSPCODE"
+ADMIN = "csp-admin-token-0123456789abcdefghijklmnop"
 SESSION = "6123456789abcdef01234567"
 STUDY = "60aa11bb22cc33dd44ee55ff"
 # Collects violations in the page itself too: a console message is what the participant's browser shows, the
@@ -41,12 +34,6 @@ document.addEventListener("securitypolicyviolation",
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def server(tmp_path, chromium, web_assets):
     bundle = export_study(
@@ -56,38 +43,10 @@ def server(tmp_path, chromium, web_assets):
         fake_mnist_test,
         WEB_SOURCE,
     )
-    port = _free_port()
-    log_path = tmp_path / "server.log"
-    with log_path.open("w") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "serve_study.py",
-                f"study_dir={bundle}",
-                f"completion_code={CODE}",
-                f"port={port}",
-                f"database_url=sqlite:///{tmp_path / 'csp.db'}",
-                f"hydra.run.dir={tmp_path / 'hydra'}",
-            ],
-            cwd=REPO,
-            env={**os.environ, "STUDY_ADMIN_TOKEN": "csp-admin-token-0123456789abcdefghijklmnop"},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 180  # start-up imports take a minute on a starved shared CPU
-        while True:
-            assert process.poll() is None, log_path.read_text()
-            try:
-                if httpx.get(f"{base}/api/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the study server did not start"
-            time.sleep(0.2)
+    with study_server(
+        bundle, tmp_path, tmp_path / "csp.db", CODE, "csp-admin-token-0123456789abcdefghijklmnop"
+    ) as base:
         yield base
-        process.terminate()
-        process.wait(timeout=10)
 
 
 class Pages:

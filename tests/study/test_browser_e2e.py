@@ -17,17 +17,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import socket
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import httpx
 import pytest
-from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
+from helpers import WEB_SOURCE, fake_mnist_test, make_sweep, study_server
 
 from controversial.records.responses import read_human_ratings
 from controversial.study.bundle import load_bundle
@@ -36,7 +32,6 @@ from controversial.study.scripted_participants import instructions
 
 pytestmark = pytest.mark.browser
 
-REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--headless",
@@ -53,12 +48,6 @@ ADMIN = "e2e-admin-token-0123456789abcdefghijklmnop"
 PID, STUDY, SESSION = "5f0c1e2d3b4a596877665544", "60aa11bb22cc33dd44ee55ff", "6123456789abcdef01234567"
 LEVELS = [0, 25, 50, 75, 100]
 DIGITS = [str(d) for d in range(10)]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait(predicate, timeout: float, what: str):
@@ -90,38 +79,8 @@ def live_server(tmp_path, chromium, web_assets):
         WEB_SOURCE,
     )
     database = tmp_path / "e2e.db"
-    port = _free_port()
-    log = (tmp_path / "server.log").open("w")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "serve_study.py",
-            f"study_dir={bundle}",
-            f"completion_code={CODE}",
-            f"port={port}",
-            f"database_url=sqlite:///{database}",
-            f"hydra.run.dir={tmp_path / 'hydra'}",
-        ],
-        cwd=REPO,
-        env={**os.environ, "STUDY_ADMIN_TOKEN": ADMIN},
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    base = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"server exited: {(tmp_path / 'server.log').read_text()}")
-        try:
-            return httpx.get(f"{base}/api/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    _wait(healthy, 180, "the study server")  # start-up imports take a minute on a starved shared CPU
-    yield base, database, instructions(load_bundle(bundle))
-    process.terminate()
-    process.wait(timeout=10)
-    log.close()
+    with study_server(bundle, tmp_path, database, CODE, ADMIN) as base:
+        yield base, database, instructions(load_bundle(bundle))
 
 
 def _stored(database: Path) -> list[tuple[int, str]]:
