@@ -25,10 +25,10 @@ from pathlib import Path
 import numpy as np
 
 from controversial.analysis.decision_options import BENCHMARK_NAMES, READOUTS
-from controversial.analysis.model_responses import model_outputs
+from controversial.analysis.model_responses import load_pixels, model_outputs
 from controversial.errors import UserError
 from controversial.records.choices import write_trials
-from controversial.synthesis.stimuli import DisplayConvention, Inversion, display_convention, load_png
+from controversial.synthesis.stimuli import DisplayConvention, Inversion
 from controversial.zoo.readout import CalibratedModel
 
 
@@ -59,17 +59,6 @@ def labelled_images(folder: str | Path, pattern: str = BENCHMARK_NAMES) -> list[
     return images
 
 
-def load_labelled(images: Sequence[LabelledImage], invert: Inversion = "auto") -> tuple[np.ndarray, DisplayConvention]:
-    """(N, C, H, W) pixels in the models' convention (see ``display_convention``)."""
-    pixels = [load_png(i.path) for i in images]
-    shapes = {p.shape for p in pixels}
-    if len(shapes) > 1:
-        raise UserError(f"images differ in shape ({sorted(shapes)}); evaluate one dataset's images at a time")
-    convention = display_convention(pixels, invert)
-    stacked = np.stack(pixels)
-    return (1.0 - stacked if convention.invert else stacked), convention
-
-
 def decision_scores(models: Sequence[CalibratedModel], images: np.ndarray, batch_size: int = 256) -> np.ndarray:
     """(M, N, K) logits before calibration, float64: in the order of the calibrated probabilities, without the
     float32 ties a flat calibration (a slope near 0) rounds them to."""
@@ -94,7 +83,7 @@ def write_decisions(
                 f"{', '.join(unknown)} (e.g. {next(i.path for i in images if i.category in unknown)}); readout "
                 f"{readout!r} decides among the model's own classes"
             )
-    pixels, convention = load_labelled(images, invert)
+    pixels, convention = load_pixels([image.path for image in images], invert)
     p = decision_scores(models, pixels, batch_size)
     written = []
     for m, model in enumerate(models):

@@ -82,16 +82,21 @@ def stimuli_from_manifest(path: str | Path, include_rejected: bool = False) -> l
     ]
 
 
-def load_images(stimuli: Sequence[StimulusImage], invert: Inversion = "auto") -> tuple[np.ndarray, DisplayConvention]:
+def load_pixels(paths: Sequence[Path], invert: Inversion = "auto") -> tuple[np.ndarray, DisplayConvention]:
     """(N, C, H, W) float32 pixels in the models' convention: images stored as displayed (dark on light,
     like the PNAS release's Experiment 1) are inverted, as ``display_convention`` decides."""
-    images = [load_png(s.path) for s in stimuli]
+    images = [load_png(path) for path in paths]
     shapes = {im.shape for im in images}
     if len(shapes) > 1:
-        raise UserError(f"stimuli differ in shape ({sorted(shapes)}); evaluate one dataset's images at a time")
+        raise UserError(f"images differ in shape ({sorted(shapes)}); evaluate one dataset's images at a time")
     convention = display_convention(images, invert)
     pixels = np.stack(images)
     return (1.0 - pixels if convention.invert else pixels), convention
+
+
+def load_images(stimuli: Sequence[StimulusImage], invert: Inversion = "auto") -> tuple[np.ndarray, DisplayConvention]:
+    """The stimuli's pixels in the models' convention (``load_pixels``)."""
+    return load_pixels([s.path for s in stimuli], invert)
 
 
 def model_outputs(
