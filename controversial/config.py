@@ -26,7 +26,7 @@ from pydantic import Field, field_validator, model_validator
 from controversial.datasets import DATASETS, DatasetInfo, dataset_info, register_dataset
 from controversial.errors import UserError
 from controversial.options import Options, one_of
-from controversial.zoo.train_options import CALIBRATIONS, TRAINING_METHODS, TrainOptions
+from controversial.zoo.train_options import CALIBRATIONS, TRAINING_METHODS, CalibrationName, TrainOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO_ROOT / "conf"
@@ -50,7 +50,9 @@ class ModelOptions(Options):
     dataset: str = Field(description=f"dataset the model was trained on: {', '.join(DATASETS)}")
     arch: str = Field(description="registered architecture")
     arch_kwargs: dict[str, Any] = Field(default_factory=dict, description="architecture constructor arguments")
-    calibration: str = Field("cross_entropy", description=f"readout calibration: {', '.join(CALIBRATIONS.names())}")
+    calibration: CalibrationName = Field(
+        "cross_entropy", description=f"readout calibration: {', '.join(CALIBRATIONS.names())}"
+    )
     checkpoint: str = Field(
         description="checkpoint file (relative: to the working directory); default: the bundled "
         "models/<dataset>/<name>.pt"
@@ -82,11 +84,6 @@ class ModelOptions(Options):
     @classmethod
     def _known_dataset(cls, value: str) -> str:
         return one_of(value, DATASETS)
-
-    @field_validator("calibration")
-    @classmethod
-    def _known_calibration(cls, value: str) -> str:
-        return CALIBRATIONS.check(value)
 
     @model_validator(mode="after")
     def _flip_only_where_classes_are_symmetric(self) -> ModelOptions:

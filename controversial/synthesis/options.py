@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import importlib
 from functools import partial
-from typing import TYPE_CHECKING, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Callable, Literal, Protocol
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator
 
 from controversial.errors import UserError
 from controversial.options import Count, Options, Probability
@@ -44,6 +44,7 @@ class Parametrization(Protocol):
 
 OBJECTIVES: Registry[Objective] = Registry("objective", builtins={"lse": "controversial.synthesis.objectives"})
 """Objectives by name (``synthesis.objective``); ``lse`` is the paper's LogSumExp score (Eq. 4)."""
+ObjectiveName = Annotated[str, AfterValidator(OBJECTIVES.check)]
 
 ParametrizationBuilder = Callable[[tuple[int, int, int], "SynthesisOptions"], Parametrization]
 PARAMETRIZATIONS: Registry[ParametrizationBuilder] = Registry(
@@ -51,12 +52,13 @@ PARAMETRIZATIONS: Registry[ParametrizationBuilder] = Registry(
     builtins={"pixel": "controversial.synthesis.parametrization", "fourier": "controversial.synthesis.parametrization"},
 )
 """``builder(image_shape, options) -> Parametrization``, by name (``synthesis.parametrization``)."""
+ParametrizationName = Annotated[str, AfterValidator(PARAMETRIZATIONS.check)]
 
 
 class SynthesisOptions(Options):
     """How one batch of stimuli is optimised; ``synthesize.py``'s ``synthesis:`` block."""
 
-    objective: str = Field(
+    objective: ObjectiveName = Field(
         "lse", description=f"what is maximised, by name: {', '.join(OBJECTIVES.names())} (lse: the paper's Eq. 4)"
     )
     sharpness: float = Field(
@@ -76,7 +78,7 @@ class SynthesisOptions(Options):
     stall_on: Literal["hard", "smooth"] = Field(
         "hard", description="the watched score: hard (Eq. 2, a probability) | smooth (the objective)"
     )
-    parametrization: str = Field(
+    parametrization: ParametrizationName = Field(
         "pixel", description=f"by name: {', '.join(PARAMETRIZATIONS.names())} (pixel: sigmoid; fourier: decorrelated)"
     )
     fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
@@ -98,16 +100,6 @@ class SynthesisOptions(Options):
         description="wrap each model's network in torch.compile(dynamic=True) for the run; the first steps "
         "compile for minutes, and on the CPUs measured it did not pay (docs/benchmarks.md): try it on a GPU",
     )
-
-    @field_validator("objective")
-    @classmethod
-    def _known_objective(cls, value: str) -> str:
-        return OBJECTIVES.check(value)
-
-    @field_validator("parametrization")
-    @classmethod
-    def _known_parametrization(cls, value: str) -> str:
-        return PARAMETRIZATIONS.check(value)
 
 
 def chosen_classes(classes: list[int | str] | None, class_names: tuple[str, ...]) -> tuple[int, ...]:

@@ -29,7 +29,7 @@ from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.preprocessing import Imported, Preprocess
 from controversial.zoo.readout import IDENTITY, fit_calibration, sigmoid_nll
 from controversial.zoo.sources import IMAGENET16_READOUT, build_network, parse_source, readout_module
-from controversial.zoo.train_options import CALIBRATIONS
+from controversial.zoo.train_options import CALIBRATIONS, CalibrationName
 from controversial.zoo.weights import load_weights, read_weights, sha256_file
 
 log = logging.getLogger(__name__)
@@ -59,7 +59,9 @@ class ImportOptions(Options):
     )
     mean: list[float] | None = Field(None, description="per-channel mean subtracted; default: timm's pretrained config")
     std: list[float] | None = Field(None, description="per-channel std divided by; default: timm's pretrained config")
-    calibration: str = Field("cross_entropy", description=f"readout calibration: {', '.join(CALIBRATIONS.names())}")
+    calibration: CalibrationName = Field(
+        "cross_entropy", description=f"readout calibration: {', '.join(CALIBRATIONS.names())}"
+    )
     calibration_images: Count = Field(
         1000, description="labelled training images (a seeded sample) the calibration is fitted on; never test ones"
     )
@@ -77,11 +79,6 @@ class ImportOptions(Options):
     folder: FolderOptions = Field(
         default_factory=FolderOptions, description="how dataset=folder:<path> or imagenet16:<path> is read"
     )
-
-    @field_validator("calibration")
-    @classmethod
-    def _known_calibration(cls, value: str) -> str:
-        return CALIBRATIONS.check(value)
 
     @field_validator("source")
     @classmethod

@@ -7,9 +7,9 @@ the module that implements its built-in entries; that module is imported on firs
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Annotated, Any, Callable
 
-from pydantic import Field, field_validator
+from pydantic import AfterValidator, Field
 
 from controversial.options import Count, Options, Seed
 from controversial.registry import Registry
@@ -34,6 +34,7 @@ TRAINING_METHODS: Registry[TrainingMethod] = Registry(
     },
 )
 """``train(net, images, labels, options, progress, ...)`` with its properties: see ``zoo.training.TrainingMethod``."""
+TrainingMethodName = Annotated[str, AfterValidator(TRAINING_METHODS.check)]
 
 Augmentation = Callable[["torch.Tensor", int, "torch.Generator"], "torch.Tensor"]
 AUGMENTATIONS: Registry[Augmentation] = Registry(
@@ -44,33 +45,31 @@ AUGMENTATIONS: Registry[Augmentation] = Registry(
     },
 )
 """``augment(images, max_shift, generator) -> images``: how ``train.max_shift`` is applied to a batch."""
+AugmentationName = Annotated[str, AfterValidator(AUGMENTATIONS.check)]
 
 CalibrationFit = Callable[["torch.Tensor", "torch.Tensor"], "Calibration"]
 CALIBRATIONS: Registry[CalibrationFit] = Registry(
     "calibration", builtins={"cross_entropy": "controversial.zoo.readout", "median": "controversial.zoo.readout"}
 )
 """``fit(test_logits, test_labels) -> Calibration``: the shared slope and intercept of the sigmoid readout."""
+CalibrationName = Annotated[str, AfterValidator(CALIBRATIONS.check)]
+"""An option naming a registered calibration (likewise ``TrainingMethodName``, ``AugmentationName``): unknown
+names are refused with the list of known ones."""
 
 
 class TrainOptions(Options):
     """How a model is trained (a model YAML's ``train:`` block); the training methods take it as it is."""
 
-    method: str = Field("supervised", description="training method (a name in zoo.train_options.TRAINING_METHODS)")
+    method: TrainingMethodName = Field(
+        "supervised", description="training method (a name in zoo.train_options.TRAINING_METHODS)"
+    )
     epochs: int = Field(3, ge=0, description="passes over the training set (0: methods without epochs)")
     batch_size: Count = Field(128, description="images per optimisation step")
     lr: float = Field(1e-3, gt=0, description="learning rate")
     weight_decay: float = Field(0.0, ge=0, description="L2 weight decay")
     seed: Seed = 0
     max_shift: int = Field(0, ge=0, description="random translation augmentation, in pixels")
-    augment: str = Field("shift", description=f"how max_shift is applied: {', '.join(AUGMENTATIONS.names())}")
+    augment: AugmentationName = Field(
+        "shift", description=f"how max_shift is applied: {', '.join(AUGMENTATIONS.names())}"
+    )
     extra: dict[str, Any] = Field(default_factory=dict, description="method-specific settings")
-
-    @field_validator("method")
-    @classmethod
-    def _known_method(cls, value: str) -> str:
-        return TRAINING_METHODS.check(value)
-
-    @field_validator("augment")
-    @classmethod
-    def _known_augment(cls, value: str) -> str:
-        return AUGMENTATIONS.check(value)
