@@ -15,6 +15,7 @@ from torch import nn
 
 from controversial.errors import UserError
 from controversial.registry import Registry
+from controversial.zoo.imagenet16 import ImageNet16Readout
 from controversial.zoo.preprocessing import Imported, Preprocess
 from controversial.zoo.registry import register_arch
 
@@ -172,8 +173,7 @@ def readout_module(name: str) -> nn.Module | None:
         return None
     if name != IMAGENET16_READOUT:
         raise UserError(f"readout '{name}' unknown; allowed: '' (none), {IMAGENET16_READOUT}")
-    imagenet16 = importlib.import_module("controversial.zoo.imagenet16")
-    return imagenet16.ImageNet16Readout()
+    return ImageNet16Readout()
 
 
 @register_arch("imported")
