@@ -49,6 +49,7 @@ seconds (compilation) and the steady ms per step.
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import time
@@ -69,8 +70,9 @@ from controversial.synthesis.engine import (  # noqa: E402
     synthesize_batch,
 )
 from controversial.synthesis.options import SynthesisOptions  # noqa: E402
+from controversial.synthesis.parametrization import quantize  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
-from controversial.zoo.inference import compile_networks  # noqa: E402
+from controversial.zoo.inference import SecondOrderBatchNorm2d, SecondOrderConv2d, compile_networks  # noqa: E402
 from controversial.zoo.readout import CalibratedModel  # noqa: E402
 
 MNIST_MODELS = "vgg,vgg_neg,capsnet,pcn,madry_linf,madry_l2,capsnet_recon,kde,abs"
@@ -311,42 +313,64 @@ def starts(models: Sequence[CalibratedModel], cells: list[tuple[int, int]]) -> t
     return images[picks].float() / 255
 
 
+def plain_autograd(model: CalibratedModel) -> CalibratedModel:
+    """A copy of ``model`` with autograd's own second derivatives (the code before the second-order rewrite of
+    ``controversial.zoo.inference``): its second-order layers turned back into plain ones, weights shared."""
+    plain = copy.copy(model)
+    plain.net = copy.deepcopy(model.net)
+    for module in plain.net.modules():
+        if isinstance(module, SecondOrderConv2d):
+            module.__class__ = torch.nn.Conv2d
+        elif isinstance(module, SecondOrderBatchNorm2d):
+            module.__class__ = torch.nn.BatchNorm2d
+    return plain
+
+
 def compare_precision(
-    pairs: list[str], n_cells: int, repeats: int, compile_too: bool, settings: SynthesisOptions
+    pairs: list[str], n_cells: int, repeats: int, compile_too: bool, plain_too: bool, settings: SynthesisOptions
 ) -> str:
     cells = ordered_class_pairs()[:: max(1, 90 // n_cells)][:n_cells]
-    variants = [("fp32", False), ("bf16", False)] + ([("fp32", True), ("bf16", True)] if compile_too else [])
     print(
-        f"\nfloat32 vs bfloat16 autocast{' and eager vs torch.compile' if compile_too else ''}: {len(cells)} cells, "
+        f"\nfloat32 vs bfloat16 autocast{' and eager vs torch.compile' if compile_too else ''}"
+        f"{' and plain autograd vs the second-order rewrite' if plain_too else ''}: {len(cells)} cells, "
         f"at most {settings.max_steps} steps; variants interleaved {repeats}x, median time; bf16 native on this "
         f"CPU: {bfloat16_native(torch.device('cpu'))}",
         flush=True,
     )
     header = ["pair", "variant", "time (s)", "runs (s)", "accepted", "median hard score", "mean steps", "speed-up"]
+    header += ["images as the first variant's"]
     rows = []
     for pair in pairs:
         names = pair.split(":")
         eager = [load_model(name) for name in names]
-        compiled = [load_model(name) for name in names] if compile_too else []
-        compile_networks(compiled)
+        variants: list[tuple[str, list[CalibratedModel], str]] = []
+        if plain_too:
+            plain = [plain_autograd(model) for model in eager]
+            variants += [("fp32 plain autograd", plain, "fp32"), ("bf16 plain autograd", plain, "bf16")]
+        variants += [("fp32", eager, "fp32"), ("bf16", eager, "bf16")]
+        if compile_too:
+            compiled = [load_model(name) for name in names]
+            compile_networks(compiled)
+            variants += [("fp32 compiled", compiled, "fp32"), ("bf16 compiled", compiled, "bf16")]
         initial = starts(eager, cells)
         targets = torch.tensor(cells)
         warm_up(eager, settings)
         results: dict[str, list[BatchResult]] = {}
         for _ in range(repeats):
-            for precision, use_compile in variants:
-                label = f"{precision}{' compiled' if use_compile else ''}"
+            for label, models, precision in variants:
                 run_settings = settings.model_copy(update={"precision": precision})
                 try:
-                    result = synthesize_batch(compiled if use_compile else eager, targets, initial, run_settings)
+                    result = synthesize_batch(models, targets, initial, run_settings)
                 except Exception as error:  # noqa: BLE001  (torch.compile refuses some models: report, go on)
                     print(f"  {pair} {label}: failed: {type(error).__name__}: {str(error).splitlines()[0]}")
                     continue
                 results.setdefault(label, []).append(result)
                 print(f"  {pair} {label}: {result.total_seconds:.1f} s", flush=True)
-        base = statistics.median(r.total_seconds for r in results["fp32"])
+        first = next(iter(results.values()))
+        base = statistics.median(r.total_seconds for r in first)
         for label, runs in results.items():
             last, seconds = runs[-1], statistics.median(r.total_seconds for r in runs)
+            same = (quantize(last.images) == quantize(first[-1].images)).flatten(1).all(1)
             rows.append(
                 [
                     pair.replace(":", "-"),
@@ -357,6 +381,7 @@ def compare_precision(
                     f"{last.hard.median():.3f}",
                     f"{last.steps.float().mean():.0f}",
                     f"{base / seconds:.2f}x",
+                    f"{int(same.sum())}/{len(cells)}",
                 ]
             )
             print(table(header, rows[-1:]).splitlines()[-1], flush=True)
@@ -463,6 +488,11 @@ def main() -> None:
     parser.add_argument("--precision", default="", help="comma-separated model_a:model_b pairs for part 4")
     parser.add_argument("--cells", type=int, default=90, help="part 4: this many of the 90 cells (every k-th)")
     parser.add_argument("--compile", action="store_true", help="parts 4 and 5: also each precision compiled")
+    parser.add_argument(
+        "--plain-autograd",
+        action="store_true",
+        help="part 4: also each precision with autograd's own second derivatives (before the second-order rewrite)",
+    )
     parser.add_argument("--step-models", default="", help="comma-separated models for part 5")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
@@ -479,7 +509,11 @@ def main() -> None:
     if args.kde:
         tables.append(time_kde_steps(args.kde.split(","), args.kde_steps))
     if args.precision:
-        tables.append(compare_precision(args.precision.split(","), args.cells, args.repeats, args.compile, settings))
+        tables.append(
+            compare_precision(
+                args.precision.split(","), args.cells, args.repeats, args.compile, args.plain_autograd, settings
+            )
+        )
     if args.step_models:
         tables.append(compare_steps(args.step_models.split(","), args.compile))
     print("\n" + "\n\n".join(tables))

@@ -17,7 +17,7 @@ from controversial import __version__
 from controversial.atomic import atomic_write_bytes
 from controversial.datasets import DatasetInfo, dataset_info, register_dataset
 from controversial.errors import UserError
-from controversial.zoo.inference import fold_batch_norms, use_preferred_memory_format
+from controversial.zoo.inference import fold_batch_norms, use_preferred_memory_format, use_second_order_inference
 from controversial.zoo.readout import CalibratedModel, Calibration, MirrorAveraged
 from controversial.zoo.registry import arch_spec
 
@@ -123,14 +123,16 @@ def load_checkpoint(path: str | Path, data_root: str | None = None) -> Calibrate
     """Rebuild the architecture, load float32 weights, and wrap it with its calibration (and mirror averaging).
 
     The result is for inference only: eval mode, frozen weights, batch norms folded into convolutions,
-    channels-last layout where the architecture prefers it.
+    channels-last layout and second-order convolutions where the architecture opts in.
     """
     info, state = read_checkpoint(path)
     spec = arch_spec(info.arch)
     net = spec.builder(**info.arch_kwargs, **({"data_root": data_root} if spec.training_data else {}))
     net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     fold_batch_norms(net.eval())
+    net.requires_grad_(False)
     use_preferred_memory_format(net)
+    use_second_order_inference(net)
     if info.test_time_flip:
         net = MirrorAveraged(net)
     model = CalibratedModel(

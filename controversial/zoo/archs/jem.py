@@ -53,6 +53,7 @@ def langevin(
 
 class JointEnergyModel(nn.Module):
     channels_last_inference = True  # faster on CPU at synthesis batch sizes (controversial.zoo.inference)
+    second_order_inference = True  # synthesis differentiates the refinement's input gradients (same module)
     refine_noises: torch.Tensor  # a buffer
 
     def __init__(
