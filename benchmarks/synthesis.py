@@ -315,10 +315,9 @@ def starts(models: Sequence[CalibratedModel], cells: list[tuple[int, int]]) -> t
 
 def plain_autograd(model: CalibratedModel) -> CalibratedModel:
     """A copy of ``model`` with autograd's own second derivatives (the code before the second-order rewrite of
-    ``controversial.zoo.inference``): its second-order layers turned back into plain ones, weights shared."""
-    plain = copy.copy(model)
-    plain.net = copy.deepcopy(model.net)
-    for module in plain.net.modules():
+    ``controversial.zoo.inference``): its second-order layers turned back into plain ones."""
+    plain = copy.deepcopy(model)
+    for module in plain.modules():
         if isinstance(module, SecondOrderConv2d):
             module.__class__ = torch.nn.Conv2d
         elif isinstance(module, SecondOrderBatchNorm2d):

@@ -97,12 +97,15 @@ class _Convolution(torch.autograd.Function):
     @staticmethod
     def forward(ctx, inputs, weight, bias, stride, padding, dilation, groups):
         device = inputs.device.type
-        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else inputs.dtype
-        inputs_cast, weight_cast = inputs.to(dtype), weight.to(dtype)
-        with torch.autocast(device, enabled=False):
-            outputs = F.conv2d(
-                inputs_cast, weight_cast, None if bias is None else bias.to(dtype), stride, padding, dilation, groups
-            )
+        if torch.is_autocast_enabled(device):  # cast as autocast would, then convolve without it
+            dtype = torch.get_autocast_dtype(device)
+            inputs_cast, weight_cast = inputs.to(dtype), weight.to(dtype)
+            with torch.autocast(device, enabled=False):
+                bias_cast = None if bias is None else bias.to(dtype)
+                outputs = F.conv2d(inputs_cast, weight_cast, bias_cast, stride, padding, dilation, groups)
+        else:
+            inputs_cast, weight_cast = inputs, weight
+            outputs = F.conv2d(inputs, weight, bias, stride, padding, dilation, groups)
         ctx.save_for_backward(inputs_cast, weight_cast)
         ctx.hyper = (stride, padding, dilation, groups)
         ctx.input_dtype = inputs.dtype
