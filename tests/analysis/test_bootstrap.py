@@ -210,7 +210,8 @@ def test_counted_draws_are_the_drawn_resamples(largest, dtype):
         block = draw_block(child, 4, groups, size)
         stimulus_counts, participant_counts = draw_counts(child, 4, groups, size)
         assert stimulus_counts.dtype == dtype
-        np.testing.assert_array_equal(stimulus_counts, counts(block.stimuli, len(conditions)))
+        assert stimulus_counts.shape == (len(conditions), size)  # stimuli by rows, as the int8 product takes them
+        np.testing.assert_array_equal(stimulus_counts.T, counts(block.stimuli, len(conditions)))
         np.testing.assert_array_equal(participant_counts, counts(block.participants, 4))
 
 
@@ -219,3 +220,25 @@ def test_resamples_for_a_seed_never_change():
     block = next(iter_blocks(2, 0, 5, ["a", "a", "b", "b", "b"]))
     np.testing.assert_array_equal(block.participants, [[4, 4, 0, 1, 3], [3, 1, 0, 4, 2]])
     np.testing.assert_array_equal(block.stimuli, [[0, 0, 3, 3, 3], [0, 1, 3, 3, 3]])
+
+
+def test_pair_products_are_fused_multiply_adds_in_order():
+    """The ceilings' raw products sum_t pairs[s, t] v_t are added t by t, each step one correctly rounded
+    fused multiply-add: the order OpenBLAS's matmul kernel adds them in (the ceilings stay the same numbers
+    as when a matmul computed them). Checked against exact rational arithmetic, rounded once per step."""
+    human, model, conditions = small_study(seed=8, S=7, K=5)
+    stats = SufficientStatistics(human, model)
+    assert stats.pairwise
+    stimulus_counts, participant_counts = draw_counts(np.random.SeedSequence(2), 7, strata(conditions), 3)
+    sums = stats.sums(stimulus_counts)
+    w = participant_counts
+    a = np.random.default_rng(0).random(w.shape) * w
+    raw_w, raw_a = stats._raw_products(stimulus_counts, sums, w, a)
+    pairs = [[sums[int(stats.pair_index[t][s])] for t in range(7)] for s in range(7)]
+    for got, v in ((raw_w, w), (raw_a, a)):
+        for b in range(3):
+            for s in range(7):
+                acc = 0.0
+                for t in range(7):
+                    acc = float(Fraction(pairs[s][t][b]) * Fraction(float(v[b, t])) + Fraction(acc))
+                assert got[b, s] == acc
