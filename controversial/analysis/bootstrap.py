@@ -84,22 +84,35 @@ def draw_block(seed: np.random.SeedSequence, n_participants: int, groups: list[n
 
 
 def draw_counts(
-    seed: np.random.SeedSequence, n_participants: int, groups: list[np.ndarray], size: int
+    seed: np.random.SeedSequence, n_participants: int, groups: list[np.ndarray], size: int, scatter: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """The block :func:`draw_block` draws, as (N, size) stimulus counts, stimuli by rows (int8 while no stratum
     exceeds 127 stimuli), and (size, S) participant counts: the same draws from the same generator, counted
     stratum by stratum (small arrays that stay in cache) without gathering the indices. Stimuli by rows is the
-    layout the int8 product takes (:meth:`CountProduct.transposed`), so no copy reorders them."""
+    layout the int8 product takes (:meth:`CountProduct.transposed`), so no copy reorders them.
+
+    ``scatter`` counts with torch's ``scatter_add_`` into the narrow counts directly (2x faster than numpy's
+    bincount, which needs an offset per row and counts in int64); for callers that have loaded torch anyway.
+    """
     rng = np.random.default_rng(seed)
     participants = rng.integers(0, n_participants, size=(BLOCK, n_participants), dtype=np.int32)[:size]
     n_stimuli = sum(len(g) for g in groups)
     narrow = np.int8 if max(len(g) for g in groups) <= 127 else np.int64  # no count exceeds its stratum's size
     by_stimulus = np.empty((n_stimuli, size), dtype=narrow)
+    if scatter:
+        import torch
+
+        ones = torch.ones((size, max(len(g) for g in groups)), dtype=torch.from_numpy(by_stimulus[:0]).dtype)
     for g in groups:
         n = len(g)
-        local = rng.integers(0, n, size=(BLOCK, n), dtype=np.int32)[:size]
-        local += np.arange(0, size * n, n, dtype=np.int32)[:, None]  # row * n + index: one bincount
-        by_stimulus[g] = np.bincount(local.ravel(), minlength=size * n).reshape(size, n).T
+        if scatter:  # int64 draws: the same values as int32 ones below 2**32
+            index = torch.from_numpy(rng.integers(0, n, size=(BLOCK, n), dtype=np.int64)[:size])
+            by_row = torch.zeros((size, n), dtype=ones.dtype).scatter_add_(1, index, ones[:, :n])
+            by_stimulus[g] = by_row.numpy().T
+        else:
+            local = rng.integers(0, n, size=(BLOCK, n), dtype=np.int32)[:size]
+            local += np.arange(0, size * n, n, dtype=np.int32)[:, None]  # row * n + index: one bincount
+            by_stimulus[g] = np.bincount(local.ravel(), minlength=size * n).reshape(size, n).T
     return by_stimulus, counts(participants, n_participants)
 
 
@@ -437,7 +450,7 @@ def bootstrap(
 
     def chunk(first: int) -> np.ndarray:
         drawn = [
-            draw_counts(children[b], S, groups, min(BLOCK, n_resamples - b * BLOCK))
+            draw_counts(children[b], S, groups, min(BLOCK, n_resamples - b * BLOCK), stats.product is not None)
             for b in range(first, min(first + blocks_per_chunk, len(children)))
         ]
         if len(drawn) == 1:

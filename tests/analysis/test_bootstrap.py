@@ -200,15 +200,17 @@ def test_threads_give_the_same_numbers():
     np.testing.assert_array_equal(one.samples, two.samples)
 
 
+@pytest.mark.parametrize("scatter", [False, True])
 @pytest.mark.parametrize("largest, dtype", [(9, np.int8), (130, np.int64)])
-def test_counted_draws_are_the_drawn_resamples(largest, dtype):
-    """The fast path counts the draws of draw_block (the reference's resamples) without gathering them;
-    strata come interleaved, and a stratum past 127 stimuli keeps wide counts."""
+def test_counted_draws_are_the_drawn_resamples(largest, dtype, scatter):
+    """The fast path counts the draws of draw_block (the reference's resamples) without gathering them, with
+    numpy's bincount or torch's scatter_add_; strata come interleaved, and a stratum past 127 stimuli keeps
+    wide counts."""
     conditions = np.array(["a"] * largest + ["b"] * 3 + ["c"] * 2)[np.random.default_rng(0).permutation(largest + 5)]
     groups = strata(conditions)
     for child, size in zip(np.random.SeedSequence(3).spawn(2), (BLOCK, 17)):
         block = draw_block(child, 4, groups, size)
-        stimulus_counts, participant_counts = draw_counts(child, 4, groups, size)
+        stimulus_counts, participant_counts = draw_counts(child, 4, groups, size, scatter)
         assert stimulus_counts.dtype == dtype
         assert stimulus_counts.shape == (len(conditions), size)  # stimuli by rows, as the int8 product takes them
         np.testing.assert_array_equal(stimulus_counts.T, counts(block.stimuli, len(conditions)))
