@@ -193,7 +193,7 @@ class CountProduct:
             done += len(columns)
         self.position = np.empty(F, dtype=np.intp)
         self.position[np.concatenate([columns for columns, _, _, _ in self.groups])] = np.arange(F)
-        self.table = np.concatenate(rows)
+        self.table = np.concatenate([*rows, np.ones((1, N), dtype=np.int8)])  # last row: each resample's count
         self.slices = [slice(start, start + self.ROWS) for start in range(0, N, self.ROWS)]
         self.pieces = [np.ascontiguousarray(self.table[:, s]) for s in self.slices]
         self.N, self.F = N, F
@@ -212,11 +212,12 @@ class CountProduct:
 
     def __call__(self, stimulus_counts: np.ndarray) -> np.ndarray:
         """(B, N) integer counts -> (B, F) float64 count-weighted column sums, columns in table order."""
-        return self.transposed(np.ascontiguousarray(integer_counts(stimulus_counts).T))[self.position].T
+        return self.transposed(np.ascontiguousarray(integer_counts(stimulus_counts).T))[0][self.position].T
 
-    def transposed(self, counts_t: np.ndarray) -> np.ndarray:
+    def transposed(self, counts_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(N, B) integer counts, stimuli by rows (int8 ones are taken as they are) -> (F, B) float64
-        count-weighted column sums, by rows in group order (column j is row ``position[j]``).
+        count-weighted column sums, by rows in group order (column j is row ``position[j]``), and (B,) int64
+        total counts (a row of ones in the product: no pass over the counts).
 
         Why this layout: the int8 product gives the sums by rows, and the caller reads them by rows, so
         neither the counts nor the sums are transposed (a copy of 6.5 MB per 1,000 resamples, out of cache)."""
@@ -240,18 +241,28 @@ class CountProduct:
         assert isinstance(sums, np.ndarray)
         # Horner from the top digit, in torch (its mixed int32/float64 kernels run 1.2x faster than numpy's),
         # each step one pass (digit + 256 x total; x 256 is exact, so fused or not, the same numbers): exact
-        # while a column's sums fit 53 bits, as every one-digit column's do
+        # while a column's sums fit 53 bits, as every one-digit column's do. While |digit sums| < 2**31 / 257
+        # (non-negative counts: |digit sum| <= 128 x the resample's count), digits pair up exactly in int32,
+        # d0 + 256 d1, and Horner runs in base 65,536: half the float64 passes, and fewer roundings.
         digit_sums, out = torch.from_numpy(sums), torch.empty((self.F, B), dtype=torch.float64)
-        totals = torch.from_numpy(c.sum(axis=0, dtype=np.float64))
+        count = sums[-1].astype(np.int64)
+        totals = torch.from_numpy(count.astype(np.float64))
+        paired = sums.dtype == np.int32 and int(c.min(initial=0)) >= 0 and 128 * 257 * int(count.max()) < 2**31
         for columns, d, first, at in self.groups:
             block = digit_sums[first : first + d * len(columns)].view(d, len(columns), B)
             total = out[at : at + len(columns)]
-            total.copy_(block[d - 1])
-            for i in range(d - 2, -1, -1):
-                torch.add(block[i], total, alpha=256.0, out=total)
+            if paired and d > 1:
+                pair = [torch.add(block[i], block[i + 1], alpha=256) if i + 1 < d else block[i] for i in range(0, d, 2)]
+                total.copy_(pair[-1])
+                for p in pair[-2::-1]:
+                    torch.add(p, total, alpha=65536.0, out=total)
+            else:
+                total.copy_(block[d - 1])
+                for i in range(d - 2, -1, -1):
+                    torch.add(block[i], total, alpha=256.0, out=total)
             offset, unit = (torch.from_numpy(x[columns].astype(np.float64))[:, None] for x in (self.offset, self.unit))
             total.add_(offset * totals).mul_(unit)
-        return out.numpy()
+        return out.numpy(), count
 
 
 class SufficientStatistics:
@@ -325,12 +336,12 @@ class SufficientStatistics:
             # row of the pair sum (s, t) for every s, for each t
             self.pair_index = [torch.from_numpy(c) for c in position[self.pair_columns].reshape(S, S).T.copy()]
 
-    def sums(self, counts_t: np.ndarray) -> np.ndarray:
+    def sums(self, counts_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(N, B) integer counts, stimuli by rows -> (F, B) count-weighted sums of every table column, by rows
-        (in the order of ``rows``)."""
+        (in the order of ``rows``), and (B,) total counts."""
         if self.product is not None:
             return self.product.transposed(counts_t)
-        return (np.ascontiguousarray(counts_t.T) @ self.table).T
+        return (np.ascontiguousarray(counts_t.T) @ self.table).T, counts_t.sum(axis=0, dtype=np.int64)
 
     def chunk_bytes(self) -> int:
         """Bytes per resample of the widest array ``evaluate`` makes (bounds the chunk size)."""
@@ -375,9 +386,9 @@ class SufficientStatistics:
         The model columns are read by rows (resamples along the fast axis), as the int8 product gives them;
         the ceilings take the few (B, S) arrays they need transposed, and compute exactly as before."""
         S, M = self.S, self.M
-        sums = self.sums(counts_t)
+        sums, count = self.sums(counts_t)
         B = sums.shape[1]
-        W = self.K * counts_t.sum(axis=0, dtype=np.int64)  # (B,)
+        W = self.K * count  # (B,)
         rows = self.rows
         sx_t, sxx_t, sy_t, syy_t = (sums[rows[name]] for name in ("sx", "sxx", "sy", "syy"))
         w_t = participant_counts.T

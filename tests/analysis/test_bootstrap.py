@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 
 import numpy as np
@@ -180,11 +181,12 @@ def test_count_product_is_exact_on_a_grid_and_float64_close_off_it(monkeypatch):
     exact = np.array(
         [[sum(int(c) * Fraction(float(t)) for c, t in zip(row, col)) for col in table.T] for row in counts_]
     )
+    product = CountProduct(table)  # one product: int32 digit sums, paired up in int32 for small counts
     monkeypatch.setattr(CountProduct, "ROWS", 7)  # several products over the stimuli, summed in int64
-    product = CountProduct(table)
+    split = CountProduct(table)
     assert product.exact.tolist() == [True] * 6 + [False] * 4
-    for c in (counts_, counts_[1:].astype(np.int8)):  # int8 counts take the one-digit path
-        got = product(c)
+    for c, product in itertools.product((counts_, counts_[1:].astype(np.int8)), (product, split)):
+        got = product(c)  # int8 counts take the one-digit path
         want = exact[-len(c) :]
         np.testing.assert_array_equal(got[:, :6], want[:, :6].astype(np.float64))
         scale = np.abs(table[:, 6:]).max(axis=0) * np.abs(c).sum(axis=1, keepdims=True)
@@ -232,7 +234,7 @@ def test_pair_products_are_fused_multiply_adds_in_order():
     stats = SufficientStatistics(human, model)
     assert stats.pairwise
     stimulus_counts, participant_counts = draw_counts(np.random.SeedSequence(2), 7, strata(conditions), 3)
-    sums = stats.sums(stimulus_counts)
+    sums = stats.sums(stimulus_counts)[0]
     w = participant_counts
     a = np.random.default_rng(0).random(w.shape) * w
     raw_w, raw_a = stats._raw_products(stimulus_counts, sums, w, a)
