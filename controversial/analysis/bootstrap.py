@@ -164,6 +164,8 @@ class CountProduct:
     ROWS = (2**31 - 1) // 2**14  # stimuli per product: |count digit| x |digit| <= 2**14, so int32 sums cannot overflow
 
     def __init__(self, table: np.ndarray) -> None:
+        import torch  # here, not at module import: the analysis loads without paying for torch until it runs
+
         table = np.asarray(table, dtype=np.float64)
         N, F = table.shape
         top = np.abs(table).max(axis=0)
@@ -197,6 +199,10 @@ class CountProduct:
         self.slices = [slice(start, start + self.ROWS) for start in range(0, N, self.ROWS)]
         self.pieces = [np.ascontiguousarray(self.table[:, s]) for s in self.slices]
         self.N, self.F = N, F
+        self.offsets, self.units = (
+            [torch.from_numpy(x[columns].astype(np.float64)[:, None]) for columns, _, _, _ in self.groups]
+            for x in (self.offset, self.unit)
+        )
 
     @staticmethod
     def digits(q: np.ndarray, n: int) -> np.ndarray:
@@ -246,21 +252,26 @@ class CountProduct:
         # d0 + 256 d1, and Horner runs in base 65,536: half the float64 passes, and fewer roundings.
         digit_sums, out = torch.from_numpy(sums), torch.empty((self.F, B), dtype=torch.float64)
         count = sums[-1].astype(np.int64)
-        totals = torch.from_numpy(count.astype(np.float64))
+        # offset x count: one number per column where every resample has the same count (a stratified bootstrap)
+        totals = torch.from_numpy(count[:1] if len(count) and count.min() == count.max() else count).double()
         paired = sums.dtype == np.int32 and int(c.min(initial=0)) >= 0 and 128 * 257 * int(count.max()) < 2**31
-        for columns, d, first, at in self.groups:
+        for (columns, d, first, at), offset, unit in zip(self.groups, self.offsets, self.units):
             block = digit_sums[first : first + d * len(columns)].view(d, len(columns), B)
             total = out[at : at + len(columns)]
-            if paired and d > 1:
-                pair = [torch.add(block[i], block[i + 1], alpha=256) if i + 1 < d else block[i] for i in range(0, d, 2)]
-                total.copy_(pair[-1])
-                for p in pair[-2::-1]:
-                    torch.add(p, total, alpha=65536.0, out=total)
+            if d == 1:
+                total.copy_(block[0])
             else:
-                total.copy_(block[d - 1])
-                for i in range(d - 2, -1, -1):
-                    torch.add(block[i], total, alpha=256.0, out=total)
-            offset, unit = (torch.from_numpy(x[columns].astype(np.float64))[:, None] for x in (self.offset, self.unit))
+                if paired:
+                    pair = [
+                        torch.add(block[i], block[i + 1], alpha=256) if i + 1 < d else block[i] for i in range(0, d, 2)
+                    ]
+                    total.copy_(pair[-1])
+                    for p in pair[-2::-1]:
+                        torch.add(p, total, alpha=65536.0, out=total)
+                else:
+                    total.copy_(block[d - 1])
+                    for i in range(d - 2, -1, -1):
+                        torch.add(block[i], total, alpha=256.0, out=total)
             total.add_(offset * totals).mul_(unit)
         return out.numpy(), count
 
