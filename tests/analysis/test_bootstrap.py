@@ -187,6 +187,7 @@ def test_count_product_is_exact_on_a_grid_and_float64_close_off_it(monkeypatch):
     assert product.exact.tolist() == [True] * 6 + [False] * 4
     for c, product in itertools.product((counts_, counts_[1:].astype(np.int8)), (product, split)):
         got = product(c)  # int8 counts take the one-digit path
+        np.testing.assert_array_equal(product.transposed(np.ascontiguousarray(c.T))[1], c.sum(axis=1))
         want = exact[-len(c) :]
         np.testing.assert_array_equal(got[:, :6], want[:, :6].astype(np.float64))
         scale = np.abs(table[:, 6:]).max(axis=0) * np.abs(c).sum(axis=1, keepdims=True)
