@@ -375,10 +375,11 @@ class SufficientStatistics:
             # (B, S, S) pair sums by the (B, S, j) weightings adds them (the same numbers, bit for bit, tested),
             # reading the pair sums where they are instead of transposing 7 MB per 1,000 resamples into (B, S, S)
             pairs = torch.from_numpy(sums)
-            v = torch.from_numpy(np.stack(weights).astype(np.float64, copy=False).transpose(0, 2, 1).copy())
+            # (S, j, 1, B): weighting t of every participant, broadcast over s
+            v = torch.from_numpy(np.stack(weights).astype(np.float64, copy=False).transpose(2, 0, 1).copy()[:, :, None])
             acc = torch.zeros((j, self.S, B), dtype=torch.float64)
-            for t, index in enumerate(self.pair_index):
-                acc.addcmul_(pairs.index_select(0, index).expand(j, self.S, B), v[:, t, None, :].expand(j, self.S, B))
+            for v_t, index in zip(v, self.pair_index):
+                acc.addcmul_(pairs.index_select(0, index), v_t)
             return [np.ascontiguousarray(r.T) for r in acc.numpy()]
         flat = self.flat
         assert flat is not None  # set whenever ceilings are computed without the pair table
