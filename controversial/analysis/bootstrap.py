@@ -84,25 +84,36 @@ def draw_block(seed: np.random.SeedSequence, n_participants: int, groups: list[n
 
 
 def draw_counts(
-    seed: np.random.SeedSequence, n_participants: int, groups: list[np.ndarray], size: int
+    seed: np.random.SeedSequence, n_participants: int, groups: list[np.ndarray], size: int, scatter: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The block :func:`draw_block` draws, as (size, N) stimulus counts (int8 while no stratum exceeds 127
-    stimuli) and (size, S) participant counts: the same draws from the same generator, counted stratum by
-    stratum (small arrays that stay in cache) without gathering the indices: 2.5x faster than gathering and
-    counting them."""
+    """The block :func:`draw_block` draws, as (N, size) stimulus counts, stimuli by rows (int8 while no stratum
+    exceeds 127 stimuli), and (size, S) participant counts: the same draws from the same generator, counted
+    stratum by stratum (small arrays that stay in cache) without gathering the indices. Stimuli by rows is the
+    layout the int8 product takes (:meth:`CountProduct.transposed`), so no copy reorders them.
+
+    ``scatter`` counts with torch's ``scatter_add_`` into the narrow counts directly (2x faster than numpy's
+    bincount, which needs an offset per row and counts in int64); for callers that have loaded torch anyway.
+    """
     rng = np.random.default_rng(seed)
     participants = rng.integers(0, n_participants, size=(BLOCK, n_participants), dtype=np.int32)[:size]
-    order = np.concatenate(groups)  # stimuli stratum by stratum: position j holds stimulus order[j]
+    n_stimuli = sum(len(g) for g in groups)
     narrow = np.int8 if max(len(g) for g in groups) <= 127 else np.int64  # no count exceeds its stratum's size
-    by_position = np.empty((size, len(order)), dtype=narrow)
-    start = 0
+    by_stimulus = np.empty((n_stimuli, size), dtype=narrow)
+    if scatter:
+        import torch
+
+        ones = torch.ones((size, max(len(g) for g in groups)), dtype=torch.from_numpy(by_stimulus[:0]).dtype)
     for g in groups:
         n = len(g)
-        local = rng.integers(0, n, size=(BLOCK, n), dtype=np.int32)[:size]
-        local += np.arange(0, size * n, n, dtype=np.int32)[:, None]  # row * n + index: one bincount
-        by_position[:, start : start + n] = np.bincount(local.ravel(), minlength=size * n).reshape(size, n)
-        start += n
-    return by_position[:, np.argsort(order)], counts(participants, n_participants)
+        if scatter:  # int64 draws: the same values as int32 ones below 2**32
+            index = torch.from_numpy(rng.integers(0, n, size=(BLOCK, n), dtype=np.int64)[:size])
+            by_row = torch.zeros((size, n), dtype=ones.dtype).scatter_add_(1, index, ones[:, :n])
+            by_stimulus[g] = by_row.numpy().T
+        else:
+            local = rng.integers(0, n, size=(BLOCK, n), dtype=np.int32)[:size]
+            local += np.arange(0, size * n, n, dtype=np.int32)[:, None]  # row * n + index: one bincount
+            by_stimulus[g] = np.bincount(local.ravel(), minlength=size * n).reshape(size, n).T
+    return by_stimulus, counts(participants, n_participants)
 
 
 def iter_blocks(
@@ -153,6 +164,8 @@ class CountProduct:
     ROWS = (2**31 - 1) // 2**14  # stimuli per product: |count digit| x |digit| <= 2**14, so int32 sums cannot overflow
 
     def __init__(self, table: np.ndarray) -> None:
+        import torch  # here, not at module import: the analysis loads without paying for torch until it runs
+
         table = np.asarray(table, dtype=np.float64)
         N, F = table.shape
         top = np.abs(table).max(axis=0)
@@ -171,17 +184,25 @@ class CountProduct:
         self.n_digits = np.maximum(1, -(-bits // 8)).astype(int)
         # One int8 table, transposed (the product runs 1.3x faster with the counts on the right): for each
         # digit count d, its columns' digits as rows, digit-major (row i * n + f is digit i of column f).
-        self.groups: list[tuple[np.ndarray, int, int]] = []  # (columns, digits, first row)
-        rows, at = [], 0
+        # The sums come out in the same group order: column j is row position[j] of :meth:`transposed`.
+        self.groups: list[tuple[np.ndarray, int, int, int]] = []  # (columns, digits, first digit row, first sum row)
+        rows, at, done = [], 0, 0
         for d in np.unique(self.n_digits).tolist():
             columns = np.flatnonzero(self.n_digits == d)
             rows.append(self.digits(q[:, columns].T, d).reshape(d * len(columns), N))
-            self.groups.append((columns, d, at))
+            self.groups.append((columns, d, at, done))
             at += d * len(columns)
-        self.table = np.concatenate(rows)
+            done += len(columns)
+        self.position = np.empty(F, dtype=np.intp)
+        self.position[np.concatenate([columns for columns, _, _, _ in self.groups])] = np.arange(F)
+        self.table = np.concatenate([*rows, np.ones((1, N), dtype=np.int8)])  # last row: each resample's count
         self.slices = [slice(start, start + self.ROWS) for start in range(0, N, self.ROWS)]
         self.pieces = [np.ascontiguousarray(self.table[:, s]) for s in self.slices]
         self.N, self.F = N, F
+        self.offsets, self.units = (
+            [torch.from_numpy(x[columns].astype(np.float64)[:, None]) for columns, _, _, _ in self.groups]
+            for x in (self.offset, self.unit)
+        )
 
     @staticmethod
     def digits(q: np.ndarray, n: int) -> np.ndarray:
@@ -196,37 +217,63 @@ class CountProduct:
         return out
 
     def __call__(self, stimulus_counts: np.ndarray) -> np.ndarray:
-        """(B, N) integer counts (int8 ones are taken as they are) -> (B, F) float64 count-weighted column sums."""
+        """(B, N) integer counts -> (B, F) float64 count-weighted column sums, columns in table order."""
+        return self.transposed(np.ascontiguousarray(integer_counts(stimulus_counts).T))[0][self.position].T
+
+    def transposed(self, counts_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(N, B) integer counts, stimuli by rows (int8 ones are taken as they are) -> (F, B) float64
+        count-weighted column sums, by rows in group order (column j is row ``position[j]``), and (B,) int64
+        total counts (a row of ones in the product: no pass over the counts).
+
+        Why this layout: the int8 product gives the sums by rows, and the caller reads them by rows, so
+        neither the counts nor the sums are transposed (a copy of 6.5 MB per 1,000 resamples, out of cache)."""
         import torch  # here, not at module import: the analysis loads without paying for torch until it runs
 
-        c = stimulus_counts if stimulus_counts.dtype == np.int8 else integer_counts(stimulus_counts)
-        B, top = c.shape[0], int(np.abs(c).max(initial=0)) if c.dtype != np.int8 else 127
-        c_t = np.ascontiguousarray(c.T)  # (N, B)
+        c = counts_t if counts_t.dtype == np.int8 else integer_counts(counts_t)
+        B, top = c.shape[1], int(np.abs(c).max(initial=0)) if c.dtype != np.int8 else 127
+        c = np.ascontiguousarray(c)
         if top <= 127:
-            count_digits = [c_t.astype(np.int8, copy=False)]
+            count_digits = [c.astype(np.int8, copy=False)]
         else:
-            count_digits = list(self.digits(c_t, -(-top.bit_length() // 8) + 1))
+            count_digits = list(self.digits(c, -(-top.bit_length() // 8) + 1))
         sums: np.ndarray | int = 0
         for e, cd in enumerate(count_digits):
             for rows, piece in zip(self.slices, self.pieces):
-                part = torch._int_mm(torch.from_numpy(piece), torch.from_numpy(np.ascontiguousarray(cd[rows]))).numpy()
+                part = torch._int_mm(torch.from_numpy(piece), torch.from_numpy(cd[rows])).numpy()
                 if len(count_digits) == len(self.pieces) == 1:
                     sums = part
                 else:  # several products: add them in int64
                     sums = sums + (part.astype(np.int64) << (8 * e))
         assert isinstance(sums, np.ndarray)
-        # Horner from the top digit, in torch (its mixed int32/float64 kernels run 1.2x faster than numpy's):
-        # exact while a column's sums fit 53 bits, as every one-digit column's do
+        # Horner from the top digit, in torch (its mixed int32/float64 kernels run 1.2x faster than numpy's),
+        # each step one pass (digit + 256 x total; x 256 is exact, so fused or not, the same numbers): exact
+        # while a column's sums fit 53 bits, as every one-digit column's do. While |digit sums| < 2**31 / 257
+        # (non-negative counts: |digit sum| <= 128 x the resample's count), digits pair up exactly in int32,
+        # d0 + 256 d1, and Horner runs in base 65,536: half the float64 passes, and fewer roundings.
         digit_sums, out = torch.from_numpy(sums), torch.empty((self.F, B), dtype=torch.float64)
-        totals = torch.from_numpy(c.sum(axis=1, dtype=np.float64))
-        for columns, d, first in self.groups:
+        count = sums[-1].astype(np.int64)
+        # offset x count: one number per column where every resample has the same count (a stratified bootstrap)
+        totals = torch.from_numpy(count[:1] if len(count) and count.min() == count.max() else count).double()
+        paired = sums.dtype == np.int32 and int(c.min(initial=0)) >= 0 and 128 * 257 * int(count.max(initial=0)) < 2**31
+        for (columns, d, first, at), offset, unit in zip(self.groups, self.offsets, self.units):
             block = digit_sums[first : first + d * len(columns)].view(d, len(columns), B)
-            total = block[d - 1].to(torch.float64)
-            for i in range(d - 2, -1, -1):
-                total.mul_(256.0).add_(block[i])
-            offset, unit = (torch.from_numpy(x[columns].astype(np.float64))[:, None] for x in (self.offset, self.unit))
-            out[torch.from_numpy(columns)] = total.add_(offset * totals).mul_(unit)
-        return out.T.contiguous().numpy()
+            total = out[at : at + len(columns)]
+            if d == 1:
+                total.copy_(block[0])
+            else:
+                if paired:
+                    pair = [
+                        torch.add(block[i], block[i + 1], alpha=256) if i + 1 < d else block[i] for i in range(0, d, 2)
+                    ]
+                    total.copy_(pair[-1])
+                    for p in pair[-2::-1]:
+                        torch.add(p, total, alpha=65536.0, out=total)
+                else:
+                    total.copy_(block[d - 1])
+                    for i in range(d - 2, -1, -1):
+                        torch.add(block[i], total, alpha=256.0, out=total)
+            total.add_(offset * totals).mul_(unit)
+        return out.numpy(), count
 
 
 class SufficientStatistics:
@@ -282,12 +329,30 @@ class SufficientStatistics:
         # counts), and torch's libraries would add 0.5 GiB resident to an analysis that otherwise never loads them
         self.product: CountProduct | None = None if self.flat is not None else CountProduct(table)
         self.table = table
+        # each statistic's rows in the transposed sums (slices where contiguous, as they are at paper scale)
+        position = self.product.position if self.product is not None else np.arange(table.shape[1])
+        self.rows = {
+            name: _rows(position[start : start + size])
+            for name, start, size in (
+                ("sx", 0, S),
+                ("sxx", S, S),
+                ("sy", 2 * S, M),
+                ("syy", 2 * S + M, M),
+                ("sxy", 2 * S + 2 * M, S * M),
+            )
+        }
+        if self.pairwise:
+            import torch
 
-    def sums(self, stimulus_counts: np.ndarray) -> np.ndarray:
-        """(B, N) integer counts -> (B, F) count-weighted sums of every table column."""
+            # row of the pair sum (s, t) for every s, for each t
+            self.pair_index = [torch.from_numpy(c) for c in position[self.pair_columns].reshape(S, S).T.copy()]
+
+    def sums(self, counts_t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(N, B) integer counts, stimuli by rows -> (F, B) count-weighted sums of every table column, by rows
+        (in the order of ``rows``), and (B,) total counts."""
         if self.product is not None:
-            return self.product(stimulus_counts)
-        return stimulus_counts @ self.table
+            return self.product.transposed(counts_t)
+        return (np.ascontiguousarray(counts_t.T) @ self.table).T, counts_t.sum(axis=0, dtype=np.int64)
 
     def chunk_bytes(self) -> int:
         """Bytes per resample of the widest array ``evaluate`` makes (bounds the chunk size)."""
@@ -299,46 +364,66 @@ class SufficientStatistics:
         digit_rows = self.product.table.shape[0] if self.product is not None else 0
         return max(8 * max(widest), 4 * digit_rows)  # float64 arrays, int32 digit sums
 
-    def _raw_products(
-        self, stimulus_counts: np.ndarray, products: np.ndarray, *weights: np.ndarray
-    ) -> list[np.ndarray]:
+    def _raw_products(self, counts_t: np.ndarray, sums: np.ndarray, *weights: np.ndarray) -> list[np.ndarray]:
         """For each (B, S) participant weighting v: (B, S) count-weighted sum over stimuli and categories
         of every participant's ratings times sum_t v_t x_t (uncentred)."""
-        B, j = stimulus_counts.shape[0], len(weights)
+        B, j = counts_t.shape[1], len(weights)
         if self.pairwise:
-            pairs = np.take(products, self.pair_columns, axis=1).reshape(B, self.S, self.S)
-            raw = np.matmul(pairs, np.stack(weights, axis=2))
-            return [raw[:, :, i] for i in range(j)]
+            import torch
+
+            # raw[s] = sum_t pairs[s, t] v_t, added t by t in fused multiply-adds: the order OpenBLAS's matmul of
+            # the (B, S, S) pair sums by the (B, S, j) weightings adds them in (the same ceilings bit for bit on
+            # 100,000 resamples; tested against exact arithmetic), reading the pair sums where they are instead of
+            # gathering 7 MB per 1,000 resamples into (B, S, S)
+            pairs = torch.from_numpy(sums)
+            # (S, j, 1, B): weighting t of every participant, broadcast over s
+            v = torch.from_numpy(np.stack(weights).astype(np.float64, copy=False).transpose(2, 0, 1).copy()[:, :, None])
+            acc = torch.zeros((j, self.S, B), dtype=torch.float64)
+            for v_t, index in zip(v, self.pair_index):
+                acc.addcmul_(pairs.index_select(0, index), v_t)
+            return [np.ascontiguousarray(r.T) for r in acc.numpy()]
         flat = self.flat
         assert flat is not None  # set whenever ceilings are computed without the pair table
-        pooled = (np.concatenate(weights) @ flat).reshape(j, B, self.N, self.K) * stimulus_counts[None, :, :, None]
+        pooled = (np.concatenate(weights) @ flat).reshape(j, B, self.N, self.K) * counts_t.T[None, :, :, None]
         raw = (pooled.reshape(j * B, -1) @ flat.T).reshape(j, B, self.S)
         return list(raw)
 
     def evaluate(self, stimulus_counts: np.ndarray, participant_counts: np.ndarray) -> np.ndarray:
         """(B, N) and (B, S) count weights -> (B, M [+2]) mean r of each model [and both ceilings]."""
+        counts_t = np.ascontiguousarray(integer_counts(stimulus_counts).T)
+        return self.evaluate_transposed(counts_t, np.asarray(participant_counts))
+
+    def evaluate_transposed(self, counts_t: np.ndarray, participant_counts: np.ndarray) -> np.ndarray:
+        """:meth:`evaluate` for (N, B) stimulus counts, stimuli by rows, as :func:`draw_counts` gives them.
+
+        The model columns are read by rows (resamples along the fast axis), as the int8 product gives them;
+        the ceilings take the few (B, S) arrays they need transposed, and compute exactly as before."""
         S, M = self.S, self.M
-        stimulus_counts = integer_counts(stimulus_counts)
-        products = self.sums(stimulus_counts)
-        B = products.shape[0]
-        W = self.K * stimulus_counts.sum(axis=1)[:, None]
-        sx, sxx, y = products[:, :S], products[:, S : 2 * S], products[:, 2 * S : self.width]
-        sy, syy, sxy = y[:, :M], y[:, M : 2 * M], y[:, 2 * M :].reshape(B, S, M)
-        var_h = sxx - sx * sx / W
-        w = participant_counts
-        present = w > 0
-        var_m = syy - sy * sy / W
+        sums, count = self.sums(counts_t)
+        B = sums.shape[1]
+        W = self.K * count  # (B,)
+        rows = self.rows
+        sx_t, sxx_t, sy_t, syy_t = (sums[rows[name]] for name in ("sx", "sxx", "sy", "syy"))
+        w_t = participant_counts.T
+        var_h_t = sxx_t - sx_t * sx_t / W
+        var_m_t = syy_t - sy_t * sy_t / W
         with np.errstate(invalid="ignore", divide="ignore"):
-            # sum_s w_s r_sm = (sum_s a_s cov_sm) / sd_m with a_s = w_s / sd_s: one pass over (B, S, M), not six
-            a = np.where(present, w / np.sqrt(var_h), 0.0)
-            a_cov = np.einsum("bs,bsm->bm", a, sxy) - np.einsum("bs,bs->b", a, sx)[:, None] * sy / W
-            out = [a_cov / np.sqrt(var_m) / S]
+            # sum_s w_s r_sm = (sum_s a_s cov_sm) / sd_m with a_s = w_s / sd_s: one pass over (S, M, B), not six
+            a_t = np.where(w_t > 0, w_t / np.sqrt(var_h_t), 0.0)
+            a_sxy = np.einsum("sb,smb->mb", a_t, sums[rows["sxy"]].reshape(S, M, B))
+            a_cov = a_sxy - np.einsum("sb,sb->b", a_t, sx_t) * sy_t / W
+            out = [(a_cov / np.sqrt(var_m_t) / S).T]
         if self.ceilings:
+            # (B, S) and C-ordered, as before: the same einsum and matmul summation order, the same numbers
+            sx, var_h, a = (np.ascontiguousarray(x.T) for x in (sx_t, var_h_t, a_t))
+            w = np.ascontiguousarray(participant_counts)
+            present = w > 0
+            Wc = W[:, None]
             with np.errstate(invalid="ignore", divide="ignore"):
                 # covariance of each participant with the pool: raw products less the mean correction
                 cw, ca = (
-                    raw - sx * (np.einsum("bs,bs->b", v, sx)[:, None] / W)
-                    for raw, v in zip(self._raw_products(stimulus_counts, products, w, a), (w, a))
+                    raw - sx * (np.einsum("bs,bs->b", v, sx)[:, None] / Wc)
+                    for raw, v in zip(self._raw_products(counts_t, sums, w, a), (w, a))
                 )
                 wcw = np.einsum("bs,bs->b", cw, w)[:, None]
                 own = np.ones_like(w) if self.include_copies else w  # copies of s removed from "others"
@@ -348,6 +433,13 @@ class SufficientStatistics:
             for r_ceiling in (r_lower, r_upper):
                 out.append((np.where(present, r_ceiling, 0.0) * w).sum(axis=1, keepdims=True) / S)
         return np.concatenate(out, axis=1)
+
+
+def _rows(positions: np.ndarray) -> slice | np.ndarray:
+    """Row positions as a slice (a view, no copy) when they are consecutive, else as they are."""
+    if len(positions) and np.array_equal(positions, np.arange(positions[0], positions[0] + len(positions))):
+        return slice(int(positions[0]), int(positions[0]) + len(positions))
+    return positions
 
 
 def bootstrap(
@@ -382,11 +474,13 @@ def bootstrap(
 
     def chunk(first: int) -> np.ndarray:
         drawn = [
-            draw_counts(children[b], S, groups, min(BLOCK, n_resamples - b * BLOCK))
+            draw_counts(children[b], S, groups, min(BLOCK, n_resamples - b * BLOCK), stats.product is not None)
             for b in range(first, min(first + blocks_per_chunk, len(children)))
         ]
-        stimulus_counts, participant_counts = (np.concatenate(c) for c in zip(*drawn))
-        return stats.evaluate(stimulus_counts, participant_counts)
+        if len(drawn) == 1:
+            return stats.evaluate_transposed(*drawn[0])
+        stimulus_counts, participant_counts = zip(*drawn)
+        return stats.evaluate_transposed(np.concatenate(stimulus_counts, axis=1), np.concatenate(participant_counts))
 
     firsts = range(0, len(children), blocks_per_chunk)
     if threads > 1:  # numpy and torch release the GIL in the heavy steps; the numbers are the same

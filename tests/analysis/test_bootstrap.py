@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from fractions import Fraction
 
 import numpy as np
@@ -180,11 +181,13 @@ def test_count_product_is_exact_on_a_grid_and_float64_close_off_it(monkeypatch):
     exact = np.array(
         [[sum(int(c) * Fraction(float(t)) for c, t in zip(row, col)) for col in table.T] for row in counts_]
     )
+    product = CountProduct(table)  # one product: int32 digit sums, paired up in int32 for small counts
     monkeypatch.setattr(CountProduct, "ROWS", 7)  # several products over the stimuli, summed in int64
-    product = CountProduct(table)
+    split = CountProduct(table)
     assert product.exact.tolist() == [True] * 6 + [False] * 4
-    for c in (counts_, counts_[1:].astype(np.int8)):  # int8 counts take the one-digit path
-        got = product(c)
+    for c, product in itertools.product((counts_, counts_[1:].astype(np.int8)), (product, split)):
+        got = product(c)  # int8 counts take the one-digit path
+        np.testing.assert_array_equal(product.transposed(np.ascontiguousarray(c.T))[1], c.sum(axis=1))
         want = exact[-len(c) :]
         np.testing.assert_array_equal(got[:, :6], want[:, :6].astype(np.float64))
         scale = np.abs(table[:, 6:]).max(axis=0) * np.abs(c).sum(axis=1, keepdims=True)
@@ -200,17 +203,20 @@ def test_threads_give_the_same_numbers():
     np.testing.assert_array_equal(one.samples, two.samples)
 
 
+@pytest.mark.parametrize("scatter", [False, True])
 @pytest.mark.parametrize("largest, dtype", [(9, np.int8), (130, np.int64)])
-def test_counted_draws_are_the_drawn_resamples(largest, dtype):
-    """The fast path counts the draws of draw_block (the reference's resamples) without gathering them;
-    strata come interleaved, and a stratum past 127 stimuli keeps wide counts."""
+def test_counted_draws_are_the_drawn_resamples(largest, dtype, scatter):
+    """The fast path counts the draws of draw_block (the reference's resamples) without gathering them, with
+    numpy's bincount or torch's scatter_add_; strata come interleaved, and a stratum past 127 stimuli keeps
+    wide counts."""
     conditions = np.array(["a"] * largest + ["b"] * 3 + ["c"] * 2)[np.random.default_rng(0).permutation(largest + 5)]
     groups = strata(conditions)
     for child, size in zip(np.random.SeedSequence(3).spawn(2), (BLOCK, 17)):
         block = draw_block(child, 4, groups, size)
-        stimulus_counts, participant_counts = draw_counts(child, 4, groups, size)
+        stimulus_counts, participant_counts = draw_counts(child, 4, groups, size, scatter)
         assert stimulus_counts.dtype == dtype
-        np.testing.assert_array_equal(stimulus_counts, counts(block.stimuli, len(conditions)))
+        assert stimulus_counts.shape == (len(conditions), size)  # stimuli by rows, as the int8 product takes them
+        np.testing.assert_array_equal(stimulus_counts.T, counts(block.stimuli, len(conditions)))
         np.testing.assert_array_equal(participant_counts, counts(block.participants, 4))
 
 
@@ -219,3 +225,25 @@ def test_resamples_for_a_seed_never_change():
     block = next(iter_blocks(2, 0, 5, ["a", "a", "b", "b", "b"]))
     np.testing.assert_array_equal(block.participants, [[4, 4, 0, 1, 3], [3, 1, 0, 4, 2]])
     np.testing.assert_array_equal(block.stimuli, [[0, 0, 3, 3, 3], [0, 1, 3, 3, 3]])
+
+
+def test_pair_products_are_fused_multiply_adds_in_order():
+    """The ceilings' raw products sum_t pairs[s, t] v_t are added t by t, each step one correctly rounded
+    fused multiply-add: the order OpenBLAS's matmul kernel adds them in (the ceilings stay the same numbers
+    as when a matmul computed them). Checked against exact rational arithmetic, rounded once per step."""
+    human, model, conditions = small_study(seed=8, S=7, K=5)
+    stats = SufficientStatistics(human, model)
+    assert stats.pairwise
+    stimulus_counts, participant_counts = draw_counts(np.random.SeedSequence(2), 7, strata(conditions), 3)
+    sums = stats.sums(stimulus_counts)[0]
+    w = participant_counts
+    a = np.random.default_rng(0).random(w.shape) * w
+    raw_w, raw_a = stats._raw_products(stimulus_counts, sums, w, a)
+    pairs = [[sums[int(stats.pair_index[t][s])] for t in range(7)] for s in range(7)]
+    for got, v in ((raw_w, w), (raw_a, a)):
+        for b in range(3):
+            for s in range(7):
+                acc = 0.0
+                for t in range(7):
+                    acc = float(Fraction(pairs[s][t][b]) * Fraction(float(v[b, t])) + Fraction(acc))
+                assert got[b, s] == acc
