@@ -121,9 +121,9 @@ def register_dataset(info: DatasetInfo, *, given: bool = False) -> DatasetInfo:
             locations.met.append(known.location)
     if info.location is not None and info.location not in locations.met:
         locations.met.append(info.location)
-    keep = known
-    if known is None or given or (not locations.given and _exists(info) and not _exists(known)):
-        keep = info
+    keep = info
+    if known is not None and not given and (locations.given or _exists(known) or not _exists(info)):
+        keep = known  # the user's location, else one that exists here, else the first met
     locations.registered, locations.given = keep, locations.given or given
     DATASETS[info.name] = keep
     return keep
