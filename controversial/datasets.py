@@ -6,6 +6,9 @@ need the names, such as the study server, start without importing torch.
 Besides the built-ins (MNIST, CIFAR-10), ``describe_dataset`` describes a labelled image folder
 (``folder:<path>``) or the 16 entry-level ImageNet categories of the model-vs-human benchmark
 (``imagenet16:<path>``) from the folder's structure and image headers; ``controversial.data`` decodes them.
+Such a description records where the images were found, but that location is not part of the dataset's
+identity (``same_dataset``): a folder moved to another place or machine is the same dataset, read from where
+it is now (``register_dataset``, ``locate``).
 """
 
 from __future__ import annotations
@@ -217,7 +220,8 @@ class DataOptions(Options):
 
     root: str = Field(
         default_factory=default_data_root,
-        description="data root with MNIST/ and cifar10/ (default: $CONTROVERSIAL_DATA_ROOT, else ./data)",
+        description="data root with MNIST/ and cifar10/, and where an imported model's image folder that is not at "
+        "its recorded path is looked for, under its own name (default: $CONTROVERSIAL_DATA_ROOT, else ./data)",
     )
     download: bool = Field(True, description="fall back to torchvision's download when the data root lacks a dataset")
 
