@@ -19,6 +19,7 @@ from controversial.config import MODELS_DIR_ENV, load_sidecar, sidecar_files
 from controversial.data import CACHE_DIR_ENV, load_uint8
 from controversial.datasets import DATASETS, FolderOptions, dataset_info, describe_dataset, register_dataset
 from controversial.errors import UserError
+from controversial.records.runs import run_classes
 from controversial.synthesis.runstate import check_run_settings
 from controversial.zoo.bundled import load_model
 from controversial.zoo.importing import ImportOptions, import_model
@@ -163,3 +164,17 @@ def test_a_run_dir_resumes_where_the_folder_moved_and_records_the_new_place(tmp_
     other = info.to_dict() | {"class_names": ["cat", "owl"]}
     with pytest.raises(UserError, match="holds a run made with other settings .*dataset_info"):
         check_run_settings(run_dir, {"seed": 0, "dataset_info": other})
+
+
+def test_runs_made_on_two_machines_give_export_the_folder_that_exists_here(tmp_path):
+    here = write_folder(tmp_path / "cluster" / "pets")
+    info = describe_dataset(f"folder:{here}")
+    manifests = []
+    for run, location in (("on_laptop", tmp_path / "laptop" / "pets"), ("on_cluster", here)):
+        (tmp_path / run).mkdir()
+        record = {"dataset": "pets", "class_names": ["cat", "dog"], "dataset_info": info.at(location).to_dict()}
+        (tmp_path / run / "run_settings.json").write_text(json.dumps(record))
+        manifests.append(tmp_path / run / "manifest.csv")
+    for order in (manifests, manifests[::-1]):
+        described = run_classes(order, []).described
+        assert described is not None and described.location == here
