@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from controversial.datasets import DATASETS, DatasetInfo, dataset_info, folder_files
+from controversial.datasets import DATASETS, DatasetInfo, dataset_info, folder_files, locate
 from controversial.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -152,11 +152,16 @@ def _decode_image(path: Path, channels: int, size: int) -> np.ndarray:
     return np.asarray(converted).reshape(size, size, channels)
 
 
-def _image_folder(info: DatasetInfo, split: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """A folder dataset's split, decoded once and cached, keyed by its files' content and the decoding rule."""
+def _image_folder(info: DatasetInfo, split: str, root: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """A folder dataset's split, decoded once and cached, keyed by its files' content and the decoding rule.
+
+    Read from a folder of its images that exists here (``datasets.locate``: a moved folder too); the cache key
+    holds the files' paths relative to it, so a moved folder reuses the decoded cache."""
+    info = locate(info, root)
     files = folder_files(info, split)
     channels, size, _ = info.image_shape
-    folder = Path(info.source.partition(":")[2])
+    folder = info.location
+    assert folder is not None  # located: an image folder
     split_rule = "own" if info.test_fraction == 0 else f"f{info.test_fraction:g}-s{info.split_seed}"
     rule = f"c{channels}-{size}px-{split_rule}-v1"  # v1: centre crop + bicubic resize; bump if decoding changes
 
@@ -166,7 +171,9 @@ def _image_folder(info: DatasetInfo, split: str) -> tuple[torch.Tensor, torch.Te
         return x, torch.tensor([label for _, label in files], dtype=torch.int64)
 
     key = f"{info.name}-{split}-{rule}-{_content_key(folder, [str(path) for path, _ in files])}"
-    return _cached(folder, key, decode)
+    images, labels = _cached(folder, key, decode)
+    log.info("loaded %s/%s from %s (%d images)", info.name, split, folder, len(labels))
+    return images, labels
 
 
 def _torchvision_download(name: str, root: Path, split: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -195,17 +202,16 @@ def load_uint8(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Images as uint8 (N,C,H,W) and labels as int64 (N,), from the data root or a download.
 
-    A registered image folder (``describe_dataset``) is read from its own path; ``root`` and ``download``
-    concern the built-ins only.
+    A registered image folder (``describe_dataset``) is read from its own path, or where it moved
+    (``datasets.locate``: another location met, else ``<root>/<folder name>``); ``download`` concerns the
+    built-ins only.
     """
     info = dataset_info(name)
     if split not in SPLITS:
         raise UserError(f"unknown split '{split}'; known: {', '.join(SPLITS)}")
-    if info.source:
-        images, labels = _image_folder(info, split)
-        log.info("loaded %s/%s from %s (%d images)", name, split, info.source, len(labels))
-        return images, labels
     data_root = resolve_data_root(root)
+    if info.source:
+        return _image_folder(info, split, data_root)
     local_reader = _mnist_local if name == "mnist" else _cifar_local
     for reader in (local_reader, lambda r, s: _torchvision_cached(name, r, s)):
         found = reader(data_root, split)

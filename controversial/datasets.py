@@ -6,6 +6,9 @@ need the names, such as the study server, start without importing torch.
 Besides the built-ins (MNIST, CIFAR-10), ``describe_dataset`` describes a labelled image folder
 (``folder:<path>``) or the 16 entry-level ImageNet categories of the model-vs-human benchmark
 (``imagenet16:<path>``) from the folder's structure and image headers; ``controversial.data`` decodes them.
+Such a description records where the images were found, but that location is not part of the dataset's
+identity (``same_dataset``): a folder moved to another place or machine is the same dataset, read from where
+it is now (``register_dataset``, ``locate``).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import os
 import random
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -42,6 +45,32 @@ class DatasetInfo:
         shape, classes = tuple(values["image_shape"]), tuple(values["class_names"])
         return cls(**{**values, "image_shape": shape, "class_names": classes})
 
+    @property
+    def kind(self) -> str:
+        """``folder`` or ``imagenet16`` for an image folder; empty for a built-in."""
+        return self.source.partition(":")[0]
+
+    @property
+    def location(self) -> Path | None:
+        """Where this description found the images (an image folder's path); None for a built-in."""
+        return Path(self.source.partition(":")[2]) if self.source else None
+
+    def at(self, location: Path) -> DatasetInfo:
+        """The same dataset read from another folder (a copy or a move of the images)."""
+        return replace(self, source=f"{self.kind}:{location}")
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two descriptions the same dataset: every field except the folder's location, which only
+        says where the images were found (a folder moved to another machine is still the same dataset)."""
+        values = self.to_dict()
+        del values["source"]
+        return {**values, "kind": self.kind}
+
+
+def same_dataset(a: DatasetInfo, b: DatasetInfo) -> bool:
+    """Two descriptions of one dataset, perhaps found at different locations."""
+    return a.identity() == b.identity()
+
 
 DATASETS: dict[str, DatasetInfo] = {
     "mnist": DatasetInfo("mnist", (1, 28, 28), tuple(str(d) for d in range(10)), "MNIST", mirror_symmetric=False),
@@ -58,27 +87,109 @@ DATASETS: dict[str, DatasetInfo] = {
 BUILTIN_DATASETS = tuple(DATASETS)
 
 
-def register_dataset(info: DatasetInfo) -> DatasetInfo:
+@dataclass
+class _Locations:
+    """Every location met for one registered dataset, and whether the user chose the registered one."""
+
+    registered: DatasetInfo  # the entry of DATASETS these belong to (a test or a caller may replace it)
+    met: list[Path]
+    given: bool
+
+
+_LOCATIONS: dict[str, _Locations] = {}
+
+
+def register_dataset(info: DatasetInfo, *, given: bool = False) -> DatasetInfo:
     """Make a dataset that is not built in (an imported model's image folder) known by name in this process.
 
-    Checkpoints and model files of imported models carry their ``DatasetInfo``; reading one registers it,
-    so every stage that looks a dataset up by name (synthesis, export, analysis) follows its class list.
-    Registering the same description again is a no-op; another description under a taken name is refused.
+    Checkpoints and model files of imported models carry their ``DatasetInfo``, and so do run records; reading
+    one registers it, so every stage that looks a dataset up by name (synthesis, export, analysis) follows its
+    class list. A description that agrees in everything but the folder's location (``same_dataset``) is the same
+    dataset found elsewhere: a model imported on a laptop and used on a cluster. The registry then keeps one
+    location: the one the user gave in this process (``given``: ``dataset=folder:<path>``), else one that
+    exists on this machine, else the first met; ``locate`` tries the others. Another description under a taken
+    name is refused. Returns the registered description (perhaps at another location than ``info``).
     """
     known = DATASETS.get(info.name)
-    if known is not None and known != info:
+    if known is not None and not same_dataset(known, info):
         raise UserError(
             f"dataset '{info.name}' is already known with another description ({differences(known, info)}; the "
             "known one first, as an imported model's file or checkpoint describes it): give this one another name "
             "(folder.name=<name>), or describe the same folder the same way"
         )
-    DATASETS[info.name] = info
-    return info
+    locations = _LOCATIONS.get(info.name)
+    if known is None or locations is None or locations.registered is not known:  # new, or replaced from outside
+        locations = _LOCATIONS[info.name] = _Locations(known or info, [], False)
+        if known is not None and known.location is not None:
+            locations.met.append(known.location)
+    if info.location is not None and info.location not in locations.met:
+        locations.met.append(info.location)
+    keep = info
+    if known is not None and not given and (locations.given or _exists(known) or not _exists(info)):
+        keep = known  # the user's location, else one that exists here, else the first met
+    locations.registered, locations.given = keep, locations.given or given
+    DATASETS[info.name] = keep
+    return keep
+
+
+def _exists(info: DatasetInfo) -> bool:
+    return info.location is not None and info.location.is_dir()
+
+
+def locate(info: DatasetInfo, root: str | os.PathLike | None = None) -> DatasetInfo:
+    """``info`` at a folder of its images that exists on this machine (registered there), for reading them.
+
+    Tried in order: the registered location (see ``register_dataset``), ``info``'s, every other location met in
+    this process (checkpoints, model files, run records), then ``<root>/<folder name>`` for each of them, so a
+    folder moved into the data root is found. A folder found elsewhere must hold the described classes in the
+    described layout. None existing is an error naming every path tried.
+    """
+    if info.kind not in DATASET_KINDS:
+        raise UserError(f"dataset {info.name!r} is not an image folder (source {info.source!r})")
+    known = DATASETS.get(info.name)
+    locations = _LOCATIONS.get(info.name)
+    met = locations.met if locations is not None and known is not None and locations.registered is known else []
+    first = [known.location] if known is not None and same_dataset(known, info) and known.location else []
+    recorded = [path for path in dict.fromkeys([*first, info.location, *met]) if path is not None]
+    names = dict.fromkeys([*(path.name for path in recorded), info.name])
+    fallbacks = [Path(root).expanduser() / name for name in names] if root else []
+    tried = list(dict.fromkeys(recorded + fallbacks))
+    for folder in tried:
+        if folder.is_dir():
+            found = info if folder == info.location else info.at(folder)
+            _check_same_classes(found, folder)
+            register_dataset(found)  # found here: what dataset_info() says from now on, unless the user gave another
+            return found
+    raise UserError(
+        f"dataset {info.name!r}: its image folder is not on this machine; looked in {', '.join(map(str, tried))} "
+        "(the locations recorded by the checkpoints, model files and runs read so far"
+        + (", then the data root" if fallbacks else "")
+        + "). If the images moved, point at them: import_model.py dataset="
+        f"{info.kind}:<where they are now> with the same folder.* options, or put (or link) the folder into the "
+        "data root (data.root=... or $CONTROVERSIAL_DATA_ROOT) under its own name"
+    )
+
+
+def _check_same_classes(info: DatasetInfo, folder: Path) -> None:
+    """A folder read for ``info`` holds its classes in its layout: else it is another dataset (or was edited)."""
+    split = _split_layout(folder)
+    classes = _subfolders(folder / "train") if split else _subfolders(folder)
+    if split and _subfolders(folder / "test") != classes:
+        classes = ()
+    if split != (info.test_fraction == 0) or classes != info.class_names:
+        layout = "train/ and test/ subfolders" if info.test_fraction == 0 else "class subfolders"
+        held = "train/ and test/ subfolders" if split else "class subfolders"
+        raise UserError(
+            f"dataset {info.name!r}: {folder} is not the folder it describes: it holds {held} of "
+            f"{_shown(list(classes))}, but the description (an imported model's file or checkpoint, or a run "
+            f"record) has {layout} of {_shown(list(info.class_names))}; point at the folder the model was imported "
+            "on, or import the model onto this one under another name (folder.name=<name>)"
+        )
 
 
 def differences(known: DatasetInfo, other: DatasetInfo) -> str:
-    """``field known vs other`` for each field in which two descriptions of a dataset differ, for an error."""
-    known_values, values = known.to_dict(), other.to_dict()
+    """``field known vs other`` for each field in which two datasets differ (not their location), for an error."""
+    known_values, values = known.identity(), other.identity()
     return "; ".join(
         f"{field} {_shown(known_values[field])} vs {_shown(values[field])}"
         for field in values
@@ -109,7 +220,8 @@ class DataOptions(Options):
 
     root: str = Field(
         default_factory=default_data_root,
-        description="data root with MNIST/ and cifar10/ (default: $CONTROVERSIAL_DATA_ROOT, else ./data)",
+        description="data root with MNIST/ and cifar10/, and where an imported model's image folder that is not at "
+        "its recorded path is looked for, under its own name (default: $CONTROVERSIAL_DATA_ROOT, else ./data)",
     )
     download: bool = Field(True, description="fall back to torchvision's download when the data root lacks a dataset")
 
@@ -221,25 +333,21 @@ def describe_dataset(spec: str, options: FolderOptions | None = None) -> Dataset
         split_seed=0 if split else options.split_seed,
     )
     for split_name in ("train", "test"):  # every class needs an image in each split
-        folder_files(info, split_name)
-    return register_dataset(info)
+        _split_files(info, folder, split_name)
+    return register_dataset(info, given=True)
 
 
-def folder_files(info: DatasetInfo, split: str) -> list[tuple[Path, int]]:
-    """The (image file, class index) pairs of one split of a folder dataset, in a fixed order.
+def folder_files(info: DatasetInfo, split: str, root: str | os.PathLike | None = None) -> list[tuple[Path, int]]:
+    """The (image file, class index) pairs of one split of a folder dataset, in a fixed order, read from a folder
+    of its images that exists here (``locate``; ``root``: the data root, where a moved folder may be)."""
+    located = locate(info, root)
+    assert located.location is not None  # locate returns an image folder
+    return _split_files(located, located.location, split)
 
-    Classes layout: each class's sorted files are shuffled by ``random.Random("<split_seed>:<class>")`` and
-    the first ``round(test_fraction * n)`` (at least 1, at most n - 1) are the test split.
-    """
-    kind, _, path = info.source.partition(":")
-    if kind not in DATASET_KINDS:
-        raise UserError(f"dataset {info.name!r} is not an image folder (source {info.source!r})")
-    folder = Path(path)
-    if not folder.is_dir():
-        raise UserError(
-            f"dataset {info.name!r}: its image folder {folder} is gone; it was described from there "
-            "(put it back, or describe the folder again under another name)"
-        )
+
+def _split_files(info: DatasetInfo, folder: Path, split: str) -> list[tuple[Path, int]]:
+    """Classes layout: each class's sorted files are shuffled by ``random.Random("<split_seed>:<class>")`` and
+    the first ``round(test_fraction * n)`` (at least 1, at most n - 1) are the test split."""
     files: list[tuple[Path, int]] = []
     for index, class_name in enumerate(info.class_names):
         if info.test_fraction == 0:

@@ -24,7 +24,7 @@ from typing import Any
 from PIL import Image
 
 from controversial.atomic import atomic_write_text
-from controversial.datasets import DatasetInfo
+from controversial.datasets import DatasetInfo, same_dataset
 from controversial.errors import UserError
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
 from controversial.records.names import stimulus_filename
@@ -100,6 +100,9 @@ def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
         for key in ADDED_RUN_KEYS:
             if key in current and key not in previous:
                 previous[key] = current[key]
+        moved = _moved_dataset(previous.get("dataset_info"), current.get("dataset_info"))
+        if moved is not None:
+            previous["dataset_info"] = current["dataset_info"]
         if previous != current:
             changed = sorted(k for k in previous.keys() | current.keys() if previous.get(k) != current.get(k))
             details = "; ".join(f"{k}: {previous.get(k)!r} -> {current.get(k)!r}" for k in changed)
@@ -108,8 +111,22 @@ def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
                 f"settings recorded in {path}, or write to a new folder (output_dir=... for one run, "
                 "sweep_dir=... for a sweep)."
             )
+        if moved is not None and moved.is_dir():  # the record says where the images are now, for export
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+            recorded["dataset_info"]["source"] = current["dataset_info"]["source"]
+            atomic_write_text(path, json.dumps(recorded, indent=2, sort_keys=True) + "\n")
+            log.info("%s: the dataset's images are now at %s (recorded)", run_dir, moved)
         return
     atomic_write_text(path, json.dumps(current, indent=2, sort_keys=True) + "\n")
+
+
+def _moved_dataset(recorded: dict[str, Any] | None, current: dict[str, Any] | None) -> Path | None:
+    """The current location of the run's image folder when the record holds the same dataset elsewhere (a run
+    dir resumed on another machine, or after the folder moved): the location is not a setting, so it resumes."""
+    if not recorded or not current or recorded == current:
+        return None
+    before, now = DatasetInfo.from_dict(recorded), DatasetInfo.from_dict(current)
+    return now.location if same_dataset(before, now) else None
 
 
 def forget_empty_run(run_dir: Path, fresh: bool) -> bool:

@@ -112,8 +112,8 @@ def run(cfg: RankNaturalSettings, invocation: Invocation) -> list[ManifestRow]:
     write_manifest(out_dir / MANIFEST_NAME, rows)
     # the classes, for export (records.runs) where the dataset may not be registered
     classes: dict[str, Any] = {"dataset": info.name, "class_names": list(info.class_names)}
-    if info.source:
-        classes["dataset_info"] = info.to_dict()
+    if info.source:  # where the images were read (a moved folder is found elsewhere: datasets.locate)
+        classes["dataset_info"] = dataset_info(info.name).to_dict()
     atomic_write_text(out_dir / RUN_SETTINGS_NAME, json.dumps(classes, indent=2, sort_keys=True) + "\n")
     best = [max(r.hard_score for r in rows if (r.class_a, r.class_b) == c) for c in cells]
     n_reaching = sum(score >= cfg.threshold for score in best)

@@ -22,7 +22,14 @@ from torch import nn
 
 from controversial.atomic import atomic_write_text
 from controversial.config import REPO_ROOT, SIDECAR_DATASET_KEY, ModelOptions
-from controversial.datasets import DataOptions, DatasetInfo, FolderOptions, describe_dataset, differences
+from controversial.datasets import (
+    DataOptions,
+    DatasetInfo,
+    FolderOptions,
+    describe_dataset,
+    differences,
+    same_dataset,
+)
 from controversial.errors import UserError
 from controversial.options import DEVICE_PATTERN, Count, Options, Seed
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
@@ -192,11 +199,12 @@ def sidecar_text(options: ModelOptions, info: DatasetInfo) -> str:
 
 def _same_description_as_its_neighbours(info: DatasetInfo, models_dir: Path, name: str) -> None:
     """The other models in ``<models_dir>/<dataset>/`` describe the dataset too; a different description under
-    the same name (a moved or another folder) would stop every command that reads both, so it is refused here,
-    before anything is written."""
+    the same name (another folder, or the same one read otherwise) would stop every command that reads both, so it
+    is refused here, before anything is written. The same folder at another location (moved, or a copy on
+    another machine) is the same dataset (``same_dataset``)."""
     for sidecar in sorted((models_dir / info.name).glob("*.yaml")):
         described = (yaml.safe_load(sidecar.read_text()) or {}).get(SIDECAR_DATASET_KEY)
-        if sidecar.stem == name or described is None or DatasetInfo.from_dict(described) == info:
+        if sidecar.stem == name or described is None or same_dataset(DatasetInfo.from_dict(described), info):
             continue
         raise UserError(
             f"dataset={info.source or info.name} is named '{info.name}', but {sidecar} (a model imported before) "

@@ -352,19 +352,18 @@ def test_a_folder_dataset_travels_with_the_model(tmp_path, user_code, forget_dat
     assert load_checkpoint(path).class_names == ("circle", "square", "star")
 
 
-def test_a_second_model_onto_a_moved_folder_of_the_same_name_is_refused_before_writing(
+def test_a_second_model_onto_another_folder_of_the_same_name_is_refused_before_writing(
     tmp_path, user_code, forget_datasets
 ):
-    """Two descriptions of 'shapes' in one models folder would stop every later command that reads both."""
+    """Two descriptions of 'shapes' in one models folder would stop every later command that reads both (a moved
+    folder is the same dataset: tests/zoo/test_moved_dataset.py)."""
     first = write_folder(tmp_path / "a" / "shapes", ("circle", "square", "star"), 5, 12, 1)
     values = dict(source="python:user_nets:mean_net", arch_kwargs={"n_classes": 3}, mean=[0], std=[1])
     import_model(options(tmp_path, dataset=f"folder:{first}", input_size=[1, 12, 12], **values))
-    moved = tmp_path / "b" / "shapes"
-    moved.parent.mkdir()
-    first.rename(moved)
+    other = write_folder(tmp_path / "b" / "shapes", ("circle", "square", "triangle"), 5, 12, 1)
     DATASETS.pop("shapes")  # a new process
-    settings = options(tmp_path, name="second", dataset=f"folder:{moved}", input_size=[1, 12, 12], **values)
-    with pytest.raises(UserError, match=r"mine\.yaml \(a model imported before\).*source 'folder:.*folder\.name="):
+    settings = options(tmp_path, name="second", dataset=f"folder:{other}", input_size=[1, 12, 12], **values)
+    with pytest.raises(UserError, match=r"mine\.yaml \(a model imported before\).*class_names.*folder\.name="):
         import_model(settings)
     assert sorted(p.name for p in (tmp_path / "models" / "shapes").iterdir()) == ["mine.pt", "mine.yaml"]
     import_model(settings.model_copy(update={"folder": settings.folder.model_copy(update={"name": "shapes_b"})}))
