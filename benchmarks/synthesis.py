@@ -44,6 +44,14 @@ measurement behind a family's ``bfloat16_synthesis = False``. With ``--compile``
 seconds (compilation) and the steady ms per step.
 
     python benchmarks/synthesis.py --pairs '' --families '' --kde '' --step-models vgg,abs,wrn,jem [--compile]
+
+Part 6 (``--second-order``): a model that differentiates its own input gradients (JEM's refinement) with
+autograd's second derivatives (plain) and with the second-order rewrite it loads with
+(``controversial.zoo.inference``), float32 and bfloat16, at ``--batches``: CPU ms per synthesis step and whether
+the two give bit-identical logits and gradients. Part 4 with ``--plain-autograd`` times whole pairs both ways.
+
+    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --second-order jem
+    python benchmarks/synthesis.py --pairs '' --families '' --kde '' --precision jem:wrn --cells 30 --plain-autograd
 """
 
 from __future__ import annotations
@@ -466,6 +474,64 @@ def compare_steps(names: list[str], compile_too: bool) -> str:
     return table(header, rows)
 
 
+def compare_second_order(names: list[str], batches: list[int], repeats: int = 9) -> str:
+    """Part 6: one model's synthesis step (forward + backward to the input) with autograd's own second
+    derivatives (plain) and with the second-order rewrite, float32 and bfloat16 autocast, at several batch sizes:
+    median CPU seconds of the process (``time.process_time``, steadier than wall time on a shared machine),
+    the variants interleaved; and whether the rewrite gives bit-identical logits and input gradients."""
+    print(f"\nplain autograd vs the second-order rewrite, one synthesis step, CPU ms (median of {repeats})", flush=True)
+    header = ["model", "batch", "fp32 plain", "fp32 rewrite", "gain", "bf16 plain", "bf16 rewrite", "gain"]
+    header += ["bf16 rewrite vs fp32 plain", "bit-identical"]
+    rows = []
+    for name in names:
+        rewritten = load_model(name)
+        plain = plain_autograd(rewritten)
+        for batch in batches:
+            images = torch.rand(
+                batch, *dataset_info(rewritten.dataset).image_shape, generator=torch.Generator().manual_seed(0)
+            )
+
+            def step(model: CalibratedModel, bfloat16: bool) -> tuple[torch.Tensor, torch.Tensor]:
+                x = images.clone().requires_grad_(True)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+                    out = model(x).float()
+                out.sum().backward()
+                assert x.grad is not None
+                return out.detach(), x.grad
+
+            variants = {
+                (kind, low): model
+                for kind, model in (("plain", plain), ("rewrite", rewritten))
+                for low in (False, True)
+            }
+            identical = all(
+                all(torch.equal(a, b) for a, b in zip(step(plain, low), step(rewritten, low))) for low in (False, True)
+            )
+            times: dict[tuple[str, bool], list[float]] = {key: [] for key in variants}
+            for _ in range(repeats):
+                for (kind, low), model in variants.items():
+                    start = time.process_time()
+                    step(model, low)
+                    times[kind, low].append(time.process_time() - start)
+            ms = {key: 1000 * statistics.median(t) for key, t in times.items()}
+            rows.append(
+                [
+                    name,
+                    str(batch),
+                    f"{ms['plain', False]:.1f}",
+                    f"{ms['rewrite', False]:.1f}",
+                    f"{ms['plain', False] / ms['rewrite', False]:.2f}x",
+                    f"{ms['plain', True]:.1f}",
+                    f"{ms['rewrite', True]:.1f}",
+                    f"{ms['plain', True] / ms['rewrite', True]:.2f}x",
+                    f"{ms['plain', False] / ms['rewrite', True]:.2f}x",
+                    "yes" if identical else "no",
+                ]
+            )
+            print(table(header, rows[-1:]).splitlines()[-1], flush=True)
+    return table(header, rows)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
@@ -493,6 +559,8 @@ def main() -> None:
         help="part 4: also each precision with autograd's own second derivatives (before the second-order rewrite)",
     )
     parser.add_argument("--step-models", default="", help="comma-separated models for part 5")
+    parser.add_argument("--second-order", default="", help="comma-separated models for part 6 (e.g. jem)")
+    parser.add_argument("--batches", default="1,8,32,90", help="part 6: the batch sizes")
     parser.add_argument("--max-steps", type=int, default=1000)
     args = parser.parse_args()
     settings = SynthesisOptions(max_steps=args.max_steps)
@@ -515,6 +583,8 @@ def main() -> None:
         )
     if args.step_models:
         tables.append(compare_steps(args.step_models.split(","), args.compile))
+    if args.second_order:
+        tables.append(compare_second_order(args.second_order.split(","), [int(b) for b in args.batches.split(",")]))
     print("\n" + "\n\n".join(tables))
 
 
