@@ -12,7 +12,6 @@ from controversial.analysis.bootstrap import (
     BLOCK,
     LOWER,
     UPPER,
-    CountProduct,
     Distributions,
     SufficientStatistics,
     bootstrap,
@@ -27,6 +26,7 @@ from controversial.analysis.bootstrap import (
 )
 from controversial.analysis.ceilings import noise_ceiling
 from controversial.analysis.correlation import participant_model_correlations
+from controversial.analysis.count_product import CountProduct
 from controversial.references.bootstrap import reference_bootstrap
 
 
