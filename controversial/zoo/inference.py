@@ -13,6 +13,7 @@ docs/benchmarks.md.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -25,6 +26,8 @@ from controversial.errors import UserError
 
 if TYPE_CHECKING:
     from controversial.zoo.readout import CalibratedModel
+
+log = logging.getLogger(__name__)
 
 CONVOLUTIONS = (nn.Conv1d, nn.Conv2d, nn.Conv3d)
 BATCH_NORMS = (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)
@@ -193,7 +196,14 @@ def compile_networks(models: Sequence[CalibratedModel]) -> None:
     """Wrap each model's network in ``torch.compile(dynamic=True)``, in place (``synthesis.torch_compile``).
 
     ``dynamic=True`` because the synthesis batch shrinks as cells finish; a fixed-shape compile would
-    recompile at every size. The calibration stays outside the compiled graph (two scalars).
+    recompile at every size. The calibration stays outside the compiled graph (two scalars). A network that
+    differentiates its own input gradients (``second_order_inference``: JEM) stays eager: a compiled backward
+    cannot be differentiated again (torch refuses it with ``create_graph``).
     """
     for model in models:
+        if any(getattr(module, "second_order_inference", False) for module in model.net.modules()):
+            log.info(
+                "%s stays eager under torch_compile: a compiled backward cannot be differentiated again", model.name
+            )
+            continue
         model.net = cast(nn.Module, torch.compile(model.net, dynamic=True))  # an OptimizedModule

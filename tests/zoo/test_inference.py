@@ -129,3 +129,18 @@ def test_bundled_jem_is_loaded_with_the_second_order_rewrite():
     assert any(isinstance(m, SecondOrderConv2d) for m in jem.modules())
     wrn = load_model("wrn")  # first-order only: plain modules
     assert not any(isinstance(m, SecondOrderConv2d) for m in wrn.modules())
+
+
+def test_torch_compile_leaves_a_second_order_network_eager():
+    """synthesis.torch_compile with a JEM pair crashed: a compiled backward cannot be differentiated again."""
+    from controversial.zoo.inference import compile_networks
+    from controversial.zoo.readout import CalibratedModel, Calibration
+
+    jem = _tiny_jem()
+    use_second_order_inference(jem)
+    model = CalibratedModel(jem, Calibration(1.0, 0.0, "median"), "tiny_jem", "cifar10", tuple("abcdefghij"))
+    compile_networks([model])
+    assert model.net is jem
+    images = torch.rand(2, 3, 32, 32, requires_grad=True)
+    (grad,) = torch.autograd.grad(model(images)[:, 0].sum(), images)
+    assert torch.isfinite(grad).all() and grad.abs().sum() > 0
