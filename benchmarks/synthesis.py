@@ -78,7 +78,6 @@ from controversial.synthesis.engine import (  # noqa: E402
     synthesize_batch,
 )
 from controversial.synthesis.options import SynthesisOptions  # noqa: E402
-from controversial.synthesis.parametrization import quantize  # noqa: E402
 from controversial.zoo.bundled import load_model  # noqa: E402
 from controversial.zoo.inference import SecondOrderBatchNorm2d, SecondOrderConv2d, compile_networks  # noqa: E402
 from controversial.zoo.readout import CalibratedModel  # noqa: E402
@@ -377,7 +376,7 @@ def compare_precision(
         base = statistics.median(r.total_seconds for r in first)
         for label, runs in results.items():
             last, seconds = runs[-1], statistics.median(r.total_seconds for r in runs)
-            same = (quantize(last.images) == quantize(first[-1].images)).flatten(1).all(1)
+            same = (last.images == first[-1].images).flatten(1).all(1)  # both the 8-bit images
             rows.append(
                 [
                     pair.replace(":", "-"),
@@ -395,25 +394,31 @@ def compare_precision(
     return table(header, rows)
 
 
+def synthesis_step(model: CalibratedModel, images: torch.Tensor, bfloat16: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """One synthesis step's model work on fixed images: forward (under bf16 autocast or not) and backward to the
+    input; the logits and the input gradient."""
+    x = images.clone().requires_grad_(True)
+    model.reset_state()
+    model.set_active_rows(torch.arange(len(images)))
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
+        out = model(x).float()
+    out.sum().backward()
+    assert x.grad is not None
+    return out.detach(), x.grad
+
+
 def step_variants(model: CalibratedModel, compile_too: bool, repeats: int = 5) -> dict[str, float]:
     """One model's forward+backward to the input at batch 90 (a synthesis step): ms per step eager in fp32 and
     under bf16 autocast (and compiled, with the first compiled call's seconds), interleaved; and how far bf16
     moves the outcome on these noise images: the share whose top class stays, the mean cosine of the input
     gradients, the largest change of a calibrated probability."""
     images = torch.rand(90, *dataset_info(model.dataset).image_shape, generator=torch.Generator().manual_seed(0))
-    rows = torch.arange(90)
     eager_net = model.net
     compiled_net = torch.compile(model.net, dynamic=True) if compile_too else None
 
     def step(net: torch.nn.Module, bfloat16: bool) -> tuple[torch.Tensor, torch.Tensor]:
         model.net = net
-        x = images.clone().requires_grad_(True)
-        model.reset_state()
-        model.set_active_rows(rows)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
-            out = model(x).float()
-        out.sum().backward()
-        return out.detach(), x.grad
+        return synthesis_step(model, images, bfloat16)
 
     variants = {"fp32": (eager_net, False), "bf16": (eager_net, True)}
     if compiled_net is not None:
@@ -491,27 +496,23 @@ def compare_second_order(names: list[str], batches: list[int], repeats: int = 9)
                 batch, *dataset_info(rewritten.dataset).image_shape, generator=torch.Generator().manual_seed(0)
             )
 
-            def step(model: CalibratedModel, bfloat16: bool) -> tuple[torch.Tensor, torch.Tensor]:
-                x = images.clone().requires_grad_(True)
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
-                    out = model(x).float()
-                out.sum().backward()
-                assert x.grad is not None
-                return out.detach(), x.grad
-
             variants = {
                 (kind, low): model
                 for kind, model in (("plain", plain), ("rewrite", rewritten))
                 for low in (False, True)
             }
             identical = all(
-                all(torch.equal(a, b) for a, b in zip(step(plain, low), step(rewritten, low))) for low in (False, True)
+                all(
+                    torch.equal(a, b)
+                    for a, b in zip(synthesis_step(plain, images, low), synthesis_step(rewritten, images, low))
+                )
+                for low in (False, True)
             )
             times: dict[tuple[str, bool], list[float]] = {key: [] for key in variants}
             for _ in range(repeats):
                 for (kind, low), model in variants.items():
                     start = time.process_time()
-                    step(model, low)
+                    synthesis_step(model, images, low)
                     times[kind, low].append(time.process_time() - start)
             ms = {key: 1000 * statistics.median(t) for key, t in times.items()}
             rows.append(
