@@ -98,12 +98,13 @@ def draw_counts(
     rng = np.random.default_rng(seed)
     participants = rng.integers(0, n_participants, size=(BLOCK, n_participants), dtype=np.int32)[:size]
     n_stimuli = sum(len(g) for g in groups)
-    narrow = np.int8 if max(len(g) for g in groups) <= 127 else np.int64  # no count exceeds its stratum's size
+    largest = max(len(g) for g in groups)
+    narrow = np.int8 if largest <= 127 else np.int64  # no count exceeds its stratum's size
     by_stimulus = np.empty((n_stimuli, size), dtype=narrow)
     if scatter:
         import torch
 
-        ones = torch.ones((size, max(len(g) for g in groups)), dtype=torch.from_numpy(by_stimulus[:0]).dtype)
+        ones = torch.ones((size, largest), dtype=torch.from_numpy(by_stimulus[:0]).dtype)
     for g in groups:
         n = len(g)
         if scatter:  # int64 draws: the same values as int32 ones below 2**32
@@ -122,9 +123,15 @@ def iter_blocks(
 ) -> Iterator[Resamples]:
     """All resamples for ``seed``, block by block (reproducible for any chunking)."""
     groups = strata(conditions)
+    for child, size in block_seeds(n_resamples, seed):
+        yield draw_block(child, n_participants, groups, size)
+
+
+def block_seeds(n_resamples: int, seed: int) -> list[tuple[np.random.SeedSequence, int]]:
+    """Each block's generator seed and size: one ``SeedSequence`` child per ``BLOCK`` resamples, the last block
+    short. Every way of drawing the resamples goes through this, so they are the same for any chunking."""
     children = np.random.SeedSequence(seed).spawn(-(-n_resamples // BLOCK))
-    for b, child in enumerate(children):
-        yield draw_block(child, n_participants, groups, min(BLOCK, n_resamples - b * BLOCK))
+    return [(child, min(BLOCK, n_resamples - b * BLOCK)) for b, child in enumerate(children)]
 
 
 def counts(indices: np.ndarray, n: int) -> np.ndarray:
@@ -329,28 +336,26 @@ def bootstrap(
     estimates = stats.evaluate(np.ones((1, N)), np.ones((1, S)))[0]
     blocks_per_chunk = max(1, min(chunk_size, CHUNK_BYTES // stats.chunk_bytes()) // BLOCK)
     groups = strata(conditions)
-    children = np.random.SeedSequence(seed).spawn(-(-n_resamples // BLOCK))  # as iter_blocks draws them
+    blocks = block_seeds(n_resamples, seed)
 
     def chunk(first: int) -> np.ndarray:
         drawn = [
-            draw_counts(children[b], S, groups, min(BLOCK, n_resamples - b * BLOCK), stats.product is not None)
-            for b in range(first, min(first + blocks_per_chunk, len(children)))
+            draw_counts(child, S, groups, size, stats.product is not None)
+            for child, size in blocks[first : first + blocks_per_chunk]
         ]
         if len(drawn) == 1:
             return stats.evaluate_transposed(*drawn[0])
         stimulus_counts, participant_counts = zip(*drawn)
         return stats.evaluate_transposed(np.concatenate(stimulus_counts, axis=1), np.concatenate(participant_counts))
 
-    firsts = range(0, len(children), blocks_per_chunk)
+    firsts = range(0, len(blocks), blocks_per_chunk)
     if threads > 1:  # numpy and torch release the GIL in the heavy steps; the numbers are the same
         with ThreadPoolExecutor(threads) as pool:
             samples = list(pool.map(chunk, firsts))
     else:
         samples = [chunk(first) for first in firsts]
     names = tuple(model_names) + ((LOWER, UPPER) if ceilings else ())
-    log.debug(
-        "bootstrap: %d resamples, %d participants, %d stimuli, %d strata", n_resamples, S, N, len(strata(conditions))
-    )
+    log.debug("bootstrap: %d resamples, %d participants, %d stimuli, %d strata", n_resamples, S, N, len(groups))
     return Distributions(names, estimates, np.concatenate(samples), seed)
 
 
