@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from controversial.datasets import DATASETS, DatasetInfo, dataset_info, folder_files, locate
+from controversial.datasets import DATASETS, DatasetInfo, dataset_info, locate, split_files
 from controversial.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -158,7 +158,7 @@ def _image_folder(info: DatasetInfo, split: str, root: Path) -> tuple[torch.Tens
     Read from a folder of its images that exists here (``datasets.locate``: a moved folder too); the cache key
     holds the files' paths relative to it, so a moved folder reuses the decoded cache."""
     info = locate(info, root)
-    files = folder_files(info, split)
+    files = split_files(info, split)  # from the located folder: no second look for it
     channels, size, _ = info.image_shape
     folder = info.location
     assert folder is not None  # located: an image folder

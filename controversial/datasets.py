@@ -333,21 +333,23 @@ def describe_dataset(spec: str, options: FolderOptions | None = None) -> Dataset
         split_seed=0 if split else options.split_seed,
     )
     for split_name in ("train", "test"):  # every class needs an image in each split
-        _split_files(info, folder, split_name)
+        split_files(info, split_name)
     return register_dataset(info, given=True)
 
 
 def folder_files(info: DatasetInfo, split: str, root: str | os.PathLike | None = None) -> list[tuple[Path, int]]:
     """The (image file, class index) pairs of one split of a folder dataset, in a fixed order, read from a folder
     of its images that exists here (``locate``; ``root``: the data root, where a moved folder may be)."""
-    located = locate(info, root)
-    assert located.location is not None  # locate returns an image folder
-    return _split_files(located, located.location, split)
+    return split_files(locate(info, root), split)
 
 
-def _split_files(info: DatasetInfo, folder: Path, split: str) -> list[tuple[Path, int]]:
-    """Classes layout: each class's sorted files are shuffled by ``random.Random("<split_seed>:<class>")`` and
+def split_files(info: DatasetInfo, split: str) -> list[tuple[Path, int]]:
+    """:func:`folder_files` read from ``info``'s own location, as it is (a description just made, or ``locate``d).
+
+    Classes layout: each class's sorted files are shuffled by ``random.Random("<split_seed>:<class>")`` and
     the first ``round(test_fraction * n)`` (at least 1, at most n - 1) are the test split."""
+    folder = info.location
+    assert folder is not None  # an image folder's description
     files: list[tuple[Path, int]] = []
     for index, class_name in enumerate(info.class_names):
         if info.test_fraction == 0:
