@@ -35,7 +35,6 @@ from controversial.synthesis.stimuli import save_png
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
-SETTINGS_NAME = RUN_SETTINGS_NAME
 
 Cell = tuple[int, int]  # (class_a, class_b): one entry of a model pair's class-by-class matrix
 
@@ -87,7 +86,7 @@ def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
     Mixing settings in one manifest would make its rows incomparable; ``max_attempts`` is not
     part of them, so raising it is how a finished run retries its failed cells.
     """
-    path = run_dir / SETTINGS_NAME
+    path = run_dir / RUN_SETTINGS_NAME
     current = json.loads(json.dumps(settings))
     if path.is_file():
         previous = json.loads(path.read_text(encoding="utf-8"))
@@ -135,7 +134,7 @@ def forget_empty_run(run_dir: Path, fresh: bool) -> bool:
     written by this run) is touched. Returns whether the run dir was forgotten."""
     if not fresh or (run_dir / MANIFEST_NAME).exists() or not run_dir.is_dir():
         return False
-    for path in [run_dir / SETTINGS_NAME, run_dir / LOCK_NAME, *run_dir.glob("*.png"), *run_dir.glob(".*.tmp")]:
+    for path in [run_dir / RUN_SETTINGS_NAME, run_dir / LOCK_NAME, *run_dir.glob("*.png"), *run_dir.glob(".*.tmp")]:
         path.unlink(missing_ok=True)
     shutil.rmtree(run_dir / "wandb", ignore_errors=True)
     if not any(run_dir.iterdir()):

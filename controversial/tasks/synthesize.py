@@ -32,6 +32,7 @@ from controversial.errors import UserError
 from controversial.options import DEVICE_PATTERN, Count, Options, Seed
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest, write_manifest
+from controversial.records.runs import RUN_SETTINGS_NAME
 from controversial.synthesis import runstate
 from controversial.synthesis.engine import (
     BatchResult,
@@ -202,7 +203,7 @@ def run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     A run that fails before its first manifest leaves no folder; Ctrl-C keeps what had finished and prints one
     line saying what was kept and the command that resumes (exit status 130).
     """
-    fresh = not (invocation.out_dir / runstate.SETTINGS_NAME).exists()
+    fresh = not (invocation.out_dir / RUN_SETTINGS_NAME).exists()
     try:
         return _run(cfg, invocation)
     except KeyboardInterrupt:

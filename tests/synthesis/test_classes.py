@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from controversial.api import settings
 from controversial.errors import UserError
 from controversial.records.manifest import read_manifest
-from controversial.records.runs import run_classes
+from controversial.records.runs import RUN_SETTINGS_NAME, run_classes
 from controversial.synthesis import runstate
 from controversial.synthesis.engine import noise_images, ordered_class_pairs
 from controversial.synthesis.options import chosen_classes
@@ -30,7 +30,7 @@ def test_a_subset_of_a_ten_class_run_is_its_cells_only(pair, tmp_path):
     rows = run_task("synthesize", [*pair, *QUICK, "synthesis.classes=[7,'3',1]"], tmp_path / "run")
     assert sorted({r.cell for r in rows}) == ordered_class_pairs([1, 3, 7])  # the dataset's indices
     assert len({r.cell for r in read_manifest(tmp_path / "run" / "manifest.csv")}) == 3 * 2
-    recorded = json.loads((tmp_path / "run" / runstate.SETTINGS_NAME).read_text())
+    recorded = json.loads((tmp_path / "run" / RUN_SETTINGS_NAME).read_text())
     assert recorded["synthesis"]["classes"] == [1, 3, 7] and recorded["class_names"] == [str(d) for d in range(10)]
     classes = run_classes([tmp_path / "run" / "manifest.csv"], rows)
     assert classes.dataset == "mnist" and classes.synthesized == (1, 3, 7) and len(classes.class_names) == 10
@@ -73,7 +73,7 @@ def test_the_classes_are_checked_with_the_settings_before_any_model_loads():
 def test_a_run_recorded_before_the_class_names_resumes(tmp_path):
     current = {"seed": 0, "synthesis": {"classes": None, "threshold": 0.75}, "dataset": "mnist", "class_names": ["0"]}
     old = {"seed": 0, "synthesis": {"threshold": 0.75}}
-    (tmp_path / runstate.SETTINGS_NAME).write_text(json.dumps(old))
+    (tmp_path / RUN_SETTINGS_NAME).write_text(json.dumps(old))
     runstate.check_run_settings(tmp_path, current)  # no error: the added keys take the current values
     with pytest.raises(UserError, match="other settings"):
         runstate.check_run_settings(tmp_path, {**current, "synthesis": {"classes": [0, 1], "threshold": 0.75}})

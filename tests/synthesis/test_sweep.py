@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow, read_manifest, without_timing, write_manifest
+from controversial.records.runs import RUN_SETTINGS_NAME
 from controversial.synthesis import runstate
 from controversial.synthesis.stimuli import save_png
 from controversial.synthesis.sweeps import unordered_pairs
@@ -175,12 +176,12 @@ def test_a_run_dir_refuses_other_settings(tmp_path):
 
 
 def test_a_run_dir_recorded_with_synthesis_alpha_resumes_as_sharpness(tmp_path):
-    (tmp_path / runstate.SETTINGS_NAME).write_text('{"seed": 0, "synthesis": {"alpha": 1.0, "threshold": 0.75}}')
+    (tmp_path / RUN_SETTINGS_NAME).write_text('{"seed": 0, "synthesis": {"alpha": 1.0, "threshold": 0.75}}')
     runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {"sharpness": 1.0, "threshold": 0.75}})
 
 
 def test_a_run_dir_recorded_before_the_stall_rule_resumes_without_it_only(tmp_path):
-    (tmp_path / runstate.SETTINGS_NAME).write_text('{"seed": 0, "synthesis": {"threshold": 0.75}}')
+    (tmp_path / RUN_SETTINGS_NAME).write_text('{"seed": 0, "synthesis": {"threshold": 0.75}}')
     without = {"seed": 0, "synthesis": {"threshold": 0.75, "stall_steps": None, "stall_gain": 0.01}}
     runstate.check_run_settings(tmp_path, without)
     with pytest.raises(UserError, match="stall_steps': 50"):
@@ -189,14 +190,14 @@ def test_a_run_dir_recorded_before_the_stall_rule_resumes_without_it_only(tmp_pa
 
 def test_a_run_dir_recorded_before_stall_on_resumes_watching_the_hard_score_only(tmp_path):
     recorded = {"seed": 0, "synthesis": {"threshold": 0.75, "stall_steps": 50, "stall_gain": 0.01}}
-    (tmp_path / runstate.SETTINGS_NAME).write_text(json.dumps(recorded))
+    (tmp_path / RUN_SETTINGS_NAME).write_text(json.dumps(recorded))
     runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {**recorded["synthesis"], "stall_on": "hard"}})
     with pytest.raises(UserError, match="stall_on"):
         runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {**recorded["synthesis"], "stall_on": "smooth"}})
 
 
 def test_a_run_dir_recorded_before_precision_and_compile_resumes_in_fp32_eager_only(tmp_path):
-    (tmp_path / runstate.SETTINGS_NAME).write_text('{"seed": 0, "synthesis": {"threshold": 0.75}}')
+    (tmp_path / RUN_SETTINGS_NAME).write_text('{"seed": 0, "synthesis": {"threshold": 0.75}}')
     eager = {"seed": 0, "synthesis": {"threshold": 0.75, "precision": "fp32", "torch_compile": False}}
     runstate.check_run_settings(tmp_path, eager)
     for changed in ({"precision": "bf16"}, {"torch_compile": True}):
