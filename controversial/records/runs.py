@@ -130,10 +130,10 @@ def run_classes(manifests: Sequence[Path], rows: Sequence[ManifestRow]) -> RunCl
         recorded = _recorded(manifest)
         if recorded is None:
             continue
-        dataset, names, chosen = recorded[0], recorded[1], recorded[2]
+        dataset, names, chosen, recorded_info = recorded
         here = described is not None and described.location is not None and described.location.is_dir()
-        if recorded[3] is not None and not here:  # runs made on several machines: a folder that exists here wins
-            described = recorded[3]
+        if recorded_info is not None and not here:  # runs made on several machines: a folder that exists here wins
+            described = recorded_info
         found[dataset, names].append(manifest.parent)
         synthesized.update(range(len(names)) if chosen is None else chosen)
     if not found:  # runs recorded before the settings named their classes: the dataset's (a built-in)
