@@ -31,7 +31,8 @@ from torch import nn
 
 from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
 from controversial.synthesis.options import SynthesisOptions
-from controversial.synthesis.parametrization import jitter, parametrization
+from controversial.synthesis.parametrization import parametrization
+from controversial.synthesis.transforms import jitter
 from controversial.zoo.imagenet16 import IMAGENET16_CLASSES, ImageNet16Readout
 from controversial.zoo.readout import CalibratedModel, Calibration
 

@@ -35,7 +35,8 @@ import torch
 from controversial.errors import UserError
 from controversial.synthesis.objectives import hard_score
 from controversial.synthesis.options import OBJECTIVES, Objective, OptimizerFactory, OptimizerOptions, SynthesisOptions
-from controversial.synthesis.parametrization import Parametrization, jitter, level_change, parametrization, quantize
+from controversial.synthesis.parametrization import Parametrization, level_change, parametrization, quantize
+from controversial.synthesis.transforms import transform
 from controversial.zoo.protocol import SynthesisModel, scoring
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,7 @@ def _forward_backward(
     """The models' forward and backward pass of one step: the objective (detached), the hard score, and
     which elements have a finite objective; the gradient of the summed finite objective is left in the
     parameters behind ``images``."""
-    logits = _model_logits(models, jitter(images, options.jitter, generator), bfloat16)
+    logits = _model_logits(models, transform(images, options, generator), bfloat16)
     value = objective(logits, targets, options)
     hard = hard_score([l.detach() for l in logits], targets)
     finite = torch.isfinite(value)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 from functools import partial
-from typing import TYPE_CHECKING, Annotated, Callable, Literal, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Protocol
 
 from pydantic import AfterValidator, ConfigDict, Field, field_validator
 
@@ -34,7 +34,9 @@ class Parametrization(Protocol):
     """Maps unconstrained parameters, which the optimiser moves, to images in [0, 1] and back."""
 
     def from_images(self, images: torch.Tensor) -> torch.Tensor:
-        """Parameters that reproduce ``images`` (up to a clamp away from exactly 0 and 1)."""
+        """The parameters a synthesis starts from, one row per start image: parameters that reproduce
+        ``images`` (up to a clamp away from exactly 0 and 1), or the closest the parametrisation can express
+        (cppn), or a draw from its prior seeded by the image (generator). A row depends on its image only."""
         ...
 
     def to_images(self, params: torch.Tensor) -> torch.Tensor:
@@ -49,10 +51,33 @@ ObjectiveName = Annotated[str, AfterValidator(OBJECTIVES.check)]
 ParametrizationBuilder = Callable[[tuple[int, int, int], "SynthesisOptions"], Parametrization]
 PARAMETRIZATIONS: Registry[ParametrizationBuilder] = Registry(
     "parametrization",
-    builtins={"pixel": "controversial.synthesis.parametrization", "fourier": "controversial.synthesis.parametrization"},
+    builtins={
+        "pixel": "controversial.synthesis.parametrization",
+        "fourier": "controversial.synthesis.parametrization",
+        "cppn": "controversial.synthesis.cppn",
+        "generator": "controversial.synthesis.latent",
+    },
 )
 """``builder(image_shape, options) -> Parametrization``, by name (``synthesis.parametrization``)."""
 ParametrizationName = Annotated[str, AfterValidator(PARAMETRIZATIONS.check)]
+
+
+class GeneratorOptions(Options):
+    """The generator whose latent space ``parametrization=generator`` searches (``synthesis/generators.py``)."""
+
+    name: str | None = Field(
+        None,
+        description="a bundled generator <dataset>/<name> (models/generators/, e.g. mnist/vae) or "
+        "python:<module>:<callable> (your own; imported only under the python: source rule)",
+    )
+    weights: str | None = Field(None, description="python: only: a state-dict file for it (tensors only)")
+    kwargs: dict[str, Any] = Field(default_factory=dict, description="python: only: keyword arguments of the callable")
+    latent_dim: int | None = Field(
+        None, ge=1, description="python: only: the size of its code (default: the module's latent_dim attribute)"
+    )
+    truncation: float = Field(
+        2.0, gt=0, description="each code coordinate is t * tanh(w / t): the code stays within +-t prior s.d."
+    )
 
 
 class SynthesisOptions(Options):
@@ -79,10 +104,20 @@ class SynthesisOptions(Options):
         "hard", description="the watched score: hard (Eq. 2, a probability) | smooth (the objective)"
     )
     parametrization: ParametrizationName = Field(
-        "pixel", description=f"by name: {', '.join(PARAMETRIZATIONS.names())} (pixel: sigmoid; fourier: decorrelated)"
+        "pixel", description=f"by name: {', '.join(PARAMETRIZATIONS.names())} (pixel: sigmoid; fourier: decorrelated; "
+        "cppn: a coordinate network; generator: a generator's latent code)"
     )
     fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
     jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")
+    scale: float = Field(
+        0.0, ge=0, lt=1, description="random zoom by a factor in [1 - scale, 1 + scale] per step (e.g. 0.1); 0: none"
+    )
+    rotate: float = Field(0.0, ge=0, le=180, description="random rotation of up to this many degrees per step; 0: none")
+    cppn_layers: Count = Field(8, description="hidden layers of the CPPN parametrisation")
+    cppn_width: Count = Field(24, description="units per hidden layer of the CPPN parametrisation")
+    generator: GeneratorOptions = Field(
+        default_factory=GeneratorOptions, description="the generator of parametrization=generator"
+    )
     classes: list[int | str] | None = Field(
         None,
         min_length=2,

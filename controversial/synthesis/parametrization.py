@@ -4,8 +4,9 @@ Chosen by name from ``PARAMETRIZATIONS`` (``synthesis/options.py``), where a new
 
 ``pixel``: ``x = sigmoid(z)``, the paper's choice. ``fourier``: ``x = sigmoid(irfft(scale * w))``,
 a decorrelated spectrum where every frequency is scaled by ``1/f^decay`` so that the optimiser
-takes similar-sized steps on coarse and fine structure (the feature-visualisation trick). Optional
-random jitter shifts the image by a few pixels at every step, a cheap robustness prior.
+takes similar-sized steps on coarse and fine structure (the feature-visualisation trick). The priors
+``cppn`` (``synthesis/cppn.py``) and ``generator`` (``synthesis/latent.py``) live in modules of their own;
+random transformations before the models see the image are ``synthesis/transforms.py``.
 """
 
 from __future__ import annotations
@@ -63,14 +64,6 @@ class FourierParametrization:
 def parametrization(options: SynthesisOptions, shape: tuple[int, int, int]) -> Parametrization:
     """The parametrisation ``options.parametrization`` of images of ``shape`` (C, H, W)."""
     return PARAMETRIZATIONS.get(options.parametrization)(shape, options)
-
-
-def jitter(images: torch.Tensor, max_shift: int, generator: torch.Generator) -> torch.Tensor:
-    """Roll every image by the same random offset in [-max_shift, max_shift] (reflect-free, circular)."""
-    if max_shift <= 0:
-        return images
-    dy, dx = (torch.randint(-max_shift, max_shift + 1, (2,), generator=generator)).tolist()
-    return torch.roll(images, shifts=(dy, dx), dims=(-2, -1))
 
 
 def level_change(previous: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
