@@ -86,7 +86,10 @@ def train_vae(
     torch.manual_seed(seed)
     channels, size = images.shape[1], images.shape[2]
     decoder_class, encoder_class = ARCHITECTURES[arch]
-    decoder, encoder = decoder_class(latent_dim, channels, size, width), encoder_class(latent_dim, channels, size, width)
+    decoder, encoder = (
+        decoder_class(latent_dim, channels, size, width),
+        encoder_class(latent_dim, channels, size, width),
+    )
     optimizer = torch.optim.Adam([*decoder.parameters(), *encoder.parameters()], lr=lr)
     order = torch.Generator().manual_seed(seed)
     start, loss_sum, batches = time.perf_counter(), 0.0, 0
@@ -97,7 +100,16 @@ def train_vae(
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            loss_sum, batches = loss_sum + float(loss), batches + 1
-        log.info("epoch %d/%d: loss %.2f per image (%.0f s)", epoch + 1, epochs, loss_sum / batches, time.perf_counter() - start)
-    metrics = {"train_loss_last_epoch": round(loss_sum / max(batches, 1), 3), "train_time_s": round(time.perf_counter() - start)}
+            loss_sum, batches = loss_sum + loss.item(), batches + 1
+        log.info(
+            "epoch %d/%d: loss %.2f per image (%.0f s)",
+            epoch + 1,
+            epochs,
+            loss_sum / batches,
+            time.perf_counter() - start,
+        )
+    metrics = {
+        "train_loss_last_epoch": round(loss_sum / max(batches, 1), 3),
+        "train_time_s": round(time.perf_counter() - start),
+    }
     return decoder.eval(), metrics

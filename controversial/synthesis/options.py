@@ -104,8 +104,9 @@ class SynthesisOptions(Options):
         "hard", description="the watched score: hard (Eq. 2, a probability) | smooth (the objective)"
     )
     parametrization: ParametrizationName = Field(
-        "pixel", description=f"by name: {', '.join(PARAMETRIZATIONS.names())} (pixel: sigmoid; fourier: decorrelated; "
-        "cppn: a coordinate network; generator: a generator's latent code)"
+        "pixel",
+        description=f"by name: {', '.join(PARAMETRIZATIONS.names())} (pixel: sigmoid; fourier: decorrelated; "
+        "cppn: a coordinate network; generator: a generator's latent code)",
     )
     fourier_decay: float = Field(1.0, ge=0, description="spectral decay of the Fourier parametrisation")
     jitter: int = Field(0, ge=0, description="random circular shift of up to this many pixels per step")

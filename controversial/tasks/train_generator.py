@@ -14,7 +14,14 @@ from controversial.data import load_uint8
 from controversial.datasets import DataOptions, dataset_info
 from controversial.options import Count, Options, Seed
 from controversial.synthesis.generator_training import train_vae
-from controversial.synthesis.generators import GENERATORS_DIR, GeneratorInfo, generator_path, read_generator, save_generator
+from controversial.synthesis.generators import (
+    GENERATORS_DIR,
+    GeneratorInfo,
+    generator_path,
+    read_generator,
+    save_generator,
+    write_generator_card,
+)
 from controversial.tasks import Invocation
 
 log = logging.getLogger(__name__)
@@ -68,7 +75,15 @@ def run(cfg: TrainGeneratorSettings, invocation: Invocation) -> Path:
         images, _ = load_uint8(info_ds.name, "train", cfg.data.root, cfg.data.download)
         channels, size = info_ds.image_shape[0], info_ds.image_shape[1]
         decoder, metrics = train_vae(
-            images.float() / 255, cfg.arch, cfg.latent_dim, cfg.width, cfg.epochs, cfg.batch_size, cfg.lr, cfg.beta, cfg.seed
+            images.float() / 255,
+            cfg.arch,
+            cfg.latent_dim,
+            cfg.width,
+            cfg.epochs,
+            cfg.batch_size,
+            cfg.lr,
+            cfg.beta,
+            cfg.seed,
         )
         info = GeneratorInfo(
             name=cfg.name,
@@ -79,7 +94,8 @@ def run(cfg: TrainGeneratorSettings, invocation: Invocation) -> Path:
             metrics={**metrics, "parameters": sum(p.numel() for p in decoder.parameters())},
             command=invocation.command,
             card={
-                "description": f"The decoder of a VAE ({cfg.arch}, width {cfg.width}) trained on the {info_ds.name} training images "
+                "description": f"The decoder of a VAE ({cfg.arch}, width {cfg.width}) trained on the "
+                f"{info_ds.name} training images "
                 f"({cfg.epochs} epochs, latent {cfg.latent_dim}, beta {cfg.beta}); the generator parametrisation "
                 "searches its latent space.",
             },
@@ -90,5 +106,5 @@ def run(cfg: TrainGeneratorSettings, invocation: Invocation) -> Path:
     except ImportError:
         log.warning("the naturalness measure is not available here; the card lists no KID for %s", path)
     save_generator(path, decoder, info)
-    log.info("wrote %s: %s", path, info.metrics)
+    log.info("wrote %s: %s; card %s", path, info.metrics, write_generator_card(path.parent.parent))
     return path

@@ -85,8 +85,13 @@ def test_the_cppn_recovers_an_image_it_made_and_projects_noise(shape: tuple[int,
 def _tiny_generator_file(tmp_path, shape=MNIST, latent_dim: int = 4):
     torch.manual_seed(0)
     net = MLPDecoder(latent_dim, shape[0], shape[1], width=8)
-    info = GeneratorInfo("tiny", "mnist", "mlp_decoder", {"latent_dim": latent_dim, "channels": shape[0],
-                                                          "size": shape[1], "width": 8}, latent_dim)
+    info = GeneratorInfo(
+        "tiny",
+        "mnist",
+        "mlp_decoder",
+        {"latent_dim": latent_dim, "channels": shape[0], "size": shape[1], "width": 8},
+        latent_dim,
+    )
     path = tmp_path / "generators" / "mnist" / "tiny.pt"
     save_generator(path, net, info)
     return path, net
@@ -153,7 +158,9 @@ def test_a_users_python_generator_with_weights_from_a_file(tmp_path, monkeypatch
     )
     param = parametrization(options, MNIST)
     assert torch.equal(param.net.linear.weight, trained.linear.weight)  # the file's weights, not a fresh init
-    wrong = options.model_copy(update={"generator": GeneratorOptions(name="python:my_generators:Blobs", kwargs={"size": 32})})
+    wrong = options.model_copy(
+        update={"generator": GeneratorOptions(name="python:my_generators:Blobs", kwargs={"size": 32})}
+    )
     with pytest.raises(UserError, match=r"makes images of shape \(1, 32, 32\)"):
         parametrization(wrong, MNIST)
 
@@ -179,8 +186,13 @@ def test_a_tiny_generator_synthesizes_a_two_class_pair_end_to_end(tmp_path, monk
     targets = torch.tensor([[0, 1], [1, 0]])
     initial = noise_images([(0, 1), (1, 0)], [0, 0], MNIST)
     options = SynthesisOptions(
-        parametrization="generator", generator={"name": "mnist/tiny"}, max_steps=30, stop_score=None, jitter=1,
-        scale=0.05, rotate=5,
+        parametrization="generator",
+        generator={"name": "mnist/tiny"},
+        max_steps=30,
+        stop_score=None,
+        jitter=1,
+        scale=0.05,
+        rotate=5,
     )
     param = parametrization(options, MNIST)
     start = param.to_images(param.from_images(initial))
