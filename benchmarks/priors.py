@@ -35,8 +35,8 @@ PAIRS = "abs:vgg,vgg:madry_l2,kde:capsnet,vgg16:robust_l2,wrn:jem"
 PRIORS: dict[str, dict[str, Any]] = {
     "pixel": {},
     "fourier": {"parametrization": "fourier", "jitter": 1},
-    "cppn": {"parametrization": "cppn", "jitter": 1, "scale": 0.05, "rotate": 5},
-    "generator": {"parametrization": "generator", "generator": {"name": "{dataset}/vae"}},
+    "cppn": {"parametrization": "cppn", "jitter": 1, "scale": 0.05, "rotate": 5, "patience": 50},
+    "generator": {"parametrization": "generator", "generator": {"name": "{dataset}/vae", "truncation": 4.0}},
 }
 """The synthesis options of each parametrisation (``{dataset}`` is the pair's); the rest are the defaults."""
 
@@ -44,7 +44,8 @@ PRIORS: dict[str, dict[str, Any]] = {
 def prior_options(prior: str, dataset: str, max_steps: int) -> SynthesisOptions:
     overrides = {k: v for k, v in PRIORS[prior].items() if k != "generator"}
     if "generator" in PRIORS[prior]:
-        overrides["generator"] = {"name": PRIORS[prior]["generator"]["name"].format(dataset=dataset)}
+        generator = PRIORS[prior]["generator"]
+        overrides["generator"] = {**generator, "name": generator["name"].format(dataset=dataset)}
     return SynthesisOptions(max_steps=max_steps, **overrides)
 
 
@@ -70,6 +71,33 @@ def synthesize_cells(models: list, cells: list[tuple[int, int]], options: Synthe
     return {"images": images, "hard": hard, "accepted": accepted}
 
 
+def parse_classes(spec: str) -> dict[str, list[int]]:
+    """``mnist=0-4,cifar10=0,3,5`` -> {"mnist": [0, 1, 2, 3, 4], "cifar10": [0, 3, 5]}."""
+    classes: dict[str, list[int]] = {}
+    dataset = ""
+    for part in spec.split(","):
+        if "=" in part:
+            dataset, _, part = part.partition("=")
+            classes[dataset] = []
+        low, _, high = part.partition("-")
+        classes[dataset] += list(range(int(low), int(high) + 1)) if high else [int(low)]
+    return classes
+
+
+def run_or_reuse(store: Path, key: str, work) -> dict:
+    """``work()``'s result, kept in ``store`` under ``key``: a killed run resumes at the next pair and prior."""
+    done = torch.load(store, weights_only=True) if store.is_file() else {}
+    if key not in done:
+        start = time.perf_counter()
+        out = work()
+        out["seconds"] = time.perf_counter() - start
+        done[key] = out
+        store.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(done, store.with_suffix(".tmp"))
+        store.with_suffix(".tmp").replace(store)
+    return done[key]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", default=PAIRS, help="comma-separated model_a:model_b")
@@ -78,19 +106,12 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=1000, help="synthesis steps per attempt at most")
     parser.add_argument("--attempts", type=int, default=5, help="failed cells are retried with new seeds")
     parser.add_argument("--grids", default="docs/img/priors", help="folder of the grids ('' for none)")
+    parser.add_argument(
+        "--store", default="outputs/benchmarks/priors.pt", help="finished rows are kept here; a re-run reuses them"
+    )
     args = parser.parse_args()
-    from controversial.synthesis.naturalness import naturalness
-
     torch.set_grad_enabled(True)
-    classes: dict[str, list[int]] = {}
-    for part in args.classes.split(","):
-        if "=" in part:
-            dataset, _, spec = part.partition("=")
-            classes[dataset] = []
-        else:
-            spec = part
-        low, _, high = spec.partition("-")
-        classes[dataset] += list(range(int(low), int(high) + 1)) if high else [int(low)]
+    classes = parse_classes(args.classes)
     priors = args.priors.split(",")
     print(
         f"priors benchmark: max_steps={args.max_steps}, attempts={args.attempts}, threshold "
@@ -100,43 +121,50 @@ def main() -> None:
     )
     for prior in priors:
         print(f"  {prior}: {PRIORS[prior] or 'the defaults'}")
-    header = "| pair | prior | accepted | median hard | KID x1e3 (n) | floor / ceiling | seconds | goal |"
-    print(header + "\n|---|---|---|---|---|---|---|---|")
+    results = []
     for pair in args.pairs.split(","):
         name_a, name_b = pair.split(":")
         models = [load_model(name_a), load_model(name_b)]
         dataset = models[0].dataset
         cells = ordered_class_pairs(classes[dataset])
-        pixel_kid: float | None = None
         for prior in priors:
             options = prior_options(prior, dataset, args.max_steps)
-            start = time.perf_counter()
-            out = synthesize_cells(models, cells, options, args.attempts)
-            seconds = time.perf_counter() - start
-            kept = out["images"][out["accepted"]]
-            n = len(kept)
-            measured = naturalness(kept, dataset) if n >= 2 else None
-            kid = measured.kid if measured else float("nan")
-            if prior == "pixel":
-                pixel_kid = kid
-            share = float(out["accepted"].float().mean())
-            goal = (
-                "-"
-                if prior == "pixel" or pixel_kid is None
-                else ("yes" if share >= 0.8 and measured is not None and kid <= pixel_kid / 2 else "no")
-            )
-            bounds = f"{measured.floor:.0f} / {measured.ceiling:.0f}" if measured else "-"
-            print(
-                f"| {name_a}-{name_b} | {prior} | {int(out['accepted'].sum())}/{len(cells)} | "
-                f"{statistics.median(out['hard'].tolist()):.3f} | {kid:.0f} ({n}) | {bounds} | "
-                f"{seconds:.0f} | {goal} |",
-                flush=True,
-            )
+            key = f"{pair}|{prior}|{cells}|{options.model_dump_json()}|{args.attempts}"
+            out = run_or_reuse(Path(args.store), key, lambda: synthesize_cells(models, cells, options, args.attempts))
+            print(f"  done: {pair} {prior} ({out['seconds']:.0f} s)", flush=True)
+            results.append((name_a, name_b, dataset, prior, len(cells), out))
             if args.grids:
                 Path(args.grids).mkdir(parents=True, exist_ok=True)
-                save_image(
-                    out["images"], Path(args.grids) / f"{name_a}-{name_b}_{prior}.png", nrow=len(cells), padding=1
-                )
+                grid = Path(args.grids) / f"{name_a}-{name_b}_{prior}.png"
+                save_image(out["images"], grid, nrow=len(classes[dataset]) - 1, padding=1)
+    print_table(results)
+
+
+def print_table(results: list) -> None:
+    """The table, with KID measured on the accepted stimuli of each row."""
+    from controversial.synthesis.naturalness import naturalness
+
+    header = "| pair | prior | accepted | median hard | KID x1e3 (n) | floor / ceiling | seconds | goal |"
+    print(header + "\n|---|---|---|---|---|---|---|---|")
+    pixel_kid: dict[str, float] = {}
+    for name_a, name_b, dataset, prior, n_cells, out in results:
+        kept = out["images"][out["accepted"]]
+        measured = naturalness(kept, dataset) if len(kept) >= 2 else None
+        kid = measured.kid if measured else float("nan")
+        pair = f"{name_a}-{name_b}"
+        if prior == "pixel":
+            pixel_kid[pair] = kid
+        share = float(out["accepted"].float().mean())
+        goal = "-"
+        if prior != "pixel" and pair in pixel_kid:
+            goal = "yes" if share >= 0.8 and measured is not None and kid <= pixel_kid[pair] / 2 else "no"
+        bounds = f"{measured.floor:.0f} / {measured.ceiling:.0f}" if measured else "-"
+        print(
+            f"| {pair} | {prior} | {int(out['accepted'].sum())}/{n_cells} | "
+            f"{statistics.median(out['hard'].tolist()):.3f} | {kid:.0f} ({len(kept)}) | {bounds} | "
+            f"{out['seconds']:.0f} | {goal} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ weights of the batch are one (N, P) tensor (what the engine's per-row optimiser 
 expect), unpacked into per-layer (N, fan_in, fan_out) views and run as batched matrix products.
 
 The parameters are the weights divided by ``WEIGHT_SCALE``: under the default Adam (lr 0.05) a weight
-moves by about 0.005 per step, the tutorial's CPPN learning rate. ``from_images`` keeps the hidden layers at
+moves by about 0.001 per step. At 0.005 (the tutorial's CPPN learning rate) the sigmoid output of some
+cells saturated to a flat image within a few steps on MNIST pairs, where the gradient vanishes. ``from_images`` keeps the hidden layers at
 one fixed random draw (seed 0) and fits the output layer to the image's logits by ridge least squares: the
 closest picture these hidden layers can make, exact for an image they made.
 """
@@ -21,7 +22,7 @@ import torch
 
 from controversial.synthesis.options import PARAMETRIZATIONS, SynthesisOptions
 
-WEIGHT_SCALE = 0.1
+WEIGHT_SCALE = 0.02
 RIDGE = 1e-6  # relative to the features' mean squared norm: regularises a nearly collinear fit only
 
 

@@ -205,3 +205,11 @@ def test_a_tiny_generator_synthesizes_a_two_class_pair_end_to_end(tmp_path, monk
 def test_the_model_registry_does_not_take_generators_for_models(tmp_path) -> None:
     _tiny_generator_file(tmp_path)
     assert list_checkpoints(tmp_path) == {}
+
+
+def test_the_generator_card_is_written_from_the_files(tmp_path) -> None:
+    from controversial.synthesis.generators import write_generator_card
+
+    _tiny_generator_file(tmp_path)
+    card = write_generator_card(tmp_path / "generators").read_text()
+    assert "## mnist/tiny" in card and "`mlp_decoder`" in card and "do not edit by hand" in card
