@@ -58,7 +58,10 @@ class MLPEncoder(nn.Module):
         return mean, log_var.clamp(-10, 10)
 
 
-ARCHITECTURES = {"mlp": (MLPDecoder, MLPEncoder), "conv": (ConvDecoder, ConvEncoder)}
+ARCHITECTURES: dict[str, tuple[type[MLPDecoder] | type[ConvDecoder], type[nn.Module]]] = {
+    "mlp": (MLPDecoder, MLPEncoder),
+    "conv": (ConvDecoder, ConvEncoder),
+}
 """The VAE's (decoder, encoder) by ``train_generator.py arch=``; the decoder's GENERATORS name is <arch>_decoder."""
 
 
@@ -112,4 +115,5 @@ def train_vae(
         "train_loss_last_epoch": round(loss_sum / max(batches, 1), 3),
         "train_time_s": round(time.perf_counter() - start),
     }
-    return decoder.eval(), metrics
+    decoder.eval()
+    return decoder, metrics

@@ -150,7 +150,7 @@ def _bundled(name: str) -> tuple[nn.Module, int]:
 def _user_generator(options: GeneratorOptions) -> tuple[nn.Module, int]:
     from controversial.zoo.sources import MODEL_SOURCES
 
-    spec = options.name.removeprefix(PYTHON_PREFIX)
+    spec = str(options.name).removeprefix(PYTHON_PREFIX)
     net = MODEL_SOURCES.get("python")(spec, 0, dict(options.kwargs), False)
     latent_dim = options.latent_dim or getattr(net, "latent_dim", None)
     if not isinstance(latent_dim, int) or latent_dim < 1:
