@@ -37,6 +37,10 @@ PRIORS: dict[str, dict[str, Any]] = {
     "fourier": {"parametrization": "fourier", "jitter": 1},
     "cppn": {"parametrization": "cppn", "jitter": 1, "scale": 0.05, "rotate": 5, "patience": 50},
     "generator": {"parametrization": "generator", "generator": {"name": "{dataset}/vae", "truncation": 4.0}},
+    "generator_residual": {
+        "parametrization": "generator",
+        "generator": {"name": "{dataset}/vae", "truncation": 4.0, "residual": 0.25},
+    },
 }
 """The synthesis options of each parametrisation (``{dataset}`` is the pair's); the rest are the defaults."""
 

@@ -2,7 +2,10 @@
 
 The optimiser moves w; the code is ``z = t * tanh(w / t)`` with ``t = synthesis.generator.truncation`` (a
 smooth truncation: every coordinate stays within t prior standard deviations, where the generator was
-trained to make images); the image is the generator's output for z (``synthesis/generators.py``).
+trained to make images); the image is the generator's output for z (``synthesis/generators.py``). With
+``synthesis.generator.residual = e > 0`` each image also has a bounded pixel residual: the image is
+``clamp(G(z) + e * tanh(r), 0, 1)``, r one parameter per pixel starting at 0, so it stays within e of the
+generator's image in every pixel (a generator's range alone may hold no controversial image for a pair).
 
 A generator cannot reproduce an arbitrary start image, so ``from_images`` draws w from the prior, N(0, I),
 with a generator seeded by the start image's 8-bit bytes: one start image (a cell's noise for a given
@@ -33,17 +36,25 @@ class GeneratorParametrization:
         self.shape = shape
         self.net, self.latent_dim = load_generator(options.generator, shape)
         self.truncation = options.generator.truncation
+        self.residual = options.generator.residual
 
     def code(self, params: torch.Tensor) -> torch.Tensor:
-        """The truncated code z of parameters w."""
-        return self.truncation * torch.tanh(params / self.truncation)
+        """The truncated code z of parameters w (the first ``latent_dim`` of a row)."""
+        return self.truncation * torch.tanh(params[:, : self.latent_dim] / self.truncation)
 
     def to_images(self, params: torch.Tensor) -> torch.Tensor:
         self.net.to(params.device)
-        return self.net(self.code(params))
+        images = self.net(self.code(params))
+        if self.residual == 0:
+            return images
+        offsets = self.residual * torch.tanh(params[:, self.latent_dim :].reshape(images.shape))
+        return (images + offsets).clamp(0, 1)
 
     def from_images(self, images: torch.Tensor) -> torch.Tensor:
         draws = [
             torch.randn(self.latent_dim, generator=torch.Generator().manual_seed(image_seed(image))) for image in images
         ]
-        return torch.stack(draws).to(images.device)
+        codes = torch.stack(draws).to(images.device)
+        if self.residual == 0:
+            return codes
+        return torch.cat([codes, codes.new_zeros(len(codes), images[0].numel())], 1)

@@ -78,6 +78,13 @@ class GeneratorOptions(Options):
     truncation: float = Field(
         2.0, gt=0, description="each code coordinate is t * tanh(w / t): the code stays within +-t prior s.d."
     )
+    residual: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="a pixel residual of at most this much (of the [0, 1] range) on the "
+        "generator's image; 0: the generator's images only",
+    )
 
 
 class SynthesisOptions(Options):

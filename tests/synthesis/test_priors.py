@@ -100,6 +100,7 @@ def _tiny_generator_file(tmp_path, shape=MNIST, latent_dim: int = 4):
 def _user_module(tmp_path, monkeypatch, body: str) -> None:
     (tmp_path / "my_generators.py").write_text(textwrap.dedent(body))
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("CONTROVERSIAL_TRUSTED_MODULES", "my_generators")
 
 
 def test_a_generator_file_holds_float16_weights_and_its_card(tmp_path) -> None:
@@ -213,3 +214,18 @@ def test_the_generator_card_is_written_from_the_files(tmp_path) -> None:
     _tiny_generator_file(tmp_path)
     card = write_generator_card(tmp_path / "generators").read_text()
     assert "## mnist/tiny" in card and "`mlp_decoder`" in card and "do not edit by hand" in card
+
+
+def test_a_generator_residual_stays_within_its_bound(tmp_path, monkeypatch) -> None:
+    _tiny_generator_file(tmp_path)
+    monkeypatch.setattr("controversial.synthesis.generators.GENERATORS_DIR", tmp_path / "generators")
+    plain = parametrization(SynthesisOptions(parametrization="generator", generator={"name": "mnist/tiny"}), MNIST)
+    options = SynthesisOptions(parametrization="generator", generator={"name": "mnist/tiny", "residual": 0.1})
+    param = parametrization(options, MNIST)
+    noise = noise_images([(0, 1), (1, 0)], [0, 0], MNIST)
+    start = param.from_images(noise)
+    assert start.shape == (2, 4 + 784)
+    assert torch.equal(param.to_images(start), plain.to_images(plain.from_images(noise)))  # starts on the generator
+    pushed = start.clone()
+    pushed[:, 4:] = 50.0
+    assert (param.to_images(pushed) - plain.to_images(start[:, :4])).max() <= 0.1 + 1e-6
