@@ -35,6 +35,7 @@ from controversial.atomic import atomic_write_bytes, atomic_write_text
 from controversial.errors import UserError
 from controversial.records.study import KeyEntry, TrialSpec, key_text, read_key, read_trial_list, trial_list_text
 from controversial.study.display import uniform_pngs
+from controversial.untrusted import inside, safe_component
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ def write_bundle(
         atomic_write_text(staging / KEY_FILE, key_text(key))
         _write_display_images(staging / IMAGES_DIR, images)
         for name, data in originals.items():
-            atomic_write_bytes(staging / STIMULI_DIR / name, data)
+            atomic_write_bytes(inside(staging / STIMULI_DIR, safe_component(name, "original stimulus name"), name), data)
         shutil.copytree(web_source, staging / WEB_DIR)
         os.chmod(staging, 0o755)
         while True:
@@ -204,6 +205,12 @@ def _check_consistent(
     if len(spec.categories) != len(set(spec.categories)) or not spec.categories:
         raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(spec.categories)}")
     for entry in key.values():
+        for column, name in (("stimulus_id", entry.stimulus_id), ("image", entry.image)):
+            try:
+                if name or column == "stimulus_id":  # both become file names (images/<id>.png, stimuli/<image>)
+                    safe_component(name, f"{where}: key {column}")
+            except UserError as error:
+                raise BundleError(str(error)) from None
         if entry.kind not in KINDS:
             raise BundleError(
                 f"{where}: key kind {entry.kind!r} for {entry.stimulus_id!r} unknown; allowed: {', '.join(KINDS)}"
