@@ -26,6 +26,7 @@ from pydantic import Field, field_validator, model_validator
 from controversial.datasets import DATASETS, DatasetInfo, dataset_info, register_dataset
 from controversial.errors import UserError
 from controversial.options import Options, one_of
+from controversial.untrusted import safe_component
 from controversial.zoo.train_options import CALIBRATIONS, TRAINING_METHODS, CalibrationName, TrainOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +85,11 @@ class ModelOptions(Options):
     @classmethod
     def _known_dataset(cls, value: str) -> str:
         return one_of(value, DATASETS)
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        return safe_component(value, "model name")  # it names output files and folders (<a>_vs_<b>/)
 
     @model_validator(mode="after")
     def _flip_only_where_classes_are_symmetric(self) -> ModelOptions:

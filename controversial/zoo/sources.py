@@ -146,7 +146,7 @@ def torchvision_source(
 def trusted_modules() -> tuple[str, ...]:
     """What ``$CONTROVERSIAL_TRUSTED_MODULES`` allows: comma-separated modules (a package allows its submodules)
     or single callables (``module:callable``)."""
-    return tuple(e.strip() for e in os.environ.get(TRUSTED_MODULES_ENV, "").replace(os.pathsep, ",").split(",") if e.strip())
+    return tuple(entry.strip() for entry in os.environ.get(TRUSTED_MODULES_ENV, "").split(",") if entry.strip())
 
 
 def _allowed(module: str, attribute: str | None, entries: Sequence[str]) -> bool:
