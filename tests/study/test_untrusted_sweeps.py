@@ -99,3 +99,16 @@ def test_a_bundle_whose_key_names_paths_is_refused(small_bundle, tmp_path):
     (copy / KEY_FILE).write_text(key_text(list(key.values())))
     with pytest.raises(UserError, match="key image.*cannot be used as a name"):
         load_bundle(copy)
+
+
+@pytest.mark.parametrize("lost", ["stimuli", "web/index.html"])  # a missing display image was refused already
+def test_a_bundle_copied_in_part_is_refused(small_bundle, tmp_path, lost):
+    """"A bundle appears complete or not at all" also for a copy received from someone: a missing file is named."""
+    import shutil
+
+    copy = tmp_path / "theirs" / "v1"
+    shutil.copytree(small_bundle, copy)
+    victim = copy / lost if lost.endswith(".html") else sorted((copy / lost).iterdir())[0]
+    victim.unlink()
+    with pytest.raises(UserError, match=r"incomplete bundle, 1 file\(s\) missing"):
+        load_bundle(copy)
