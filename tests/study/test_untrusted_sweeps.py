@@ -101,7 +101,7 @@ def test_a_bundle_whose_key_names_paths_is_refused(small_bundle, tmp_path):
         load_bundle(copy)
 
 
-@pytest.mark.parametrize("lost", ["stimuli", "web/index.html"])  # a missing display image was refused already
+@pytest.mark.parametrize("lost", ["stimuli", "images", "web/index.html"])
 def test_a_bundle_copied_in_part_is_refused(small_bundle, tmp_path, lost):
     """"A bundle appears complete or not at all" also for a copy received from someone: a missing file is named."""
     import shutil
@@ -110,5 +110,24 @@ def test_a_bundle_copied_in_part_is_refused(small_bundle, tmp_path, lost):
     shutil.copytree(small_bundle, copy)
     victim = copy / lost if lost.endswith(".html") else sorted((copy / lost).iterdir())[0]
     victim.unlink()
-    with pytest.raises(UserError, match=r"incomplete bundle, 1 file\(s\) missing"):
+    with pytest.raises(UserError, match=r"incomplete bundle, 1 file\(s\) missing|no display image for stimulus"):
         load_bundle(copy)
+
+
+def test_names_are_checked_where_they_are_read_and_again_where_files_are_written(tmp_path):
+    """The second line of defence: writers check what the readers already refused."""
+    from controversial.datasets import DATASETS, DatasetInfo
+    from controversial.records.names import stimulus_filename
+    from controversial.synthesis.sweep_overview import plot_pair_grids
+
+    described = {**DATASETS["mnist"].to_dict(), "name": "mine", "class_names": ["a", "../b"]}
+    with pytest.raises(UserError, match="class name"):  # a checkpoint's, model file's or run's dataset description
+        DatasetInfo.from_dict(described)
+    with pytest.raises(UserError, match="stimulus file name"):
+        stimulus_filename("x/../../y", "0", "vgg", "1", 0)
+    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
+    rows = [replace(r, model_a="x/../../../OVERVIEW") for r in read_manifest(sweep / "abs_vs_vgg" / "manifest.csv")]
+    rows = [replace(r, image_file=str(sweep / "abs_vs_vgg" / r.image_file)) for r in rows]
+    with pytest.raises(UserError, match="overview figure"):
+        plot_pair_grids(rows, tmp_path / "overview")
+    assert not list(tmp_path.rglob("OVERVIEW*"))
