@@ -162,7 +162,9 @@ def write_bundle(
         atomic_write_text(staging / KEY_FILE, key_text(key))
         _write_display_images(staging / IMAGES_DIR, images)
         for name, data in originals.items():
-            atomic_write_bytes(inside(staging / STIMULI_DIR, safe_component(name, "original stimulus name"), name), data)
+            atomic_write_bytes(
+                inside(staging / STIMULI_DIR, safe_component(name, "original stimulus name"), name), data
+            )
         shutil.copytree(web_source, staging / WEB_DIR)
         os.chmod(staging, 0o755)
         fsync_tree(staging)  # on disk before it is renamed into place, so even a power cut leaves no partial v<k>

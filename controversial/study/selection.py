@@ -61,8 +61,7 @@ def collect_sweep(sweep_dir: str | Path) -> list[SweepStimulus]:
         raise SelectionError(str(error)) from None
     rows, _ = newest_rows(manifests)
     stimuli = [
-        SweepStimulus(row, row_image(path, row) if row.image_file else path.parent.resolve())
-        for path, row in rows
+        SweepStimulus(row, row_image(path, row) if row.image_file else path.parent.resolve()) for path, row in rows
     ]
     log.info("read %d distinct attempts from %d manifests under %s", len(stimuli), len(manifests), sweep_dir)
     return stimuli

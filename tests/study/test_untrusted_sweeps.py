@@ -7,11 +7,11 @@ Each test reproduces an attack that worked on 009621f, on a tiny synthetic sweep
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from helpers import DIGITS, WEB_SOURCE, fake_mnist_test, make_sweep
 
 from controversial.analysis.model_responses import stimuli_from_manifest
@@ -89,7 +89,6 @@ def test_an_overview_writes_nothing_outside_its_folder(tmp_path):
 
 def test_a_bundle_whose_key_names_paths_is_refused(small_bundle, tmp_path):
     """A bundle received from someone: key names become file names (images/<id>.png, stimuli/<image>)."""
-    import shutil
 
     copy = tmp_path / "theirs" / "v1"
     shutil.copytree(small_bundle, copy)
@@ -103,8 +102,7 @@ def test_a_bundle_whose_key_names_paths_is_refused(small_bundle, tmp_path):
 
 @pytest.mark.parametrize("lost", ["stimuli", "images", "web/index.html"])
 def test_a_bundle_copied_in_part_is_refused(small_bundle, tmp_path, lost):
-    """"A bundle appears complete or not at all" also for a copy received from someone: a missing file is named."""
-    import shutil
+    """A bundle appears complete or not at all, also a copy received from someone: a missing file is named."""
 
     copy = tmp_path / "theirs" / "v1"
     shutil.copytree(small_bundle, copy)

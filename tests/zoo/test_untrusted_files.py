@@ -9,11 +9,14 @@ image from anywhere. Tiny models only; nothing is downloaded (the libraries' bui
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
+from helpers import make_run
 from torch import nn
 
 from controversial.config import ModelOptions, load_sidecar
@@ -201,9 +204,6 @@ def test_a_checkpoint_name_that_is_a_path_is_refused(tmp_path):
 
 @pytest.mark.parametrize("how", ["absolute", "dotdot", "symlink"])
 def test_resuming_a_run_reads_no_image_outside_it(tmp_path, how):
-    from helpers import make_run
-    import numpy as np
-
     run = tmp_path / "run"
     make_run(run, "abs", "vgg", np.random.default_rng(0))
     private = tmp_path / "private"
@@ -213,8 +213,6 @@ def test_resuming_a_run_reads_no_image_outside_it(tmp_path, how):
     if how == "symlink":
         (run / "photo.png").symlink_to(private / "photo.png")
     image = {"absolute": str(private / "photo.png"), "dotdot": "../private/photo.png", "symlink": "photo.png"}[how]
-    from dataclasses import replace
-
     write_manifest(run / "manifest.csv", [replace(rows[0], image_file=image), *rows[1:]])
     with pytest.raises(UserError, match="leads outside"):
         load_finished_rows(run, "abs", "vgg")
