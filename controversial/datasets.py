@@ -47,7 +47,7 @@ class DatasetInfo:
         file names (stimuli, models/<dataset>/), so each must be a plain file-name component."""
         shape, classes = tuple(values["image_shape"]), tuple(values["class_names"])
         for what, name in (("name", values.get("name")), ("display_name", values.get("display_name"))):
-            safe_component(name, f"dataset description, {what}")  # type: ignore[arg-type]
+            safe_component(name, f"dataset description, {what}")
         for name in classes:
             safe_component(name, f"dataset {values.get('name')!r}, class name")
         return cls(**{**values, "image_shape": shape, "class_names": classes})

@@ -15,18 +15,17 @@ from controversial.errors import UserError
 MAX_NAME = 200  # characters; file systems allow 255 bytes for a whole name, which adds prefixes and suffixes
 
 
-def safe_component(name: str, what: str) -> str:
+def safe_component(name: object, what: str) -> str:
     """``name`` if it can be part of a file name as it is: not empty, no ``/`` or ``\\``, no control character,
     not ``.`` or ``..``, not starting with ``.`` (hidden) or ``-`` (an option to many tools), at most
     ``MAX_NAME`` characters. Else a ``UserError`` naming ``what`` (e.g. the file and column it came from)."""
-    bad = (
+    if (
         not isinstance(name, str)
         or not name
         or len(name) > MAX_NAME
         or name[0] in ".-"
         or any(c in "/\\" or unicodedata.category(c)[0] == "C" for c in name)
-    )
-    if bad:
+    ):
         raise UserError(
             f"{what}: {name!r} cannot be used as a name: it becomes part of a file name, so it must be 1-{MAX_NAME} "
             "characters with no '/', '\\' or control character, not starting with '.' or '-'"

@@ -75,7 +75,7 @@ def stimuli_from_manifest(path: str | Path, include_rejected: bool = False) -> l
     if not rows:
         raise UserError(f"{path}: no {'' if include_rejected else 'accepted '}images listed")
     return [
-        StimulusImage(row_image(m, r).name, row_image(m, r), (r.model_a, r.model_b, r.class_a_name, r.class_b_name))
+        StimulusImage(Path(r.image_file).name, row_image(m, r), (r.model_a, r.model_b, r.class_a_name, r.class_b_name))
         for m, r in rows
     ]
 
