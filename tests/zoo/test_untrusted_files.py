@@ -216,3 +216,23 @@ def test_resuming_a_run_reads_no_image_outside_it(tmp_path, how):
     write_manifest(run / "manifest.csv", [replace(rows[0], image_file=image), *rows[1:]])
     with pytest.raises(UserError, match="leads outside"):
         load_finished_rows(run, "abs", "vgg")
+
+
+@pytest.mark.parametrize("checkpoint", ["/home/someone/other.pt", "../../elsewhere/other.pt"])
+def test_a_model_file_names_no_checkpoint_outside_its_folder(tmp_path, checkpoint):
+    folder = tmp_path / "models" / "mnist"
+    folder.mkdir(parents=True)
+    sidecar = folder / "theirs.yaml"
+    sidecar.write_text(f"name: theirs\ndataset: mnist\narch: tiny_mlp\ncheckpoint: {checkpoint}\n")
+    with pytest.raises(UserError, match="checkpoint.*leads outside"):
+        load_sidecar(sidecar)
+
+
+def test_a_model_file_resolves_no_interpolation(tmp_path, monkeypatch):
+    """OmegaConf would resolve ``${oc.env:...}``: a model file could copy a secret into its description."""
+    monkeypatch.setenv("A_SECRET", "hunter2")
+    folder = tmp_path / "models" / "mnist"
+    folder.mkdir(parents=True)
+    sidecar = folder / "theirs.yaml"
+    sidecar.write_text("name: theirs\ndataset: mnist\narch: tiny_mlp\ndescription: ${oc.env:A_SECRET}\n")
+    assert "hunter2" not in load_sidecar(sidecar).description
