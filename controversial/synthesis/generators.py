@@ -148,10 +148,12 @@ def _bundled(name: str) -> tuple[nn.Module, int]:
 
 
 def _user_generator(options: GeneratorOptions) -> tuple[nn.Module, int]:
-    from controversial.zoo.sources import MODEL_SOURCES
+    from controversial.zoo.sources import call_trusted
 
     spec = str(options.name).removeprefix(PYTHON_PREFIX)
-    net = MODEL_SOURCES.get("python")(spec, 0, dict(options.kwargs), False)
+    # Synthesis settings travel in sweeps and run folders, so the name alone allows nothing: only a module
+    # listed in $CONTROVERSIAL_TRUSTED_MODULES is imported (the rule of every python: source).
+    net = call_trusted(spec, f"synthesis.generator.name={options.name}", dict(options.kwargs))
     latent_dim = options.latent_dim or getattr(net, "latent_dim", None)
     if not isinstance(latent_dim, int) or latent_dim < 1:
         raise UserError(

@@ -229,3 +229,12 @@ def test_a_generator_residual_stays_within_its_bound(tmp_path, monkeypatch) -> N
     pushed = start.clone()
     pushed[:, 4:] = 50.0
     assert (param.to_images(pushed) - plain.to_images(start[:, :4])).max() <= 0.1 + 1e-6
+
+
+def test_a_users_generator_module_is_imported_only_when_allowed(tmp_path, monkeypatch) -> None:
+    (tmp_path / "unvetted_generators.py").write_text("raise SystemExit('imported!')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("CONTROVERSIAL_TRUSTED_MODULES", raising=False)
+    options = SynthesisOptions(parametrization="generator", generator={"name": "python:unvetted_generators:Make"})
+    with pytest.raises(UserError, match="'unvetted_generators' is not among the modules you allow"):
+        parametrization(options, MNIST)
