@@ -9,9 +9,10 @@ expect), unpacked into per-layer (N, fan_in, fan_out) views and run as batched m
 
 The parameters are the weights divided by ``WEIGHT_SCALE``: under the default Adam (lr 0.05) a weight
 moves by about 0.001 per step. At 0.005 (the tutorial's CPPN learning rate) the sigmoid output of some
-cells saturated to a flat image within a few steps on MNIST pairs, where the gradient vanishes. ``from_images`` keeps the hidden layers at
-one fixed random draw (seed 0) and fits the output layer to the image's logits by ridge least squares: the
-closest picture these hidden layers can make, exact for an image they made.
+cells saturated to a flat image within a few steps on MNIST pairs, where the gradient vanishes.
+``from_images`` keeps the hidden layers at one fixed random draw (seed 0) and fits the output layer to the
+image's logits by ridge least squares: the closest picture these hidden layers can make, exact for an
+image they made.
 """
 
 from __future__ import annotations
