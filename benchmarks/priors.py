@@ -7,8 +7,9 @@ synthesizes the same cells from the same noise starts, retries failed cells with
 image, as always), the median hard score, KID x 10^3 of the accepted stimuli to the test images (with
 the floor and the noise ceiling of the measure), and the seconds it took. A last column says whether a
 prior meets the issue's goal on that pair: at least 80% of the cells accepted with a KID at most half
-that of the pixel stimuli. One grid per pair and parametrisation (one image per cell, in the order of the
-cells) goes to ``--grids`` (default docs/img/priors/).
+that of the pixel stimuli. One grid per pair and parametrisation goes to ``--grids`` (default
+docs/img/priors/): one row per class of model A, one image per cell (model B's class in increasing order
+without A's), at twice the native size.
 
 CPU time is scarce, so ``--classes`` (per dataset) chooses the cells (all ordered pairs among those
 classes), and ``--max-steps`` / ``--attempts`` bound the work; the output states exactly what was run.
@@ -140,7 +141,8 @@ def main() -> None:
             if args.grids:
                 Path(args.grids).mkdir(parents=True, exist_ok=True)
                 grid = Path(args.grids) / f"{name_a}-{name_b}_{prior}.png"
-                save_image(out["images"], grid, nrow=len(classes[dataset]) - 1, padding=1)
+                doubled = torch.nn.functional.interpolate(out["images"], scale_factor=2, mode="nearest")
+                save_image(doubled, grid, nrow=len(classes[dataset]) - 1, padding=2)
     print_table(results)
 
 
