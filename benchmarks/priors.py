@@ -89,6 +89,10 @@ def parse_classes(spec: str) -> dict[str, list[int]]:
     return classes
 
 
+def stored(store: Path, key: str) -> bool:
+    return store.is_file() and key in torch.load(store, weights_only=True)
+
+
 def run_or_reuse(store: Path, key: str, work) -> dict:
     """``work()``'s result, kept in ``store`` under ``key``: a killed run resumes at the next pair and prior."""
     done = torch.load(store, weights_only=True) if store.is_file() else {}
@@ -114,6 +118,7 @@ def main() -> None:
     parser.add_argument(
         "--store", default="outputs/benchmarks/priors.pt", help="finished rows are kept here; a re-run reuses them"
     )
+    parser.add_argument("--stored-only", action="store_true", help="print the stored rows only; synthesize nothing")
     args = parser.parse_args()
     torch.set_grad_enabled(True)
     classes = parse_classes(args.classes)
@@ -135,6 +140,9 @@ def main() -> None:
         for prior in priors:
             options = prior_options(prior, dataset, args.max_steps)
             key = f"{pair}|{prior}|{cells}|{options.model_dump_json()}|{args.attempts}"
+            if args.stored_only and not stored(Path(args.store), key):
+                print(f"  not run: {pair} {prior} (--stored-only and no stored row)", flush=True)
+                continue
             out = run_or_reuse(Path(args.store), key, lambda: synthesize_cells(models, cells, options, args.attempts))
             print(f"  done: {pair} {prior} ({out['seconds']:.0f} s)", flush=True)
             results.append((name_a, name_b, dataset, prior, len(cells), out))
