@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,8 @@ from torch import nn
 from controversial.datasets import DATASETS, DatasetInfo, dataset_info, same_dataset
 from controversial.errors import UserError
 from controversial.options import Options
+from controversial.records.manifest import ManifestRow
+from controversial.synthesis.stimuli import load_png
 
 SUBSETS = 100
 MAX_SUBSET_SIZE = 1000
@@ -132,11 +136,13 @@ def kid(features: torch.Tensor, reference: torch.Tensor, seed: int = 0) -> tuple
     return 1000 * float(mean), 1000 * float(std)
 
 
-def reference_statistics(net: nn.Module, test_images: torch.Tensor, seed: int = 0) -> dict[str, Any]:
+def reference_statistics(
+    net: nn.Module, test_images: torch.Tensor, seed: int = 0, draws: int = BASELINE_DRAWS
+) -> dict[str, Any]:
     """What a feature network's checkpoint stores beside its weights: the features of ``REFERENCE_IMAGES`` test
     images (a seeded draw; float16, as stored), and the floor and ceiling scored against them.
 
-    The floor is the mean KID of ``BASELINE_DRAWS`` draws of ``BASELINE_IMAGES`` test images outside the
+    The floor is the mean KID of ``draws`` draws of ``BASELINE_IMAGES`` test images outside the
     reference; the ceiling likewise for uniform noise. ``test_images`` are in [0, 1]."""
     generator = torch.Generator().manual_seed(seed)
     order = torch.randperm(len(test_images), generator=generator)
@@ -147,7 +153,7 @@ def reference_statistics(net: nn.Module, test_images: torch.Tensor, seed: int = 
     reference = penultimate_features(net, quantized(test_images[order[:n_reference]])).half()
     held_out = order[n_reference:]
     floors, ceilings = [], []
-    for draw in range(BASELINE_DRAWS):
+    for draw in range(draws):
         picks = held_out[torch.randperm(len(held_out), generator=generator)[:BASELINE_IMAGES]]
         real = penultimate_features(net, quantized(test_images[picks]))
         noise = torch.rand((BASELINE_IMAGES, *test_images.shape[1:]), generator=generator)
@@ -223,12 +229,19 @@ def naturalness(
     network = load_feature_network(feature_network_file(info, options))
     if not same_dataset(network.dataset, info):
         raise UserError(f"{network.path} is the feature network of '{network.dataset.name}', not of '{info.name}'")
-    if images.dim() != 4 or tuple(images.shape[1:]) != info.image_shape:
-        raise UserError(f"naturalness: images of shape {tuple(images.shape)}, {info.name} has (N, *{info.image_shape})")
     if len(images) < 2:
         raise NaturalnessUnavailable(f"KID needs at least 2 images, got {len(images)}")
+    if images.dim() != 4 or tuple(images.shape[1:]) != info.image_shape:
+        raise UserError(f"naturalness: images of shape {tuple(images.shape)}, {info.name} has (N, *{info.image_shape})")
     mean, std = kid(network.features(images), network.reference)
     return Naturalness(mean, std, network.floor, network.ceiling)
+
+
+def stimulus_images(folder: Path, rows: Sequence[ManifestRow]) -> torch.Tensor:
+    """The 8-bit PNGs of ``rows`` (paths relative to ``folder``) as one (N, C, H, W) tensor in [0, 1]."""
+    if not rows:
+        return torch.empty(0)
+    return torch.stack([torch.from_numpy(load_png(os.path.normpath(folder / row.image_file))) for row in rows])
 
 
 def summarise(
@@ -238,6 +251,8 @@ def summarise(
     unavailable``) and for its record (``NATURALNESS_NAME``: the numbers and how they were measured, or why
     there are none)."""
     info = dataset_info(dataset) if isinstance(dataset, str) else dataset
+    if options is not None and not options.measure:
+        return "", {"available": False, "reason": "not measured (naturalness.measure=false)", "n_images": len(images)}
     try:
         measured = naturalness(images, info, options)
     except NaturalnessUnavailable as reason:
