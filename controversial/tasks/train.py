@@ -189,6 +189,8 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
 
     naturalness = None
     if model_cfg.purpose == "features":  # the reference statistics of the naturalness measure (KID)
+        if cfg.float16:  # the reference features of the weights as a load will see them (rounded, as stored)
+            net.half().float()
         naturalness = reference_statistics(net.eval(), test_x, settings.seed)
         metrics.update(kid_floor_x1000=naturalness["floor"], kid_ceiling_x1000=naturalness["ceiling"])
         log.info("KID x 10^3: real test images %.1f, uniform noise %.1f", naturalness["floor"], naturalness["ceiling"])

@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers import run_task, tiny_abs_vgg_overrides
+from helpers import make_sweep, run_task, tiny_abs_vgg_overrides
 
 from controversial.config import register_model_options
 from controversial.datasets import DatasetInfo, dataset_info
 from controversial.errors import UserError
 from controversial.synthesis import naturalness as nat
+from controversial.synthesis import sweep_overview as overview
 from controversial.synthesis.naturalness import NaturalnessOptions, NaturalnessUnavailable, naturalness
 from controversial.zoo.bundled import feature_network_path, list_checkpoints
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
@@ -137,3 +138,47 @@ def test_the_summary_line_and_the_run_record_show_kid(tmp_path, tiny_features, c
     assert f"KID {round(record['kid_x1000'])} (real {round(record['floor_x1000'])}, noise " in line
     run_task("synthesize", overrides, tmp_path / "run")  # a resumed run with nothing left recomputes the same
     assert json.loads((tmp_path / "run" / nat.NATURALNESS_NAME).read_text()) == record
+
+
+def test_the_overview_shows_each_pairs_kid_or_why_not(tmp_path, tiny_features):
+    sweep = make_sweep(tmp_path / "sweep")  # two pairs of 90 uniform-noise PNGs
+    rows = overview.collect_rows(overview.pair_manifests(sweep), sweep / "overview")
+    measured = overview.pair_naturalness(rows, sweep / "overview", dataset_info("mnist"), tiny_features)
+    network = nat.load_feature_network(Path(str(tiny_features.features)))
+    assert all(abs(m.kid - network.ceiling) < 0.1 * network.ceiling for m in measured.values())
+    measured[("kde", "vgg")] = NaturalnessUnavailable("KID needs at least 2 images, got 0")
+    table = overview.naturalness_markdown(measured, dataset_info("mnist"))
+    assert f"(real test images score {network.floor:.1f}, uniform noise {network.ceiling:.0f})" in table
+    assert f"| abs vs vgg | {measured[('abs', 'vgg')].kid:.0f} +- " in table
+    assert "| kde vs vgg | unavailable: KID needs at least 2 images, got 0 |" in table
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("dataset", ["mnist", "cifar10"])
+def test_the_bundled_networks_put_real_test_images_at_the_floor_and_noise_at_the_ceiling(dataset):
+    from controversial.data import load_uint8
+    from controversial.datasets import default_data_root
+
+    images, _ = load_uint8(dataset, "test", default_data_root(), download=False)
+    network = nat.load_feature_network(feature_network_path(dataset))
+    assert network.reference.shape == (nat.REFERENCE_IMAGES, 128) and network.floor < 0.05 * network.ceiling
+    real = naturalness(images[-90:].float() / 255, dataset)  # mostly outside the reference sample
+    noise = naturalness(torch.rand((90, *images.shape[1:]), generator=torch.Generator().manual_seed(1)), dataset)
+    assert abs(real.kid - real.floor) < 0.05 * real.ceiling and abs(noise.kid - noise.ceiling) < 0.1 * noise.ceiling
+
+
+@pytest.mark.data
+def test_train_py_writes_a_feature_network_with_its_reference_statistics(tmp_path):
+    from helpers import train_in
+
+    (tmp_path / "conf" / "model" / "features").mkdir(parents=True)
+    (tmp_path / "conf" / "model" / "features" / "tiny.yaml").write_text(
+        "name: features_tiny\ndataset: mnist\npurpose: features\narch: tiny_mlp\n"
+        "arch_kwargs: {image_shape: [1, 28, 28], hidden: 32}\n"
+        "train: {method: supervised, epochs: 1, batch_size: 512, lr: 0.01, max_shift: 0, seed: 0}\n"
+    )
+    path = train_in(tmp_path, ["model=features/tiny"])
+    assert path == feature_network_path("mnist", tmp_path / "models") and not (tmp_path / "models" / "mnist").exists()
+    network = nat.load_feature_network(path)
+    assert network.reference.shape == (nat.REFERENCE_IMAGES, 32) and network.floor < 0.05 * network.ceiling
+    assert list_checkpoints(tmp_path / "models") == {}  # a feature network is not a model of a pair
