@@ -35,6 +35,7 @@ from controversial.atomic import atomic_write_bytes, atomic_write_text
 from controversial.errors import UserError
 from controversial.records.study import KeyEntry, TrialSpec, key_text, read_key, read_trial_list, trial_list_text
 from controversial.study.display import uniform_pngs
+from controversial.study.schemas import MAX_CATEGORIES, MAX_NAME_LENGTH
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +199,28 @@ def _write_display_images(folder: Path, images: Mapping[str, bytes]) -> None:
         os.utime(folder / f"{stimulus_id}.png", (stamp, stamp))
 
 
+def check_categories(categories: Sequence[str], where: str | Path) -> None:
+    """Categories the server can accept answers for: distinct, 1 to ``MAX_CATEGORIES`` names of 1 to
+    ``MAX_NAME_LENGTH`` characters (the answer schema's limits; past them every answer would be a 422)."""
+    if len(categories) != len(set(categories)) or not categories:
+        raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(categories)[:10]}")
+    if len(categories) > MAX_CATEGORIES:
+        raise BundleError(
+            f"{where}: {len(categories)} categories; a study can have at most {MAX_CATEGORIES} (the most ratings "
+            "an answer may carry): rate a subset of the classes"
+        )
+    long = [c for c in categories if not 1 <= len(c) <= MAX_NAME_LENGTH]
+    if long:
+        raise BundleError(
+            f"{where}: category name {long[0][:80]!r} has {len(long[0])} characters; allowed: 1 to {MAX_NAME_LENGTH} "
+            f"(the answer schema's limit; {len(long)} name(s) too long): shorten the class names"
+        )
+
+
 def _check_consistent(
     spec: StudySpec, trials: Sequence[TrialSpec], key: Mapping[str, KeyEntry], images: set[str], where: Path
 ) -> None:
-    if len(spec.categories) != len(set(spec.categories)) or not spec.categories:
-        raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(spec.categories)}")
+    check_categories(spec.categories, where)
     for entry in key.values():
         if entry.kind not in KINDS:
             raise BundleError(

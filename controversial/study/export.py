@@ -32,7 +32,7 @@ from controversial.options import Options, Seed
 from controversial.records.names import natural_filename
 from controversial.records.runs import RunClasses
 from controversial.records.study import KeyEntry, TrialSpec
-from controversial.study.bundle import BundleError, StudySpec, write_bundle
+from controversial.study.bundle import BundleError, StudySpec, check_categories, write_bundle
 from controversial.study.display import DisplayOptions, attention_png, display_png, png_to_uint8
 from controversial.study.duration import BLANK, DurationEstimate, DurationOptions, estimate_duration, fill_duration
 from controversial.study.selection import (
@@ -218,6 +218,7 @@ def write_selection(
     if placeholders:
         log.warning("pilot export with placeholder text (%s): do not publish it on Prolific", "; ".join(placeholders))
     categories = tuple(dataset_info(dataset).class_names if categories is None else categories)
+    check_categories(categories, f"dataset {dataset}")  # before any rendering: what the server cannot accept
     _check_class_names(chosen, categories)
     invert = settings.display.invert_mnist and dataset == "mnist"
     test_images, test_labels = test_set

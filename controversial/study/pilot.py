@@ -24,6 +24,7 @@ import uvicorn
 
 from controversial.analysis.simulate import ParticipantNoise, simulate_participants
 from controversial.study.bundle import StudyBundle
+from controversial.study.http_protocol import uvicorn_config
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
 from controversial.study.server import ServeStudySettings, create_app
 
@@ -47,9 +48,7 @@ def _free_port() -> int:
 @contextmanager
 def loopback_server(settings: ServeStudySettings) -> Iterator[str]:
     """The study server on 127.0.0.1 (a free port) in a background thread, for the ``with`` block; yields its URL."""
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=_free_port(), log_config=None, access_log=False)
-    )
+    server = uvicorn.Server(uvicorn_config(create_app(settings), "127.0.0.1", _free_port(), access_log=False))
     thread = threading.Thread(target=server.run, name="pilot-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

@@ -17,6 +17,7 @@ from controversial.study.bundle import load_bundle
 from controversial.study.db import default_database_url, is_in_memory, make_engine, session_factory
 from controversial.study.group_commit import GroupCommitWriter
 from controversial.study.guards import BodyLimit, RateLimiter, SecurityHeaders, ServerErrors
+from controversial.study.log_throttle import LogThrottle
 from controversial.study.server import admin, participant, static
 from controversial.study.server.options import ServeStudySettings
 from controversial.study.server.state import NO_STORE, Server
@@ -75,6 +76,7 @@ def load_server(settings: ServeStudySettings, admin_token: str | None) -> Server
         admin_token=admin_token,
         session_starts=RateLimiter(limits.sessions_per_minute, limits.burst),
         new_participants=RateLimiter(limits.new_participants_per_minute, limits.new_participants_burst),
+        refusal_log=LogThrottle(),
         has_vendor=(settings.vendor_path / "jspsych" / "dist").is_dir(),
     )
     _warn(server, settings.vendor_path)

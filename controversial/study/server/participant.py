@@ -147,7 +147,14 @@ async def submit(token: str, body: ResponseRequest, server: ServerDep) -> JSONRe
         lambda connection: _answer(server, connection, token_hash, body)
     )
     if outcome == "refused":
-        log.warning("participant %s: a different answer for position %d was refused", participant_id, body.position)
+        held = server.refusal_log.due(participant_id)  # one line a minute per session, with the count since
+        if held:
+            log.warning(
+                "participant %s: %d different answer(s) for answered positions refused (the latest for position %d)",
+                participant_id,
+                held,
+                body.position,
+            )
         raise ApiError(
             409, f"position {body.position} was already answered with different ratings; answers cannot be changed"
         )

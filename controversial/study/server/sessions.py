@@ -81,7 +81,8 @@ def arrive(server: Server, session: Session, body: SessionRequest) -> tuple[Part
 
 def _holding_token(server: Server, session: Session, body: SessionRequest) -> Participant | None:
     """The row this browser's token opens for this PID; a new SESSION_ID (the person took the study up again
-    on Prolific) is recorded unless another row of the PID already holds it."""
+    on Prolific) is recorded unless another row of the PID already holds it or the row is complete (a completed
+    row is frozen: its token rewrote the SESSION_ID, and the real link then made a second row)."""
     participant = session.scalar(
         select(Participant).where(
             Participant.token_hash == token_digest(body.token or ""),
@@ -91,6 +92,8 @@ def _holding_token(server: Server, session: Session, body: SessionRequest) -> Pa
     )
     if participant is None:
         return None
+    if participant.completed_at is not None:  # frozen: a completed submission is never re-bound
+        return participant
     if body.session_id and body.session_id != participant.prolific_session_id:
         participant.prolific_session_id = body.session_id
         try:

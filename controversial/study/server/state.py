@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from controversial.study.bundle import StudyBundle
 from controversial.study.group_commit import GroupCommitWriter
 from controversial.study.guards import RateLimiter, client_key
+from controversial.study.log_throttle import LogThrottle
 from controversial.study.schemas import PROLIFIC_ID, SessionRequest
 from controversial.study.server.options import ServeStudySettings
 
@@ -39,6 +40,7 @@ class Server:
     admin_token: str | None
     session_starts: RateLimiter  # POST /api/session per client (address, or IPv6 network)
     new_participants: RateLimiter  # new participant rows, whole study
+    refusal_log: LogThrottle  # log lines about refused answers, per session and in all
     has_vendor: bool
 
 
