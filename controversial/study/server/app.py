@@ -18,6 +18,7 @@ from controversial.study.db import default_database_url, is_in_memory, make_engi
 from controversial.study.group_commit import GroupCommitWriter
 from controversial.study.guards import BodyLimit, RateLimiter, SecurityHeaders, ServerErrors
 from controversial.study.log_throttle import LogThrottle
+from controversial.study.network_limits import NetworkLimiter
 from controversial.study.server import admin, participant, static
 from controversial.study.server.options import ServeStudySettings
 from controversial.study.server.state import NO_STORE, Server
@@ -74,7 +75,7 @@ def load_server(settings: ServeStudySettings, admin_token: str | None) -> Server
         sessions=session_factory(engine),
         writer=GroupCommitWriter(engine, client_errors=(HTTPException,)),
         admin_token=admin_token,
-        session_starts=RateLimiter(limits.sessions_per_minute, limits.burst),
+        session_starts=NetworkLimiter(limits.sessions_per_minute, limits.burst, limits.ipv6_prefixes, limits.ipv6_widening),
         new_participants=RateLimiter(limits.new_participants_per_minute, limits.new_participants_burst),
         refusal_log=LogThrottle(),
         has_vendor=(settings.vendor_path / "jspsych" / "dist").is_dir(),

@@ -11,7 +11,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from controversial.errors import UserError
-from controversial.options import Count, Options
+from controversial.options import Count, Fraction, Options
 from controversial.study.quality import QualitySettings
 
 PROLIFIC_COMPLETION_URL = "https://app.prolific.co/submissions/complete?cc={code}"
@@ -24,18 +24,41 @@ class ExportCsvSettings(Options):
 
 
 class RateLimitSettings(Options):
-    """Session starts per client (participants behind one NAT share an address, hence the burst), and new
-    participant rows for the whole study, whatever the addresses."""
+    """Session starts per client network (participants behind one NAT share an address, hence the burst), and new
+    participant rows for the whole study, whatever the addresses (``study/network_limits.py``)."""
 
     sessions_per_minute: float = Field(10, gt=0, description="POST /api/session per client address (token bucket)")
     burst: Count = Field(20, description="bucket size")
     ipv6_prefix: int = Field(
-        64, ge=1, le=128, description="IPv6 clients are counted by this prefix (one /64 is one subscriber)"
+        64, ge=1, le=128, description="IPv6 clients are counted by this prefix (a subscriber gets at least a /64)"
     )
+    ipv6_wider_prefixes: list[int] = Field(
+        default_factory=lambda: [56, 48],
+        description="... and by these wider networks too (a subscriber may hold a /56 or a /48), each with ...",
+    )
+    ipv6_widening: float = Field(2.0, ge=1, description="... this many times the budget of the network inside it")
     new_participants_per_minute: float = Field(
         300, gt=0, description="new participant rows per minute for the whole study, after a burst of ..."
     )
     new_participants_burst: Count = Field(300, description="... this many")
+    new_participants_reserve: Fraction = Field(
+        0.25, description="share of that burst kept for arrivals from networks with no other recent start"
+    )
+
+    @model_validator(mode="after")
+    def _widening(self) -> RateLimitSettings:
+        prefixes = [self.ipv6_prefix, *self.ipv6_wider_prefixes]
+        if any(not 1 <= wider < narrower for narrower, wider in zip(prefixes, prefixes[1:])):
+            raise UserError(
+                f"rate_limit.ipv6_wider_prefixes={self.ipv6_wider_prefixes}: each must be shorter (a wider network) "
+                f"than the one before, starting below ipv6_prefix={self.ipv6_prefix}, e.g. [56, 48]"
+            )
+        return self
+
+    @property
+    def ipv6_prefixes(self) -> list[int]:
+        """Every IPv6 prefix a client is counted by, narrowest first."""
+        return [self.ipv6_prefix, *self.ipv6_wider_prefixes]
 
 
 class ServeStudySettings(Options):

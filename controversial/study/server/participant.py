@@ -10,7 +10,7 @@ import json
 import logging
 import time
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import Connection, select, text
 from sqlalchemy.orm import Session
@@ -19,7 +19,16 @@ from controversial.study.answers import NewAnswer, answering_participant, store_
 from controversial.study.db import Participant, Response, token_digest, utcnow
 from controversial.study.schemas import ConsentRequest, ResponseRequest
 from controversial.study.server.sessions import arrive, progress
-from controversial.study.server.state import DB, ApiError, Arrival, Server, ServerDep, limit_session_starts, reply
+from controversial.study.server.state import (
+    DB,
+    ApiError,
+    Arrival,
+    Server,
+    ServerDep,
+    client_host,
+    limit_session_starts,
+    reply,
+)
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -60,9 +69,10 @@ def study(server: ServerDep) -> JSONResponse:
 
 
 @router.post("/api/session", dependencies=[Depends(limit_session_starts)])
-def start_session(body: Arrival, server: ServerDep, session: DB) -> JSONResponse:
+def start_session(body: Arrival, server: ServerDep, session: DB, request: Request) -> JSONResponse:
     """Create or resume the participant row of this Prolific submission (policy: ``sessions.py``)."""
-    participant, token = arrive(server, session, body)
+    quiet = server.session_starts.quiet(client_host(request))
+    participant, token = arrive(server, session, body, quiet)
     return reply(progress(server, session, participant, token))
 
 

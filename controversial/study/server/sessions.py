@@ -62,15 +62,16 @@ def progress(server: Server, session: Session, participant: Participant, token: 
     }
 
 
-def arrive(server: Server, session: Session, body: SessionRequest) -> tuple[Participant, str | None]:
-    """The participant row for this arrival and the token to hand this browser (None: nothing to hand)."""
+def arrive(server: Server, session: Session, body: SessionRequest, quiet: bool) -> tuple[Participant, str | None]:
+    """The participant row for this arrival and the token to hand this browser (None: nothing to hand);
+    ``quiet``: the client's networks made no other start lately, so a new row may draw on the reserve."""
     if body.token:
         participant = _holding_token(server, session, body)
         if participant is not None:
             return participant, body.token
     participant = _submission(server, session, body)
     if participant is None:
-        participant, token = _create(server, session, body)
+        participant, token = _create(server, session, body, quiet)
         if participant is not None:
             return participant, token
         participant = _submission(server, session, body)  # the same submission arrived twice at once
@@ -115,10 +116,14 @@ def _submission(server: Server, session: Session, body: SessionRequest) -> Parti
     )
 
 
-def _create(server: Server, session: Session, body: SessionRequest) -> tuple[Participant | None, str | None]:
-    """A new row with a fresh order, within the study-wide limit on new rows; (None, None) if the same
-    submission was stored by a concurrent request."""
-    wait = server.new_participants.retry_after("study")
+def _create(
+    server: Server, session: Session, body: SessionRequest, quiet: bool
+) -> tuple[Participant | None, str | None]:
+    """A new row with a fresh order, within the study-wide limit on new rows (its reserve only for ``quiet``
+    networks); (None, None) if the same submission was stored by a concurrent request."""
+    limits = server.settings.rate_limit
+    reserve = 0.0 if quiet else limits.new_participants_reserve * limits.new_participants_burst
+    wait = server.new_participants.retry_after("study", keep=reserve)
     if wait:
         if time.monotonic() - _cap_warned[0] >= 60:  # one line a minute, not one per refused request
             _cap_warned[0] = time.monotonic()
