@@ -138,10 +138,12 @@ def write_bundle(
     images: Mapping[str, bytes],
     originals: Mapping[str, bytes],
     web_source: str | Path,
+    idat_room: int = 0,
 ) -> Path:
     """Write a new version ``<studies_dir>/<name>/v<k>`` (k = latest + 1) and return its path.
 
-    ``images`` are display PNGs by stimulus id; ``originals`` the native stimuli by original name.
+    ``images`` are display PNGs by stimulus id; ``originals`` the native stimuli by original name; ``idat_room``
+    the IDAT length the display images are padded to at least (room for the checks the server draws).
     """
     validate_name(spec.name)
     _check_consistent(spec, trials, {entry.stimulus_id: entry for entry in key}, set(images), Path("<new bundle>"))
@@ -160,7 +162,7 @@ def write_bundle(
         atomic_write_text(staging / STUDY_FILE, json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n")
         atomic_write_text(staging / TRIALS_FILE, trial_list_text(trials))
         atomic_write_text(staging / KEY_FILE, key_text(key))
-        _write_display_images(staging / IMAGES_DIR, images)
+        _write_display_images(staging / IMAGES_DIR, images, idat_room)
         for name, data in originals.items():
             atomic_write_bytes(staging / STIMULI_DIR / name, data)
         shutil.copytree(web_source, staging / WEB_DIR)
@@ -186,10 +188,10 @@ def write_bundle(
     return target
 
 
-def _write_display_images(folder: Path, images: Mapping[str, bytes]) -> None:
+def _write_display_images(folder: Path, images: Mapping[str, bytes], idat_room: int) -> None:
     """Random write order, one byte layout (chunks and lengths), one modification time: no file metadata and no
     PNG structure follows the key."""
-    uniform = uniform_pngs(images)
+    uniform = uniform_pngs(images, idat_room)
     ids = list(uniform)
     random.SystemRandom().shuffle(ids)
     for stimulus_id in ids:

@@ -94,8 +94,8 @@ def response_rows(session: Session, bundle: StudyBundle, include_incomplete: boo
             continue
         code = subject_code(participant, bundle.batch)
         stimulus_trial, count = {}, 0
-        for position, (_, kind, _) in enumerate(json.loads(participant.order_json), start=1):
-            if kind == "stimulus":
+        for position, entry in enumerate(json.loads(participant.order_json), start=1):
+            if entry[1] == "stimulus":  # [stimulus_id, kind, image_repetition, presentation id]
                 count += 1
                 stimulus_trial[position] = count
         for response in answered:

@@ -133,12 +133,10 @@ def _answer(
     order = participant.order
     if body.position > len(order):
         raise ApiError(422, f"position: must be between 1 and {len(order)}")
-    if body.stimulus_id not in server.bundle.key:
-        raise ApiError(422, f"stimulus_id: unknown stimulus {body.stimulus_id!r}")
-    stimulus_id, kind, repetition = order[body.position - 1]
-    if body.stimulus_id != stimulus_id:
+    stimulus_id, kind, repetition, shown = order[body.position - 1]
+    if body.stimulus_id != shown:  # the id this place was served under, never the bundle's
         raise ApiError(
-            422, f"stimulus_id: {body.stimulus_id!r} is not the stimulus at position {body.position} of this session"
+            422, f"stimulus_id: {body.stimulus_id!r} is not the image shown at position {body.position} of this session"
         )
     if body.first_reaction_rt_ms > body.rt_ms:
         raise ApiError(422, "first_reaction_rt_ms: must not exceed rt_ms")

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from controversial.study.db import Participant, Response, token_digest
 from controversial.study.order import participant_order
+from controversial.study.presentations import new_order, presentation_rows
 from controversial.study.schemas import SessionRequest
 from controversial.study.server.state import NO_STORE, ApiError, Server
 
@@ -47,9 +48,9 @@ def progress(server: Server, session: Session, participant: Participant, token: 
         }
     order = json.loads(participant.order_json)
     done = set(session.scalars(select(Response.position).where(Response.participant_id == participant.id)))
-    remaining = [
-        {"position": i, "stimulus_id": sid, "image_url": f"images/{sid}.png"}
-        for i, (sid, _, _) in enumerate(order, start=1)
+    remaining = [  # each place under its own id (``presentations.py``); the bundle's ids stay private
+        {"position": i, "stimulus_id": shown, "image_url": f"images/{shown}.png"}
+        for i, (_, _, _, shown) in enumerate(order, start=1)
         if i not in done
     ]
     return {
@@ -135,17 +136,20 @@ def _create(
         )
     token = secrets.token_urlsafe(32)
     order = participant_order(server.bundle.trials, random.Random(secrets.randbits(64)), server.settings.min_repeat_gap)
+    order_json, presentations = new_order(order)
     participant = Participant(
         study=server.bundle.label,
         prolific_pid=body.prolific_pid,
         prolific_study_id=body.study_id,
         prolific_session_id=body.session_id,
         token_hash=token_digest(token),
-        order_json=json.dumps([[t.stimulus_id, t.kind, t.image_repetition] for t in order]),
+        order_json=order_json,
         n_trials=len(order),
     )
     session.add(participant)
     try:
+        session.flush()  # the row's id, for its presentations; a duplicate submission fails here
+        session.add_all(presentation_rows(participant.id, presentations))
         session.commit()
     except IntegrityError:
         session.rollback()

@@ -18,6 +18,7 @@ from controversial.study.group_commit import GroupCommitWriter
 from controversial.study.guards import RateLimiter
 from controversial.study.log_throttle import LogThrottle
 from controversial.study.network_limits import NetworkLimiter
+from controversial.study.presentations import PresentedImages
 from controversial.study.schemas import PROLIFIC_ID, SessionRequest
 from controversial.study.server.options import ServeStudySettings
 
@@ -42,6 +43,7 @@ class Server:
     session_starts: NetworkLimiter  # POST /api/session per client network (IPv4 address, IPv6 /64, /56, /48)
     new_participants: RateLimiter  # new participant rows, whole study
     refusal_log: LogThrottle  # log lines about refused answers, per session and in all
+    images: PresentedImages  # what each served image id shows
     has_vendor: bool
 
 
