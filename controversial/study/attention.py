@@ -85,7 +85,9 @@ def varied_check_png(instruction: str, size: int, colour: bool, seed: int, noise
     draw = ImageDraw.Draw(mask)
     for k, line in enumerate(lines):
         draw.text((x, y + k * line_height), line, fill=255, font=font)
-    mask = mask.rotate(rng.uniform(-4.0, 4.0), resample=Image.Resampling.BICUBIC, center=(x + width / 2, y + height / 2))
+    mask = mask.rotate(
+        rng.uniform(-4.0, 4.0), resample=Image.Resampling.BICUBIC, center=(x + width / 2, y + height / 2)
+    )
     channels = 3 if colour else 1
     paper = [rng.randint(226, 255) for _ in range(channels)]
     ink = [rng.randint(0, 70) for _ in range(channels)]

@@ -3,7 +3,8 @@
 A request that the HTTP parser refuses (a path longer than the parser's limit, a garbage request line, a bad
 header name, ``Content-Length`` together with ``Transfer-Encoding``) never reaches the app: uvicorn answers it
 with its own 400, which carried none of the headers the app's middleware adds (``guards.SecurityHeaders``).
-These protocol classes write that 400 with the same headers, so every byte the server sends carries them.
+These protocol classes write that 400 with the same headers, so every byte the server sends carries them, and
+uvicorn's log line for each such request is throttled (``ThrottledRefusals``).
 ``uvicorn_config`` is the one place the study server's uvicorn settings are made (``serve_study.py``, the
 scripted pilot, the tests).
 """
@@ -12,12 +13,16 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
 from typing import Any
 
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from controversial.study.guards import SECURITY_HEADERS
+from controversial.study.log_throttle import LogThrottle
+
+REFUSED = "Invalid HTTP request received."  # what uvicorn logs, and answers, for a request its parser refuses
 
 
 def refusal_bytes(message: str) -> bytes:
@@ -60,7 +65,27 @@ GuardedHttpToolsProtocol = _httptools_protocol()
 PROTOCOL: type = GuardedHttpToolsProtocol or GuardedH11Protocol
 
 
+class ThrottledRefusals(logging.Filter):
+    """uvicorn logs every request its parser refuses (a WARNING with a traceback): one line a minute here, with
+    the count since the last one, so that a client sending garbage cannot fill the log."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.throttle = LogThrottle(max_lines=1)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg != REFUSED:
+            return True
+        count = self.throttle.due(REFUSED)
+        if count > 1:
+            record.msg, record.exc_info, record.exc_text = f"{REFUSED} ({count} since the last such line)", None, None
+        return count > 0
+
+
 def uvicorn_config(app: Any, host: str, port: int, protocol: type = PROTOCOL, **options: Any) -> uvicorn.Config:
-    """uvicorn's settings for the study server: a guarded protocol, and no logging setup of its own
-    (the command's logging stays in force)."""
+    """uvicorn's settings for the study server: a guarded protocol, its refusals logged with a bound, and no
+    logging setup of its own (the command's logging stays in force)."""
+    error_log = logging.getLogger("uvicorn.error")
+    if not any(isinstance(f, ThrottledRefusals) for f in error_log.filters):
+        error_log.addFilter(ThrottledRefusals())
     return uvicorn.Config(app, host=host, port=port, http=protocol, log_config=None, **options)

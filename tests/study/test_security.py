@@ -35,7 +35,7 @@ from controversial.study.export import ExportOptions, export_study
 from controversial.study.guards import RateLimiter
 from controversial.study.pnas_export import response_rows
 from controversial.study.presentations import resolver
-from controversial.study.scripted_participants import instructions, served_checks, prolific_like_id, take_study
+from controversial.study.scripted_participants import instructions, prolific_like_id, served_checks, take_study
 from controversial.study.server import RateLimitSettings, ServeStudySettings, create_app
 
 from .conftest import SMALL

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from controversial.errors import UserError
 from controversial.records.csvfile import csv_text, open_rows
@@ -106,7 +106,7 @@ def _raw(port: int, request: bytes) -> bytes:
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS, ids=lambda p: p.__name__)
-def test_9_requests_the_parser_refuses_get_the_security_headers_too(small_bundle, tmp_path, protocol):
+def test_9_requests_the_parser_refuses_get_the_security_headers_too(small_bundle, tmp_path, protocol, caplog):
     import uvicorn
 
     app = make_app(small_bundle, tmp_path)
@@ -117,7 +117,9 @@ def test_9_requests_the_parser_refuses_get_the_security_headers_too(small_bundle
         assert thread.is_alive()
         time.sleep(0.02)
     try:
-        replies = {name: _raw(server.config.port, request) for name, request in REFUSED_REQUESTS.items()}
+        with caplog.at_level(logging.INFO):
+            replies = {name: _raw(server.config.port, request) for name, request in REFUSED_REQUESTS.items()}
+            replies.update({f"garbage {n}": _raw(server.config.port, b"\x00\r\n\r\n") for n in range(30)})
     finally:
         server.should_exit = True
         thread.join(timeout=30)
@@ -130,6 +132,8 @@ def test_9_requests_the_parser_refuses_get_the_security_headers_too(small_bundle
             assert header + b": " + value.lower() in head, (name, header)
         assert b"cache-control: no-store" in head, name
     assert any(b" 400 " in status for status in statuses)  # the parser's own refusals were among them
+    logged = [r for r in caplog.records if r.getMessage().startswith("Invalid HTTP request")]
+    assert len(logged) <= 1  # one line a minute for every refusal, not one each
 
 
 # 10. No spelling of the admin token's key reaches Hydra ------------------------------------------------------
@@ -159,9 +163,7 @@ def test_10_hydra_never_sees_a_packaged_admin_token(small_bundle, tmp_path):
     secret = "typed-on-the-command-line-0123456789abcdef"
     run = tmp_path / "run"
     command = [sys.executable, "serve_study.py", f"study_dir={small_bundle}", f"admin_token@_global_={secret}"]
-    result = subprocess.run(
-        [*command, f"hydra.run.dir={run}"], cwd=REPO, capture_output=True, text=True, timeout=180
-    )
+    result = subprocess.run([*command, f"hydra.run.dir={run}"], cwd=REPO, capture_output=True, text=True, timeout=180)
     assert result.returncode == 2 and secret not in result.stderr + result.stdout and not run.exists()
     assert "admin_token_file" in result.stderr
 
@@ -266,4 +268,3 @@ def test_13_identifier_cells_are_escaped_and_read_back_exactly(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(text, encoding="utf-8")
     assert [record["pid"] for _, record in open_rows(path, ["pid"])] == NUMERIC_PIDS
-

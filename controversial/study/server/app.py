@@ -76,7 +76,9 @@ def load_server(settings: ServeStudySettings, admin_token: str | None) -> Server
         sessions=session_factory(engine),
         writer=GroupCommitWriter(engine, client_errors=(HTTPException,)),
         admin_token=admin_token,
-        session_starts=NetworkLimiter(limits.sessions_per_minute, limits.burst, limits.ipv6_prefixes, limits.ipv6_widening),
+        session_starts=NetworkLimiter(
+            limits.sessions_per_minute, limits.burst, limits.ipv6_prefixes, limits.ipv6_widening
+        ),
         new_participants=RateLimiter(limits.new_participants_per_minute, limits.new_participants_burst),
         refusal_log=LogThrottle(),
         images=PresentedImages(bundle, make_read_engine(database_url, engine)),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -32,7 +32,7 @@ class RateLimitSettings(Options):
     ipv6_prefix: int = Field(
         64, ge=1, le=128, description="IPv6 clients are counted by this prefix (a subscriber gets at least a /64)"
     )
-    ipv6_wider_prefixes: list[int] = Field(
+    ipv6_wider_prefixes: list[Annotated[int, Field(ge=1, le=127)]] = Field(
         default_factory=lambda: [56, 48],
         description="... and by these wider networks too (a subscriber may hold a /56 or a /48), each with ...",
     )
@@ -45,20 +45,11 @@ class RateLimitSettings(Options):
         0.25, description="share of that burst kept for arrivals from networks with no other recent start"
     )
 
-    @model_validator(mode="after")
-    def _widening(self) -> RateLimitSettings:
-        prefixes = [self.ipv6_prefix, *self.ipv6_wider_prefixes]
-        if any(not 1 <= wider < narrower for narrower, wider in zip(prefixes, prefixes[1:])):
-            raise UserError(
-                f"rate_limit.ipv6_wider_prefixes={self.ipv6_wider_prefixes}: each must be shorter (a wider network) "
-                f"than the one before, starting below ipv6_prefix={self.ipv6_prefix}, e.g. [56, 48]"
-            )
-        return self
-
     @property
     def ipv6_prefixes(self) -> list[int]:
-        """Every IPv6 prefix a client is counted by, narrowest first."""
-        return [self.ipv6_prefix, *self.ipv6_wider_prefixes]
+        """Every IPv6 prefix a client is counted by, narrowest first (wider ones only: a listed prefix that is not
+        shorter than ``ipv6_prefix`` names no wider network and is left out)."""
+        return [self.ipv6_prefix, *sorted({p for p in self.ipv6_wider_prefixes if p < self.ipv6_prefix}, reverse=True)]
 
 
 class ServeStudySettings(Options):
