@@ -53,9 +53,7 @@ def _templates(bundle) -> list[tuple[bytes, np.ndarray]]:
     """What a script makes of the project's own code: every category's check rendered as the export does, encoded
     as the bundle encodes it (the compressed bytes), and its ink."""
     spec = bundle.spec
-    rendered = {
-        c: attention_png(spec.attention_prompt.format(category=c), spec.display_size) for c in spec.categories
-    }
+    rendered = {c: attention_png(spec.attention_prompt.format(category=c), spec.display_size) for c in spec.categories}
     encoded = uniform_pngs(rendered)
     return [(_idat(encoded[c])[:PREFIX], _ink(rendered[c])) for c in spec.categories]
 
