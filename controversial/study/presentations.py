@@ -22,7 +22,8 @@ from collections.abc import Callable, Collection, Sequence
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Engine, bindparam, text
+from sqlalchemy import Engine, bindparam, insert, text
+from sqlalchemy.orm import Session
 
 from controversial.records.study import TrialSpec
 from controversial.study.attention import varied_check_png
@@ -54,8 +55,10 @@ def new_order(order: Sequence[TrialSpec]) -> tuple[str, list[dict[str, Any]]]:
     return json.dumps(entries), rows
 
 
-def presentation_rows(participant_id: int, rows: Sequence[dict[str, Any]]) -> list[Presentation]:
-    return [Presentation(participant_id=participant_id, **row) for row in rows]
+def store_presentations(session: Session, participant_id: int, rows: Sequence[dict[str, Any]]) -> None:
+    """Insert a new participant's presentation rows in one executemany (a study has ~200 places; ORM objects
+    one by one cost about 10 ms of the arrival's CPU)."""
+    session.execute(insert(Presentation), [{**row, "participant_id": participant_id} for row in rows])
 
 
 class PresentedImages:

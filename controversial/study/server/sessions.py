@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 
 from controversial.study.db import Participant, Response, token_digest
 from controversial.study.order import participant_order
-from controversial.study.presentations import new_order, presentation_rows
+from controversial.study.presentations import new_order, store_presentations
 from controversial.study.schemas import SessionRequest
 from controversial.study.server.state import NO_STORE, ApiError, Server
 
@@ -149,7 +149,7 @@ def _create(
     session.add(participant)
     try:
         session.flush()  # the row's id, for its presentations; a duplicate submission fails here
-        session.add_all(presentation_rows(participant.id, presentations))
+        store_presentations(session, participant.id, presentations)
         session.commit()
     except IntegrityError:
         session.rollback()
