@@ -154,3 +154,11 @@ def test_a_rendering_that_does_not_fit_the_layout_is_reported():
     fitted = fit_png(blank.getvalue(), header, length + 40)
     assert fitted is not None and len(_idat(fitted)) == length + 40
     assert zlib.decompress(_idat(fitted)) == zlib.decompress(_idat(uniform_pngs({"b": blank.getvalue()})["b"]))
+
+
+def test_5_a_check_is_drawn_in_one_of_several_bundled_fonts_and_differs_by_seed():
+    from controversial.study.attention import check_fonts, varied_check_png
+
+    assert None in check_fonts() and len(check_fonts()) >= 2  # Pillow's own, and matplotlib's faces
+    drawings = {varied_check_png("Attention check: pick 7", 56, False, seed) for seed in range(8)}
+    assert len(drawings) == 8
