@@ -242,10 +242,12 @@ def naturalness(
 
 
 def stimulus_images(folder: Path, rows: Sequence[ManifestRow]) -> torch.Tensor:
-    """The 8-bit PNGs of ``rows`` (paths relative to ``folder``) as one (N, C, H, W) tensor in [0, 1]."""
+    """The 8-bit PNGs of ``rows`` (paths relative to ``folder``, as a run's or an overview's manifest has them,
+    checked there) as one (N, C, H, W) tensor in [0, 1]."""
     if not rows:
         return torch.empty(0)
-    return torch.stack([torch.from_numpy(load_png(os.path.normpath(folder / row.image_file))) for row in rows])
+    base = folder.resolve()
+    return torch.stack([torch.from_numpy(load_png(os.path.normpath(base / row.image_file))) for row in rows])
 
 
 def summarise(
