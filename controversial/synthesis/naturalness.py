@@ -55,11 +55,7 @@ class Naturalness:
 
     def text(self) -> str:
         """``KID 687 (real 0, noise 1469)``: the short form of summary lines and tables."""
-        return f"KID {_rounded(self.kid)} (real {_rounded(self.floor)}, noise {_rounded(self.ceiling)})"
-
-
-def _rounded(value: float) -> int:
-    return int(round(value)) + 0  # + 0: never "-0"
+        return f"KID {round(self.kid)} (real {round(self.floor)}, noise {round(self.ceiling)})"  # ints: never "-0"
 
 
 class NaturalnessUnavailable(UserError):
@@ -179,8 +175,9 @@ def feature_network_file(dataset: DatasetInfo, options: NaturalnessOptions | Non
         return Path(options.features)
     if dataset.source or dataset.name not in DATASETS:
         raise NaturalnessUnavailable(
-            f"no feature network for dataset '{dataset.name}': KID needs one trained on its images; train one with "
-            "train.py model=features/<name> (see docs/synthesis.md) and name it with naturalness.features=<file>"
+            f"no feature network for dataset '{dataset.name}': KID needs one trained on its images, named with "
+            "naturalness.features=<file> (a checkpoint with reference features, as train.py writes for a model of "
+            "purpose: features; docs/synthesis.md)"
         )
     path = feature_network_path(dataset.name)
     if not path.is_file():

@@ -81,7 +81,7 @@ def test_unavailable_cases_say_why(tiny_features, tmp_path):
     with pytest.raises(NaturalnessUnavailable, match=r"no feature network for dataset 'my_shapes'.*naturalness\.fe"):
         naturalness(blobs(10, 0), folder)
     text, record = nat.summarise(blobs(10, 0), folder)
-    assert text == "KID unavailable" and not record["available"] and "train.py model=features" in record["reason"]
+    assert text == "KID unavailable" and not record["available"] and "purpose: features" in record["reason"]
     with pytest.raises(NaturalnessUnavailable, match="at least 2 images, got 1"):
         naturalness(blobs(1, 0), "mnist", tiny_features)
     text, record = nat.summarise(torch.empty(0), "mnist", tiny_features)
