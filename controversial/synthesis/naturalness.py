@@ -234,7 +234,7 @@ def naturalness(
         raise NaturalnessUnavailable(f"KID needs at least 2 images, got {len(images)}")
     if images.dim() != 4 or tuple(images.shape[1:]) != info.image_shape:
         raise UserError(f"naturalness: images of shape {tuple(images.shape)}, {info.name} has (N, *{info.image_shape})")
-    mean, std = kid(network.features(images), network.reference)
+    mean, std = kid(network.features(images.detach().cpu()), network.reference)  # the network lives on the CPU
     return Naturalness(mean, std, network.floor, network.ceiling)
 
 
