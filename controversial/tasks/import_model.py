@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from controversial.config import REPO_ROOT, models_dirs
+from controversial.config import models_dirs
 from controversial.tasks import Invocation
 from controversial.zoo.checkpoints import read_checkpoint
 from controversial.zoo.importing import ImportOptions, import_model
@@ -43,7 +43,7 @@ def usage_hint(name: str, models_dir: Path, code: Path | None = None) -> str:
     searched = [p.resolve() for p in models_dirs()]
     python_path = "" if code is None else f"PYTHONPATH={shlex.quote(str(code))} "
     models_env = "" if models_dir.resolve() in searched else f"CONTROVERSIAL_MODELS_DIR={shlex.quote(str(models_dir))} "
-    evaluate_dir = "" if models_dir.resolve() == (REPO_ROOT / "models").resolve() else f" models_dir={models_dir}"
+    evaluate_dir = "" if models_dir.resolve() in searched else f" models_dir={models_dir}"
     return (
         f"  {models_env}{python_path}python synthesize.py model_a={name} model_b=<another model of the dataset>\n"
         f"  {python_path}python evaluate.py models=[{name},...]{evaluate_dir} images=<folder>"
@@ -67,5 +67,6 @@ def run(settings: ImportModelSettings, invocation: Invocation) -> Path:
         f"preprocessing: {m['preprocessing']}\n"
         f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB) and {path.with_suffix('.yaml')}\n"
         f"use it:\n{usage_hint(info.name, models_dir, code_folder(settings.source))}"
+        + "".join(f"\nwarning: {w}" for w in m.get("warnings", []))
     )
     return path
