@@ -77,10 +77,11 @@ def test_missing_data_root_is_not_created_by_a_download_attempt(tmp_path):
 def test_the_public_loader_gives_the_tensors_the_commands_use(tmp_path, monkeypatch):
     """``controversial.load_images``/``load_dataset`` (issue 60, item 5): MNIST from the root's ``.gz`` files and a
     folder dataset read with its options, exactly as ``train.py`` and ``import_model.py`` read them."""
+    from PIL import Image
+
     import controversial as cv
     from controversial.data import CACHE_DIR_ENV
     from controversial.datasets import DATASETS, FolderOptions
-    from PIL import Image
 
     images = np.random.default_rng(1).integers(0, 256, size=(5, 28, 28))
     _write_idx(tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte", images, True)
