@@ -87,6 +87,26 @@ def _category_order(categories: Sequence[str]) -> tuple[str, ...]:
     return tuple(unique)
 
 
+def _unused_files(
+    attention: Mapping[str, tuple[int, int]] | None,
+    min_attention_passed: float | None,
+    quality_flags: Mapping[str, Sequence[str]] | None,
+    exclude_flags: Sequence[str],
+) -> None:
+    """An attention or quality file given without the policy that uses it: refused, naming the option to add."""
+    if attention is not None and min_attention_passed is None:
+        raise InputError(
+            "attention_checks is given but min_attention_passed is not, so the file would exclude nobody: pass "
+            "min_attention_passed=<fraction of checks passed> (e.g. 1.0: every check) or leave attention_checks out"
+        )
+    if quality_flags is not None and not exclude_flags:
+        raise InputError(
+            "quality_flags is given but exclude_flags is empty, so the file would exclude nobody: pass "
+            "exclude_flags=[<flag>,...] (e.g. [attention_failed,too_fast]; the study server's flags) or leave "
+            "quality_flags out"
+        )
+
+
 def build_study(
     human: RatingTable,
     models: ModelTable,
@@ -109,8 +129,10 @@ def build_study(
     checks (``attention``: subject -> (passed, total), see ``records.study.read_attention``) is below it;
     ``exclude_flags`` drops participants carrying any of these study-server quality flags
     (``quality_flags``: subject -> flags, see ``records.study.read_quality_flags``), one exclusion per flag.
-    Each is recorded as an ``Exclusion``.
+    Each is recorded as an ``Exclusion``. A file given without its threshold or flags would exclude nobody
+    in silence, so it is refused (``_unused_files``).
     """
+    _unused_files(attention, min_attention_passed, quality_flags, exclude_flags)
     exclusions: list[Exclusion] = []
     rows = list(human.rows)
     repeats = [r for r in rows if r.repetition > 0]
