@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import Field
 
 from controversial.analysis.correlation import MEASURES, Measure
+from controversial.analysis.reliability import ReliabilityOptions
 from controversial.options import Count, Options, Seed
 
 
@@ -49,6 +50,7 @@ class AnalysisOptions(Options):
     c_exp_one: Literal["nan", "one"] = Field("nan", description='kappa when c_exp = 1: "nan" | "one"')
     bootstrap: BootstrapOptions = Field(default_factory=BootstrapOptions)
     error_consistency: ErrorConsistencyOptions = Field(default_factory=ErrorConsistencyOptions)
+    reliability: ReliabilityOptions = Field(default_factory=ReliabilityOptions)
 
     @property
     def ec_resamples(self) -> int:

@@ -22,6 +22,7 @@ from controversial.analysis.results import (
     ConsistencyBlock,
     GroupMean,
     RatingsConsistency,
+    ReliabilityResult,
     SubsetResult,
 )
 from controversial.atomic import atomic_write_text
@@ -185,6 +186,8 @@ def write_report(path: str | Path, results: AnalysisResults, figures: dict[str, 
     lines = ["# Model comparison report", ""] + header + [""]
     if results.prediction is not None:
         lines += _prediction_sections(results)
+    if results.reliability:
+        lines += reliability_section(results.reliability)
     if results.error_consistency:
         lines += consistency_section(results.error_consistency, "Error consistency (from ratings)") + [""]
     if results.benchmark:
@@ -194,6 +197,38 @@ def write_report(path: str | Path, results: AnalysisResults, figures: dict[str, 
     if figures:
         lines += ["## Figures", ""] + [f"![{k}]({v})" for k, v in figures.items()] + [""]
     atomic_write_text(path, "\n".join(lines))
+
+
+def reliability_section(reliability: dict[str, ReliabilityResult]) -> list[str]:
+    """Test-retest (repeated presentations) and split-half (Spearman-Brown) reliability, per replication."""
+    lines = ["## Reliability of the human ratings", ""]
+    rows = []
+    for name, block in reliability.items():
+        retest, half = block.test_retest, block.split_half
+        rows.append(
+            [
+                name,
+                "no repeated presentations"
+                if retest is None
+                else f"{_f(retest.median)} [{_f(retest.quartiles[0])}, {_f(retest.quartiles[1])}]; pooled "
+                f"{_f(retest.pooled)} ({retest.n_participants} participants, {retest.n_repeated_images} images each)",
+                f"{_f(half.mean)} [{_f(half.ci_low)}, {_f(half.ci_high)}] ({half.n_participants} participants, "
+                f"{half.n_splits} splits)",
+            ]
+        )
+    lines += _table(["replication", "test-retest r: median [quartiles]", "split-half r (Spearman-Brown)"], rows)
+    for name, block in reliability.items():
+        if block.test_retest is not None:
+            each = ", ".join(f"{p} {_f(r, 2)}" for p, r in block.test_retest.per_participant.items())
+            lines += ["", f"Test-retest r per participant ({name}): {each}."]
+    return lines + [
+        "",
+        "Test-retest: per participant, Pearson r between the first and second presentation of the repeated images "
+        "(all categories); per-participant values in `results.json`. Split-half: participants split at random "
+        "into halves, r of the halves' mean ratings corrected by Spearman-Brown (2r / (1 + r)); mean and "
+        "percentile interval over the splits.",
+        "",
+    ]
 
 
 def _prediction_sections(results: AnalysisResults) -> list[str]:

@@ -51,6 +51,8 @@ class Study:
     human: np.ndarray  # (S, N, K)
     model: np.ndarray  # (M, N, K)
     exclusions: tuple[Exclusion, ...] = field(default=())
+    # participant -> (first, second) presentation ratings of their repeated images, flattened (test-retest)
+    retest: Mapping[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def conditions(self) -> np.ndarray:
@@ -85,6 +87,26 @@ def _category_order(categories: Sequence[str]) -> tuple[str, ...]:
     if all(c.isdigit() for c in unique):
         return tuple(sorted(unique, key=int))
     return tuple(unique)
+
+
+def _retest_pairs(
+    repeats: Sequence[Rating],
+    ratings: np.ndarray,
+    subject_index: Mapping[str, int],
+    images: Mapping[str, int],
+    cat_index: Mapping[str, int],
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The second presentations (image_repetition 1) of the analysed participants beside their first ones."""
+    second: dict[str, dict[tuple[int, int], float]] = {}
+    for r in repeats:
+        if r.repetition == 1 and r.subject in subject_index and r.image in images and r.category in cat_index:
+            second.setdefault(r.subject, {})[(images[r.image], cat_index[r.category])] = r.rating
+    pairs = {}
+    for subject, entries in second.items():
+        where = sorted(entries)
+        first = np.array([ratings[subject_index[subject], n, k] for n, k in where])
+        pairs[subject] = (first, np.array([entries[key] for key in where]))
+    return pairs
 
 
 def _unused_files(
@@ -234,7 +256,10 @@ def build_study(
             Exclusion("model rows", "image not rated by any participant", len(unused), f"{len(unused)} images")
         )
 
-    study = Study(participants, model_names, tuple(stimuli), categories, ratings, probabilities, tuple(exclusions))
+    retest = _retest_pairs(repeats, ratings, subject_index, images, cat_index)
+    study = Study(
+        participants, model_names, tuple(stimuli), categories, ratings, probabilities, tuple(exclusions), retest
+    )
     if min_natural_accuracy is not None:
         study = _exclude_inaccurate(study, min_natural_accuracy, tie_rule, seed)
     _check_variable(study.human, study.participants, "participant", human.path, "exclude_participants=[...]")

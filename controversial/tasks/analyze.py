@@ -24,6 +24,7 @@ from controversial.analysis.benchmark.scores import OVERALL, BenchmarkResults, r
 from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
+from controversial.analysis.reliability import reliability
 from controversial.analysis.report import write_report, write_results
 from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
 from controversial.analysis.simulate import (
@@ -318,6 +319,7 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
         error_consistency=ratings_consistency,
         choices=choices,
         benchmark=benchmark,
+        reliability={name or "study": reliability(s, cfg) for name, s in studies.items()},
     )
     results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
     write_results(out / "results.json", results)
