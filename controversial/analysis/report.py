@@ -34,7 +34,31 @@ def write_results(path: str | Path, results: AnalysisResults) -> None:
 
 
 def _f(x: float | None, digits: int = 3) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+    """A number as printed: n/a where undefined, never ``-0.000`` (a tiny negative rounds to an unsigned 0)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+fmt = _f  # the same rule for the console summaries
+
+# Below this many participants the participant bootstrap has few distinct resamples (C(2N-1, N): 10 for N = 3,
+# 92,378 for N = 10) and percentile CIs run into the range's ends; the report says so.
+MIN_BOOTSTRAP_PARTICIPANTS = 10
+
+
+def few_participants_note(n_participants: int) -> str | None:
+    """The warning for a participant bootstrap on too few people; None when there are enough."""
+    if n_participants >= MIN_BOOTSTRAP_PARTICIPANTS:
+        return None
+    distinct = math.comb(2 * n_participants - 1, n_participants)
+    return (
+        f"**Only {n_participants} participants**: the participant bootstrap has {distinct} distinct resamples of "
+        f"them, so its CIs and p-values are coarse and often reach the ends of the range (read them as a pilot's "
+        f"check that the analysis runs, not as inference; at least {MIN_BOOTSTRAP_PARTICIPANTS} participants for "
+        "intervals worth reading)."
+    )
 
 
 def _p(p: float | None, n_resamples: int) -> str:
@@ -251,6 +275,8 @@ def _prediction_sections(results: AnalysisResults) -> list[str]:
     if rank_measures:
         lines += ["### The same ranking under rank measures", ""] + rank_measures + [""]
     boot = prediction["all"].bootstrap
+    if boot and (note := few_participants_note(prediction["all"].n_participants)):
+        lines += [note, ""]
     if boot:
         copies = "include" if boot.lower_ceiling_includes_own_copies else "exclude"
         lines += [

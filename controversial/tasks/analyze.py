@@ -25,7 +25,7 @@ from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
 from controversial.analysis.reliability import reliability
-from controversial.analysis.report import write_report, write_results
+from controversial.analysis.report import few_participants_note, fmt, write_report, write_results
 from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
 from controversial.analysis.simulate import (
     ParticipantNoise,
@@ -362,10 +362,12 @@ def _print_summary(results: AnalysisResults, out: Path, elapsed: float) -> None:
     ci = all_.bootstrap.ci if all_.bootstrap else {}
     if results.inputs.simulated:
         print("SIMULATED STUDY (no human_ratings given) -- not human data")
+    if all_.bootstrap and (note := few_participants_note(all_.n_participants)):
+        print(note.replace("**", ""))
     print(f"{'rank':>4}  {'model':<28} {'mean r':>7}  CI")
     for i, m in enumerate(results.ranking, start=1):
-        interval = "[{:.3f}, {:.3f}]".format(*ci[m]) if m in ci else ""
-        print(f"{i:>4}  {m:<28} {mean[m]:7.3f}  {interval}")
+        interval = "[{}, {}]".format(*map(fmt, ci[m])) if m in ci else ""
+        print(f"{i:>4}  {m:<28} {fmt(mean[m]):>7}  {interval}")
     ceiling = all_.noise_ceiling["pearson"]
-    print(f"      {'noise ceiling (lower, upper)':<28} {ceiling.lower:.3f}, {ceiling.upper:.3f}")
+    print(f"      {'noise ceiling (lower, upper)':<28} {fmt(ceiling.lower)}, {fmt(ceiling.upper)}")
     print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  ({elapsed:.1f} s)")
