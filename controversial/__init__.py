@@ -7,7 +7,8 @@ controversial`` stays light)::
     vgg = cv.load_model("vgg", dataset="mnist")                                  # a calibrated model
     train = cv.load_dataset("mnist", "train")           # the exact tensors train.py uses: to train your own model
     cv.run_command("synthesize", ["model_a=abs", "model_b=vgg"], "out/abs_vgg")  # any command, in-process
-    study = cv.build_study(cv.read_human_ratings("responses.csv"), cv.read_model_responses("models.csv"))
+    study = cv.build_study(cv.read_human_ratings("responses.csv"), cv.read_model_responses("models.csv"),
+                           exclude_repetitions=True)  # an exported study has repeats: scored on first presentations
     results = cv.analyze_study(study, cv.AnalysisOptions(bootstrap={"n_resamples": 10_000}))
 """
 
