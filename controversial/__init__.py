@@ -10,6 +10,7 @@ controversial`` stays light)::
     study = cv.build_study(cv.read_human_ratings("responses.csv"), cv.read_model_responses("models.csv"),
                            exclude_repetitions=True)  # an exported study has repeats: scored on first presentations
     results = cv.analyze_study(study, cv.AnalysisOptions(bootstrap={"n_resamples": 10_000}))
+    cv.write_analysis(results, "out/analysis")                    # report.md, results.json and figures
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ _EXPORTS = {
     "build_study": "controversial.analysis.study",
     "analyze_study": "controversial.analysis.pipeline",
     "AnalysisOptions": "controversial.analysis.options",
+    "write_analysis": "controversial.analysis.report",
 }
 __all__ = [
     "AnalysisOptions",
@@ -47,11 +49,13 @@ __all__ = [
     "run_command",
     "settings",
     "synthesize_batch",
+    "write_analysis",
 ]
 
 if TYPE_CHECKING:
     from controversial.analysis.options import AnalysisOptions
     from controversial.analysis.pipeline import analyze_study
+    from controversial.analysis.report import write_analysis
     from controversial.analysis.study import build_study
     from controversial.api import run_command, settings
     from controversial.data import load_dataset, load_images

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +23,8 @@ from controversial.analysis.results import (
     CategoricalConsistency,
     ConsistencyBlock,
     GroupMean,
+    Inputs,
+    PredictionResults,
     RatingsConsistency,
     ReliabilityResult,
     SubsetResult,
@@ -31,6 +35,34 @@ from controversial.atomic import atomic_write_text
 def write_results(path: str | Path, results: AnalysisResults) -> None:
     """Every number as JSON (NaN -> null), atomically."""
     atomic_write_text(path, json.dumps(to_json(results), indent=1, allow_nan=False) + "\n")
+
+
+def write_analysis(
+    results: AnalysisResults | PredictionResults,
+    out_dir: str | Path,
+    *,
+    figures: bool = True,
+    header: Sequence[str] = (),
+    config: dict[str, Any] | None = None,
+) -> AnalysisResults:
+    """Figures (optional), ``results.json`` and ``report.md`` into ``out_dir`` as ``analyze.py`` writes them, for
+    what ``analyze_study`` returned in a notebook (``config``: the options to record, e.g. ``options.model_dump()``)
+    or a whole ``AnalysisResults``; returns the results with their figures."""
+    from dataclasses import replace
+
+    from controversial.analysis import figures as drawing  # matplotlib only when drawing
+
+    if isinstance(results, PredictionResults):
+        inputs = Inputs(simulated=False, config=config or {})
+        results = AnalysisResults(
+            study=results.study, ranking=results.ranking, prediction=results.prediction, inputs=inputs
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = replace(results, figures=drawing.draw_all(results, out) if figures else {})
+    write_results(out / "results.json", results)
+    write_report(out / "report.md", results, results.figures, list(header))
+    return results
 
 
 def _f(x: float | None, digits: int = 3) -> str:

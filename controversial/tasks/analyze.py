@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from controversial.analysis import figures
 from controversial.analysis.benchmark.options import BenchmarkOptions
 from controversial.analysis.benchmark.report import console_table
 from controversial.analysis.benchmark.scores import OVERALL, BenchmarkResults, run_benchmark
@@ -25,7 +24,7 @@ from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
 from controversial.analysis.reliability import reliability
-from controversial.analysis.report import few_participants_note, fmt, write_report, write_results
+from controversial.analysis.report import few_participants_note, fmt, write_analysis
 from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
 from controversial.analysis.simulate import (
     ParticipantNoise,
@@ -321,9 +320,7 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
         benchmark=benchmark,
         reliability={name or "study": reliability(s, cfg) for name, s in studies.items()},
     )
-    results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
-    write_results(out / "results.json", results)
-    write_report(out / "report.md", results, results.figures, header)
+    results = write_analysis(results, out, figures=cfg.figures, header=header)
     _print_summary(results, out, time.perf_counter() - start)
     return results
 
@@ -335,10 +332,8 @@ def _run_choices_only(cfg: AnalyzeSettings, out: Path, start: float, command: st
         choices=analyze_choice_files(cfg),
         benchmark=benchmark_choice_files(cfg),
     )
-    results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
-    write_results(out / "results.json", results)
     header = [f"- trial-level choices: `{cfg.choices}`", f"- command: `{command}`"]
-    write_report(out / "report.md", results, results.figures, header)
+    results = write_analysis(results, out, figures=cfg.figures, header=header)
     elapsed = time.perf_counter() - start
     print(f"{'dataset':<14} {'observers':>9} {'trials':>6}  {'human-human kappa (whole)':>26}  {'(per condition)':>15}")
     nan = float("nan")
