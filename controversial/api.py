@@ -24,15 +24,15 @@ def _known(name: str) -> None:
 
 def settings(name: str, overrides: Sequence[str] = ()) -> Options:
     """Command ``name``'s validated settings, composed as ``python <name>.py <overrides>`` would compose them."""
-    from controversial.cli import INPUT_ERRORS, error_message, load_settings
+    from hydra.errors import HydraException
+
+    from controversial.cli import error_message, load_settings
 
     _known(name)
     register_options(importlib.import_module(f"controversial.tasks.{name}"))  # the model names of model_a=
     try:
         return load_settings(name, command_settings(name), list(overrides))
-    except UserError:
-        raise
-    except INPUT_ERRORS as error:  # Hydra's and pydantic's messages, as the command line gives them
+    except HydraException as error:  # a typo or a bad override: the command line's message ("did you mean")
         raise UserError(error_message(error)) from None
 
 

@@ -18,7 +18,9 @@ from controversial.options import Count, Options, Seed
 class BootstrapOptions(Options):
     n_resamples: int = Field(100_000, ge=0, description="participant x stimulus resamples (0: no inference)")
     subset_resamples: int = Field(10_000, ge=0, description="for the natural-only and controversial-only subsets")
-    other_subset_resamples: int = Field(0, ge=0, description="for every targeted-pair and targeted-model subset")
+    other_subset_resamples: int = Field(
+        1000, ge=0, description="for every targeted-pair and targeted-model subset (the CIs of fig_subsets' panels)"
+    )
     chunk_size: Count = Field(
         10_000, description="resamples per matrix product (memory bound; results do not depend on it)"
     )

@@ -82,7 +82,11 @@ def run(cfg: PilotStudySettings, invocation: Invocation) -> AnalysisResults:
         human_ratings=str(out / "responses.csv"),
         model_responses=str(out / "model_responses.csv"),
         rating_scale=[v / 100 for v in bundle.spec.rating_levels],
-        bootstrap=BootstrapOptions(n_resamples=cfg.resamples, subset_resamples=min(cfg.resamples, 10_000)),
+        bootstrap=BootstrapOptions(
+            n_resamples=cfg.resamples,
+            subset_resamples=min(cfg.resamples, 10_000),
+            other_subset_resamples=min(cfg.resamples, 1000),
+        ),
         error_consistency=ErrorConsistencyOptions(n_resamples=min(cfg.resamples, 1000)),
         seed=cfg.seed,
     )

@@ -40,7 +40,8 @@ def test_write_analysis_writes_the_report_of_analyze_study(tmp_path):
     human, model = write_study(tmp_path / "data", models, ratings)
     study = cv.build_study(cv.read_human_ratings(human), cv.read_model_responses(model))
     options = cv.AnalysisOptions(
-        bootstrap={"n_resamples": 50, "subset_resamples": 0}, error_consistency={"enabled": False}
+        bootstrap={"n_resamples": 50, "subset_resamples": 0, "other_subset_resamples": 0},
+        error_consistency={"enabled": False},
     )
     results = cv.analyze_study(study, options)
     written = cv.write_analysis(results, tmp_path / "out", figures=False, config=options.model_dump())
