@@ -35,7 +35,9 @@ class EvaluateSettings(Options):
         default_factory=list, min_length=1, description="trained model names (models/<dataset>/<name>.pt) or .pt paths"
     )
     dataset: str | None = Field(None, description="needed only when a model name exists for several datasets")
-    models_dir: str | None = Field(None, description="default: the repository's models/")
+    models_dir: str | None = Field(
+        None, description="searched first; the repository's models/ and your models folder always"
+    )
     images: str | None = Field(
         None,
         description="folder of PNG stimuli; targets parsed from the file names (see naming); with "

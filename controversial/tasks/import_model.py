@@ -64,7 +64,7 @@ def run(settings: ImportModelSettings, invocation: Invocation) -> Path:
         + (" (float16 weights, as stored)" if settings.float16 else "")
         + f"\ncalibration: {c.method}, slope {c.slope:.4g}, intercept {c.intercept:.4g}, fitted on "
         f"{m['calibrated_on']}; test NLL {m['test_nll_uncalibrated']:.4g} -> {m['test_nll_calibrated']:.4g}\n"
-        f"preprocessing: {m['preprocessing']}\n"
+        f"preprocessing: {m['preprocessing']}\nweights: {m['weights']}\n"
         f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB) and {path.with_suffix('.yaml')}\n"
         f"use it:\n{usage_hint(info.name, models_dir, code_folder(settings.source))}"
         + "".join(f"\nwarning: {w}" for w in m.get("warnings", []))
