@@ -31,10 +31,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from controversial.atomic import atomic_write_bytes, atomic_write_text
+from controversial.atomic import atomic_write_bytes, atomic_write_text, fsync_tree
 from controversial.errors import UserError
 from controversial.records.study import KeyEntry, TrialSpec, key_text, read_key, read_trial_list, trial_list_text
 from controversial.study.display import uniform_pngs
+from controversial.untrusted import inside, safe_component
 
 log = logging.getLogger(__name__)
 
@@ -161,9 +162,12 @@ def write_bundle(
         atomic_write_text(staging / KEY_FILE, key_text(key))
         _write_display_images(staging / IMAGES_DIR, images)
         for name, data in originals.items():
-            atomic_write_bytes(staging / STIMULI_DIR / name, data)
+            atomic_write_bytes(
+                inside(staging / STIMULI_DIR, safe_component(name, "original stimulus name"), name), data
+            )
         shutil.copytree(web_source, staging / WEB_DIR)
         os.chmod(staging, 0o755)
+        fsync_tree(staging)  # on disk before it is renamed into place, so even a power cut leaves no partial v<k>
         while True:
             version = max(existing_versions(study_root), default=0) + 1
             target = study_root / f"v{version}"
@@ -178,6 +182,7 @@ def write_bundle(
                     continue
                 raise
             break
+        fsync_tree(study_root, recursive=False)  # the rename itself
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -204,6 +209,12 @@ def _check_consistent(
     if len(spec.categories) != len(set(spec.categories)) or not spec.categories:
         raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(spec.categories)}")
     for entry in key.values():
+        for column, name in (("stimulus_id", entry.stimulus_id), ("image", entry.image)):
+            try:
+                if name or column == "stimulus_id":  # both become file names (images/<id>.png, stimuli/<image>)
+                    safe_component(name, f"{where}: key {column}")
+            except UserError as error:
+                raise BundleError(str(error)) from None
         if entry.kind not in KINDS:
             raise BundleError(
                 f"{where}: key kind {entry.kind!r} for {entry.stimulus_id!r} unknown; allowed: {', '.join(KINDS)}"
@@ -224,6 +235,20 @@ def _check_consistent(
     names = [entry.image for entry in key.values() if entry.image]
     if len(names) != len(set(names)):
         raise BundleError(f"{where}: two stimuli share an original image name; names must be unique")
+
+
+def _check_complete(root: Path, key: Mapping[str, KeyEntry], images: set[str]) -> None:
+    """Every file the key implies is there: a display image per stimulus, a native image per rated one, and the
+    web experiment, so a bundle copied in part (an interrupted transfer from a colleague) is refused, not served."""
+    missing = [f"{IMAGES_DIR}/{sid}.png" for sid in key if sid not in images]
+    rated = [e.image for e in key.values() if e.kind in ("controversial", "natural")]
+    missing += [f"{STIMULI_DIR}/{name}" for name in rated if not (root / STIMULI_DIR / name).is_file()]
+    missing += [f"{WEB_DIR}/index.html"] if not (root / WEB_DIR / "index.html").is_file() else []
+    if missing:
+        raise BundleError(
+            f"{root}: incomplete bundle, {len(missing)} file(s) missing ({', '.join(missing[:3])}"
+            f"{', ...' if len(missing) > 3 else ''}); copy the whole folder again, or export a new version"
+        )
 
 
 def _present(path: Path) -> Path:
@@ -251,4 +276,5 @@ def load_bundle(path: str | Path) -> StudyBundle:
     trials = read_trial_list(_present(root / TRIALS_FILE), BundleError)
     images = {p.stem for p in (root / IMAGES_DIR).glob("*.png")}
     _check_consistent(spec, trials, key, images, root)
+    _check_complete(root, key, images)
     return StudyBundle(root=root, version=int(match.group(1)), spec=spec, trials=trials, key=key)

@@ -239,7 +239,7 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
     with torch.random.fork_rng(devices=[]):  # weights=random: the same initialisation every time
         torch.manual_seed(settings.calibration_seed)
         pretrained = weights is None and not random_init
-        net = build_network(settings.source, n_outputs, settings.arch_kwargs or {}, pretrained=pretrained)
+        net = build_network(settings.source, n_outputs, settings.arch_kwargs or {}, pretrained=pretrained, named=True)
     if weights is not None and state is not None:
         load_weights(net, state, weights, settings.source)
     chosen = preprocessing(settings, net, info)
