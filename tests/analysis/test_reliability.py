@@ -49,6 +49,7 @@ def test_test_retest_per_participant_and_pooled():
     assert result.pooled == pytest.approx(pooled) and result.n_participants == 3 and result.n_repeated_images == 2
 
 
+@pytest.mark.slow
 def test_the_report_and_results_json_state_both_reliabilities(tmp_path):
     first = run_analyze(tmp_path / "sim", SMALL + ["figures=false"])
     human, model = first.inputs.human_ratings, first.inputs.model_responses

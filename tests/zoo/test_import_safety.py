@@ -98,6 +98,7 @@ def test_the_repository_models_folder_is_refused(tmp_path, user_code):
     assert not (ROOT / "models" / "mnist" / "brand_new.pt").exists()
 
 
+@pytest.mark.slow
 def test_an_imported_model_is_replaced_only_with_overwrite(tmp_path, user_code):
     path = import_model(options(tmp_path))
     first = digest(path)
@@ -108,6 +109,7 @@ def test_an_imported_model_is_replaced_only_with_overwrite(tmp_path, user_code):
     assert digest(path) != first  # another random initialisation, as asked
 
 
+@pytest.mark.slow
 def test_by_default_the_model_goes_to_the_user_folder_every_command_finds(tmp_path, user_code, monkeypatch):
     monkeypatch.delenv(MODELS_DIR_ENV, raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data_home"))
