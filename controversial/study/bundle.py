@@ -35,6 +35,7 @@ from controversial.atomic import atomic_write_bytes, atomic_write_text, fsync_tr
 from controversial.errors import UserError
 from controversial.records.study import KeyEntry, TrialSpec, key_text, read_key, read_trial_list, trial_list_text
 from controversial.study.display import uniform_pngs
+from controversial.study.schemas import MAX_CATEGORIES, MAX_NAME_LENGTH
 from controversial.untrusted import inside, safe_component
 
 log = logging.getLogger(__name__)
@@ -138,10 +139,12 @@ def write_bundle(
     images: Mapping[str, bytes],
     originals: Mapping[str, bytes],
     web_source: str | Path,
+    idat_room: int = 0,
 ) -> Path:
     """Write a new version ``<studies_dir>/<name>/v<k>`` (k = latest + 1) and return its path.
 
-    ``images`` are display PNGs by stimulus id; ``originals`` the native stimuli by original name.
+    ``images`` are display PNGs by stimulus id; ``originals`` the native stimuli by original name; ``idat_room``
+    the IDAT length the display images are padded to at least (room for the checks the server draws).
     """
     validate_name(spec.name)
     _check_consistent(spec, trials, {entry.stimulus_id: entry for entry in key}, set(images), Path("<new bundle>"))
@@ -160,7 +163,7 @@ def write_bundle(
         atomic_write_text(staging / STUDY_FILE, json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n")
         atomic_write_text(staging / TRIALS_FILE, trial_list_text(trials))
         atomic_write_text(staging / KEY_FILE, key_text(key))
-        _write_display_images(staging / IMAGES_DIR, images)
+        _write_display_images(staging / IMAGES_DIR, images, idat_room)
         for name, data in originals.items():
             atomic_write_bytes(
                 inside(staging / STIMULI_DIR, safe_component(name, "original stimulus name"), name), data
@@ -190,10 +193,10 @@ def write_bundle(
     return target
 
 
-def _write_display_images(folder: Path, images: Mapping[str, bytes]) -> None:
+def _write_display_images(folder: Path, images: Mapping[str, bytes], idat_room: int) -> None:
     """Random write order, one byte layout (chunks and lengths), one modification time: no file metadata and no
     PNG structure follows the key."""
-    uniform = uniform_pngs(images)
+    uniform = uniform_pngs(images, idat_room)
     ids = list(uniform)
     random.SystemRandom().shuffle(ids)
     for stimulus_id in ids:
@@ -203,11 +206,28 @@ def _write_display_images(folder: Path, images: Mapping[str, bytes]) -> None:
         os.utime(folder / f"{stimulus_id}.png", (stamp, stamp))
 
 
+def check_categories(categories: Sequence[str], where: str | Path) -> None:
+    """Categories the server can accept answers for: distinct, 1 to ``MAX_CATEGORIES`` names of 1 to
+    ``MAX_NAME_LENGTH`` characters (the answer schema's limits; past them every answer would be a 422)."""
+    if len(categories) != len(set(categories)) or not categories:
+        raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(categories)[:10]}")
+    if len(categories) > MAX_CATEGORIES:
+        raise BundleError(
+            f"{where}: {len(categories)} categories; a study can have at most {MAX_CATEGORIES} (the most ratings "
+            "an answer may carry): rate a subset of the classes"
+        )
+    long = [c for c in categories if not 1 <= len(c) <= MAX_NAME_LENGTH]
+    if long:
+        raise BundleError(
+            f"{where}: category name {long[0][:80]!r} has {len(long[0])} characters; allowed: 1 to {MAX_NAME_LENGTH} "
+            f"(the answer schema's limit; {len(long)} name(s) too long): shorten the class names"
+        )
+
+
 def _check_consistent(
     spec: StudySpec, trials: Sequence[TrialSpec], key: Mapping[str, KeyEntry], images: set[str], where: Path
 ) -> None:
-    if len(spec.categories) != len(set(spec.categories)) or not spec.categories:
-        raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(spec.categories)}")
+    check_categories(spec.categories, where)
     for entry in key.values():
         for column, name in (("stimulus_id", entry.stimulus_id), ("image", entry.image)):
             try:
