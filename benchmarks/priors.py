@@ -158,13 +158,14 @@ def print_table(results: list) -> None:
     """The table, with KID measured on the accepted stimuli of each row."""
     from controversial.synthesis.naturalness import naturalness
 
-    header = "| pair | prior | accepted | median hard | KID x1e3 (n) | floor / ceiling | seconds | goal |"
+    header = "| pair | prior | accepted | median hard | KID x1e3 +- sd (n) | floor / ceiling | seconds | goal |"
     print(header + "\n|---|---|---|---|---|---|---|---|")
     pixel_kid: dict[str, float] = {}
     for name_a, name_b, dataset, prior, n_cells, out in results:
         kept = out["images"][out["accepted"]]
         measured = naturalness(kept, dataset) if len(kept) >= 2 else None
         kid = measured.kid if measured else float("nan")
+        spread = f" +- {measured.kid_std:.0f}" if measured else ""
         pair = f"{name_a}-{name_b}"
         if prior == "pixel":
             pixel_kid[pair] = kid
@@ -175,7 +176,7 @@ def print_table(results: list) -> None:
         bounds = f"{measured.floor:.0f} / {measured.ceiling:.0f}" if measured else "-"
         print(
             f"| {pair} | {prior} | {int(out['accepted'].sum())}/{n_cells} | "
-            f"{statistics.median(out['hard'].tolist()):.3f} | {kid:.0f} ({len(kept)}) | {bounds} | "
+            f"{statistics.median(out['hard'].tolist()):.3f} | {kid:.0f}{spread} ({len(kept)}) | {bounds} | "
             f"{out['seconds']:.0f} | {goal} |",
             flush=True,
         )

@@ -219,7 +219,8 @@ These are the bundled generators of `synthesis.parametrization=generator` (docs/
 not classifiers: the model registry does not list them. Weights are stored in float16. KID x 10^3 is that of the
 generator's own samples (z ~ N(0, I), untruncated, as 8-bit images) to the dataset's test images, in the
 feature space of the dataset's feature network, beside the measure's floor (test vs training images) and its
-noise ceiling (uniform noise).
+noise ceiling (uniform noise). Training times are wall seconds of one thread on the shared 2-core VM, under
+heavy load from other jobs.
 """
 
 
