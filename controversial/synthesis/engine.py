@@ -102,18 +102,46 @@ def _model_logits(
     return logits
 
 
+def evaluate_objective(
+    objective: Objective,
+    logits: list[torch.Tensor],
+    targets: torch.Tensor,
+    options: SynthesisOptions,
+    groups: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """The objective's values; ``groups`` (ensembles of instances, see ``objectives.py``) is passed only when
+    given, so an objective written for single checkpoints keeps working for them."""
+    if groups is None:
+        return objective(logits, targets, options)
+    try:
+        return objective(logits, targets, options, groups=groups)  # type: ignore[call-arg]
+    except TypeError as error:
+        if "groups" not in str(error):
+            raise
+        raise UserError(
+            f"synthesis.objective={options.objective} takes no groups= argument, so it cannot synthesize against "
+            "ensembles of instances; use objective=lse or one instance per model"
+        ) from None
+
+
 @scoring()
 def score_images(
-    models: Sequence[SynthesisModel], images: torch.Tensor, targets: torch.Tensor, options: SynthesisOptions
+    models: Sequence[SynthesisModel],
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    options: SynthesisOptions,
+    groups: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Hard score, objective and the (N, m, m) target probabilities of fixed images, in float32 (autocast
-    off, whatever the caller has on): the scores acceptance rests on."""
+    off, whatever the caller has on): the scores acceptance rests on. With ``groups`` the probabilities are
+    (N, instances, models): instance i's p(target of model j)."""
     for model in models:
         model.reset_state()
     logits = _model_logits(models, images)
     probabilities = torch.stack([torch.sigmoid(l.gather(1, targets)) for l in logits], 1)
     objective = OBJECTIVES.get(options.objective)
-    return hard_score(logits, targets), objective(logits, targets, options), probabilities
+    value = evaluate_objective(objective, logits, targets, options, groups)
+    return hard_score(logits, targets, groups), value, probabilities
 
 
 @dataclass
@@ -174,13 +202,14 @@ def _forward_backward(
     objective: Objective,
     generator: torch.Generator,
     bfloat16: Sequence[bool],
+    groups: Sequence[int] | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The models' forward and backward pass of one step: the objective (detached), the hard score, and
     which elements have a finite objective; the gradient of the summed finite objective is left in the
     parameters behind ``images``."""
     logits = _model_logits(models, jitter(images, options.jitter, generator), bfloat16)
-    value = objective(logits, targets, options)
-    hard = hard_score([l.detach() for l in logits], targets)
+    value = evaluate_objective(objective, logits, targets, options, groups)
+    hard = hard_score([l.detach() for l in logits], targets, groups)
     finite = torch.isfinite(value)
     value[finite].sum().neg().backward()
     return value.detach(), hard, finite
@@ -266,6 +295,7 @@ def synthesize_batch(
     on_scores: Callable[[int, torch.Tensor], None] | None = None,
     optimizer: OptimizerFactory | None = None,
     on_finished: Callable[[int, Finished], None] | None = None,
+    groups: Sequence[int] | None = None,
 ) -> BatchResult:
     """Maximise the objective ``options.objective`` of every element at once.
 
@@ -276,6 +306,8 @@ def synthesize_batch(
     that step (for tracking; it costs a device sync per step, so pass it only when needed).
     ``optimizer(params)`` builds the optimiser (default: the paper's, ``OptimizerOptions()``).
     ``on_finished(index, finished)`` is called for each element as it leaves the batch early.
+    ``groups``: the models are trained instances, ``groups[i]`` the model (target column) of instance i; every
+    instance must see its model's target (``objectives.py``).
     """
     start_time = time.perf_counter()
     model_seconds = 0.0
@@ -302,7 +334,7 @@ def synthesize_batch(
         images = param.to_images(active.params)
         model_start = time.perf_counter()
         value, hard, finite = _forward_backward(
-            models, images, targets[active.rows], options, objective, generator, bfloat16
+            models, images, targets[active.rows], options, objective, generator, bfloat16, groups
         )
         model_seconds += time.perf_counter() - model_start
         with torch.no_grad():
@@ -318,7 +350,7 @@ def synthesize_batch(
             on_scores(step + 1, hard.detach().cpu())
         if on_step is not None:
             on_step(step + 1, len(active.rows))
-    return _result(models, targets, options, records, model_seconds, start_time)
+    return _result(models, targets, options, records, model_seconds, start_time, groups)
 
 
 def _result(
@@ -328,10 +360,11 @@ def _result(
     records: _Records,
     model_seconds: float,
     start_time: float,
+    groups: Sequence[int] | None,
 ) -> BatchResult:
     """Score exactly the 8-bit images people will see, and name the elements that failed."""
     final = quantize(records.best_images)
-    hard, value, probabilities = score_images(models, final, targets, options)
+    hard, value, probabilities = score_images(models, final, targets, options, groups)
     failures = records.failures
     for index in torch.nonzero(~torch.isfinite(hard) | ~torch.isfinite(value)).squeeze(1).tolist():
         failures[index] = failures[index] or "non-finite score of the 8-bit image"

@@ -23,7 +23,11 @@ if TYPE_CHECKING:
 
 class Objective(Protocol):
     """What synthesis maximises: one value per batch element from the calibrated logits of the N models
-    (one (batch, classes) tensor each) and the (batch, N) target classes; the options carry its settings."""
+    (one (batch, classes) tensor each) and the (batch, N) target classes; the options carry its settings.
+
+    Synthesis against ensembles of trained instances passes ``groups=`` (the model each logits tensor is an
+    instance of, targets then having one column per model); an objective without that keyword serves pairs
+    of single checkpoints only."""
 
     def __call__(self, logits: list[torch.Tensor], targets: torch.Tensor, options: SynthesisOptions) -> torch.Tensor:
         """(batch,) values; higher is more controversial."""

@@ -43,6 +43,13 @@ from controversial.synthesis.engine import (
     synthesize_batch,
 )
 from controversial.synthesis.grids import plot_stimulus_grid
+from controversial.synthesis.instances import (
+    PairInstances,
+    load_pair_instances,
+    transfer_text,
+    with_instances,
+    worst_case_probabilities,
+)
 from controversial.synthesis.options import OptimizerOptions, SynthesisOptions, chosen_classes
 from controversial.synthesis.runstate import Element, manifest_row
 from controversial.synthesis.stimuli import load_png
@@ -50,8 +57,7 @@ from controversial.synthesis.sweeps import register_pair_options
 from controversial.tasks import Invocation
 from controversial.tracking import Tracker, WandbOptions, start_tracking
 from controversial.zoo.inference import compile_networks
-from controversial.zoo.loading import load_models, resolve_device
-from controversial.zoo.readout import CalibratedModel
+from controversial.zoo.loading import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +80,7 @@ class SynthesizeSettings(Options):
     synthesis: SynthesisOptions = Field(default_factory=SynthesisOptions)
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     data: DataOptions = Field(default_factory=DataOptions)
+    heldout: bool = Field(True, description="score every stimulus under the models' other trained instances too")
     progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
     output_dir: str | None = Field(None, description="re-enter a run dir to resume it; default: a new timestamped one")
     sweep_dir: str | None = Field(None, description="the multirun folder; set it so a re-run resumes the sweep")
@@ -127,6 +134,7 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
         "model_b": cfg.model_b.name,
         "checkpoint_a_sha256": _sha256(Path(cfg.model_a.checkpoint)),
         "checkpoint_b_sha256": _sha256(Path(cfg.model_b.checkpoint)),
+        **{f"instances_{k}": m.instances for k, m in (("a", cfg.model_a), ("b", cfg.model_b)) if m.instances},
         "seed": cfg.seed,
         "seeds_per_cell": cfg.seeds_per_cell,
         "init": cfg.start,
@@ -250,9 +258,10 @@ class _Interrupted(KeyboardInterrupt):
 def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
-    models = [m.to(device) for m in load_models([cfg.model_a, cfg.model_b], cfg.data.root, ["model_a", "model_b"])]
+    roles = ["model_a", "model_b"]
+    models = load_pair_instances([cfg.model_a, cfg.model_b], cfg.data.root, roles, cfg.heldout).to(device)
     if cfg.synthesis.torch_compile:
-        compile_networks(models)
+        compile_networks(models.models)
     with runstate.exclusive_run_dir(out_dir):
         runstate.remove_stale_temp_files(out_dir)
         runstate.check_run_settings(out_dir, result_settings(cfg))
@@ -273,7 +282,7 @@ def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
 
 def _synthesize_pair(
     cfg: SynthesizeSettings,
-    models: list[CalibratedModel],
+    models: PairInstances,
     device: torch.device,
     out_dir: Path,
     rows: list[ManifestRow],
@@ -325,7 +334,7 @@ def _synthesize_pair(
 
 def _attempt(
     cfg: SynthesizeSettings,
-    models: list[CalibratedModel],
+    models: PairInstances,
     device: torch.device,
     out_dir: Path,
     elements: list[Element],
@@ -348,7 +357,7 @@ def _attempt(
     batch_start = time.perf_counter()
     try:
         result = synthesize_batch(
-            models,
+            models.models,
             targets,
             initial.to(device),
             cfg.synthesis,
@@ -357,7 +366,9 @@ def _attempt(
             on_scores=on_scores,
             optimizer=cfg.optimizer.factory(),
             on_finished=finished.__setitem__,
+            groups=models.groups,
         )
+        result.probabilities = worst_case_probabilities(result.probabilities, models.groups)
     except KeyboardInterrupt:  # keep the elements that had already finished: their 8-bit images are final
         bar.close()
         kept = []
@@ -375,6 +386,7 @@ def _attempt(
                 )
                 for i, n in enumerate(index)
             ]
+            kept = with_instances(kept, models, partial.images, targets[index])
         raise _Interrupted(kept) from None
     bar.close()
     per_image_time = result.total_seconds / len(elements)
@@ -382,11 +394,11 @@ def _attempt(
         manifest_row(*_row_context(cfg), out_dir, element, init, result, i, per_image_time)
         for i, (element, init) in enumerate(zip(elements, inits))
     ]
-    return new_rows, result
+    return with_instances(new_rows, models, result.images, targets), result
 
 
 def _finished_result(
-    models: list[CalibratedModel],
+    models: PairInstances,
     targets: torch.Tensor,
     finished: dict[int, Finished],
     cfg: SynthesizeSettings,
@@ -395,7 +407,8 @@ def _finished_result(
     """The elements that finished before an interrupt, scored on their 8-bit images as a whole batch would."""
     index = sorted(finished)
     images = torch.stack([finished[i].image for i in index]).to(targets.device)
-    hard, smooth, probabilities = score_images(models, images, targets[index], cfg.synthesis)
+    hard, smooth, probabilities = score_images(models.models, images, targets[index], cfg.synthesis, models.groups)
+    probabilities = worst_case_probabilities(probabilities, models.groups)
     failures = [
         finished[i].failure
         or ("" if torch.isfinite(h) and torch.isfinite(m) else "non-finite score of the 8-bit image")
@@ -480,7 +493,7 @@ def _finish(
     summary = (
         f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold "
         f"{cfg.synthesis.threshold}, median best hard score {statistics.median(best_scores):.3f}, "
-        f"wall time {wall:.0f} s -> {out_dir}"
+        f"wall time {wall:.0f} s{transfer_text(rows, cfg.synthesis.threshold)} -> {out_dir}"
     )
     log.info(summary)
     print(summary)

@@ -131,7 +131,10 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
         model_cfg = model_cfg.model_copy(update={"train": model_cfg.train.model_copy(update={"seed": instance_seed})})
         resume_file = Path(cfg.resume_file)
         cfg = cfg.model_copy(
-            update={"model": model_cfg, "resume_file": str(resume_file.with_stem(f"{resume_file.stem}_seed{instance_seed}"))}
+            update={
+                "model": model_cfg,
+                "resume_file": str(resume_file.with_stem(f"{resume_file.stem}_seed{instance_seed}")),
+            }
         )
     settings = model_cfg.train
     method = TRAINING_METHODS.get(settings.method)
