@@ -52,6 +52,7 @@ class ManifestRow:
     instances_a: str = ""  # the trained instances (seeds) of model A synthesis used, "0" or "0,1"
     instances_b: str = ""
     heldout_hard_score: float | None = None  # the hard score under every held-out instance (None, "": none)
+    heldout_accepted: bool | None = None  # the acceptance rule under every held-out instance (None, "": none)
     heldout_probabilities: str = ""  # "<model>@<seed>:<p(class_a)>/<p(class_b)>" per held-out instance, ";"-joined
 
     @property
@@ -61,10 +62,10 @@ class ManifestRow:
 
 
 MANIFEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ManifestRow))
-INSTANCE_COLUMNS = ("instances_a", "instances_b", "heldout_hard_score", "heldout_probabilities")
+INSTANCE_COLUMNS = ("instances_a", "instances_b", "heldout_hard_score", "heldout_accepted", "heldout_probabilities")
 _REQUIRED_COLUMNS = tuple(c for c in MANIFEST_COLUMNS if c not in INSTANCE_COLUMNS)
 _TIMING_COLUMNS = ("wall_time_s",)
-_BOOL_COLUMNS = {"converged", "accepted"}
+_BOOL_COLUMNS = {"converged", "accepted", "heldout_accepted"}
 _INT_COLUMNS = {"class_a", "class_b", "seed", "steps"}
 _FLOAT_COLUMNS = {
     "hard_score",
@@ -76,7 +77,7 @@ _FLOAT_COLUMNS = {
     "p_model_b_class_b",
     "heldout_hard_score",
 }
-_OPTIONAL_FLOAT_COLUMNS = {"heldout_hard_score"}
+_OPTIONAL_COLUMNS = {"heldout_hard_score", "heldout_accepted"}  # empty: no held-out instance
 
 
 def _format(value: object) -> str:
@@ -107,7 +108,7 @@ def _parse(column: str, raw: str, path: Path, line: int) -> bool | int | float |
             return raw == "true"
         if column in _INT_COLUMNS:
             return int(raw)
-        if column in _OPTIONAL_FLOAT_COLUMNS and raw == "":
+        if column in _OPTIONAL_COLUMNS and raw == "":
             return None
         if column in _FLOAT_COLUMNS:
             return float(raw)

@@ -7,7 +7,8 @@ the *models* apart is asked of instances of the same recipe trained from other s
 ``objectives.py``) and accepts a stimulus only when every one of them passes the hard-score rule. Whatever
 was used, the models' other trained instances are *held out*: each manifest row carries their hard score
 (the same rule over all of them, each held-out instance held to its own model's side) and their target
-probabilities, and the *transfer rate* is the share of accepted stimuli that every held-out instance accepts.
+probabilities; the *transfer rate* (``sweep_overview.transfer``) is the share of accepted stimuli that every
+held-out instance accepts.
 """
 
 from __future__ import annotations
@@ -132,36 +133,20 @@ def heldout_scores(
 
 
 def with_instances(
-    rows: list[ManifestRow], instances: PairInstances, images: torch.Tensor, targets: torch.Tensor
+    rows: list[ManifestRow], instances: PairInstances, images: torch.Tensor, targets: torch.Tensor, threshold: float
 ) -> list[ManifestRow]:
     """The rows of a batch with the instance columns filled in: the seeds used, and the held-out scores of the
-    8-bit ``images`` (the rows' images, in order) for their ``targets``."""
+    8-bit ``images`` (the rows' images, in order) for their ``targets``, accepted at ``threshold``."""
     hard, texts = heldout_scores(instances, images, targets)
     return [
         replace(
             row,
             instances_a=instances.seeds[0],
             instances_b=instances.seeds[1],
-            heldout_hard_score=h if not row.status.startswith("failed") else None,
-            heldout_probabilities=t if not row.status.startswith("failed") else "",
+            heldout_hard_score=None if failed else h,
+            heldout_accepted=None if failed or h is None else h >= threshold,
+            heldout_probabilities="" if failed else t,
         )
         for row, h, t in zip(rows, hard, texts)
+        for failed in [row.status.startswith("failed")]
     ]
-
-
-def transfer(rows: Sequence[ManifestRow], threshold: float) -> tuple[int, int] | None:
-    """(accepted stimuli every held-out instance also accepts, accepted stimuli with held-out scores), or None
-    when no accepted row has a held-out score (no other trained instance, or a manifest from before)."""
-    scored = [r.heldout_hard_score for r in rows if r.accepted and r.heldout_hard_score is not None]
-    if not scored:
-        return None
-    return sum(score >= threshold for score in scored), len(scored)
-
-
-def transfer_text(rows: Sequence[ManifestRow], threshold: float) -> str:
-    """``", transfer to held-out instances 12/20 (60%)"`` for a summary line; empty without held-out scores."""
-    counts = transfer(rows, threshold)
-    if counts is None:
-        return ""
-    kept, scored = counts
-    return f", transfer to held-out instances {kept}/{scored} ({100 * kept / scored:.0f}%)"

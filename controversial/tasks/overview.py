@@ -91,3 +91,7 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
         f"{len(rows)} rows -> {out_dir}"
     )
     print(table, end="")
+    transfer = overview.transfer_markdown(summaries)
+    if transfer:  # some pair has held-out instances (docs/synthesis.md, Instances)
+        atomic_write_text(out_dir / "transfer.md", transfer)
+        print(transfer, end="")

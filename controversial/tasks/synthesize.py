@@ -46,13 +46,13 @@ from controversial.synthesis.grids import plot_stimulus_grid
 from controversial.synthesis.instances import (
     PairInstances,
     load_pair_instances,
-    transfer_text,
     with_instances,
     worst_case_probabilities,
 )
 from controversial.synthesis.options import OptimizerOptions, SynthesisOptions, chosen_classes
 from controversial.synthesis.runstate import Element, manifest_row
 from controversial.synthesis.stimuli import load_png
+from controversial.synthesis.sweep_overview import transfer_text
 from controversial.synthesis.sweeps import register_pair_options
 from controversial.tasks import Invocation
 from controversial.tracking import Tracker, WandbOptions, start_tracking
@@ -386,7 +386,7 @@ def _attempt(
                 )
                 for i, n in enumerate(index)
             ]
-            kept = with_instances(kept, models, partial.images, targets[index])
+            kept = with_instances(kept, models, partial.images, targets[index], cfg.synthesis.threshold)
         raise _Interrupted(kept) from None
     bar.close()
     per_image_time = result.total_seconds / len(elements)
@@ -394,7 +394,7 @@ def _attempt(
         manifest_row(*_row_context(cfg), out_dir, element, init, result, i, per_image_time)
         for i, (element, init) in enumerate(zip(elements, inits))
     ]
-    return with_instances(new_rows, models, result.images, targets), result
+    return with_instances(new_rows, models, result.images, targets, cfg.synthesis.threshold), result
 
 
 def _finished_result(
@@ -493,7 +493,7 @@ def _finish(
     summary = (
         f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold "
         f"{cfg.synthesis.threshold}, median best hard score {statistics.median(best_scores):.3f}, "
-        f"wall time {wall:.0f} s{transfer_text(rows, cfg.synthesis.threshold)} -> {out_dir}"
+        f"wall time {wall:.0f} s{transfer_text(rows)} -> {out_dir}"
     )
     log.info(summary)
     print(summary)
