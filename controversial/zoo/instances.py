@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 
 from controversial.errors import UserError
+from controversial.zoo.checkpoints import load_checkpoint
+from controversial.zoo.readout import IDENTITY, CalibratedModel
 
 INSTANCE_PATTERN = re.compile(r"seed(\d+)\.pt")
 
@@ -73,3 +75,33 @@ def select_instances(name: str, checkpoint: str | Path, seeds: list[int]) -> dic
     if len(set(seeds)) != len(seeds):
         raise UserError(f"model '{name}': instances {seeds} name a seed twice")
     return {seed: found[seed] for seed in seeds}
+
+
+class InstanceMean(CalibratedModel):
+    """A model scored as the mean of its trained instances: its probabilities are the mean of theirs.
+
+    (The calibrated logit it returns is that mean's logit, so ``probabilities`` and everything built on it
+    see the mean.) For analysis only; synthesis against instances keeps them apart (``synthesis/instances.py``).
+    """
+
+    def __init__(self, instances: list[CalibratedModel], name: str) -> None:
+        first = instances[0]
+        members = torch.nn.ModuleList(instances)
+        super().__init__(members, IDENTITY, name, first.dataset, first.class_names)
+        self.members = members
+        accuracies = [m.test_accuracy for m in instances]
+        self.test_accuracy = min(accuracies) if None not in accuracies else None  # type: ignore[type-var]
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        mean = torch.stack([torch.sigmoid(m(images)) for m in self.members]).mean(0)
+        return torch.logit(mean.clamp(1e-7, 1 - 1e-7))
+
+
+def instance_models(checkpoint: str | Path, name: str, data_root: str | None = None) -> list[CalibratedModel]:
+    """Every trained instance of a model as ``<name>@<seed>``, then ``<name>`` as their mean (``InstanceMean``)."""
+    instances = []
+    for seed, path in find_instances(checkpoint).items():
+        model = load_checkpoint(path, data_root)
+        model.name = f"{name}@{seed}"
+        instances.append(model)
+    return [*instances, InstanceMean(instances, name)]
