@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from controversial.errors import UserError
-from controversial.synthesis.objectives import hard_score
+from controversial.synthesis.objectives import hard_score, worst_case_probabilities
 from controversial.synthesis.options import OBJECTIVES, Objective, OptimizerFactory, OptimizerOptions, SynthesisOptions
 from controversial.synthesis.parametrization import Parametrization, jitter, level_change, parametrization, quantize
 from controversial.zoo.protocol import SynthesisModel, scoring
@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class BatchResult:
-    """Per-element outcome; ``probabilities[n, i, j]`` is model i's p(target j) on the 8-bit image."""
+    """Per-element outcome; ``probabilities[n, i, j]`` is model i's p(target j) on the 8-bit image (with
+    ``groups``: its worst instance's, see ``objectives.worst_case_probabilities``)."""
 
     images: torch.Tensor
     hard: torch.Tensor
@@ -133,15 +134,15 @@ def score_images(
     groups: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Hard score, objective and the (N, m, m) target probabilities of fixed images, in float32 (autocast
-    off, whatever the caller has on): the scores acceptance rests on. With ``groups`` the probabilities are
-    (N, instances, models): instance i's p(target of model j)."""
+    off, whatever the caller has on): the scores acceptance rests on. With ``groups`` each model's
+    probabilities are its worst instance's (``worst_case_probabilities``)."""
     for model in models:
         model.reset_state()
     logits = _model_logits(models, images)
     probabilities = torch.stack([torch.sigmoid(l.gather(1, targets)) for l in logits], 1)
     objective = OBJECTIVES.get(options.objective)
     value = evaluate_objective(objective, logits, targets, options, groups)
-    return hard_score(logits, targets, groups), value, probabilities
+    return hard_score(logits, targets, groups), value, worst_case_probabilities(probabilities, groups)
 
 
 @dataclass

@@ -88,27 +88,6 @@ def load_pair_instances(
     )
 
 
-def worst_case_probabilities(probabilities: torch.Tensor, groups: Sequence[int] | None) -> torch.Tensor:
-    """(N, models, models) from per-instance (N, instances, models) probabilities: per model, the lowest p of
-    its own target and the highest p of the other's among its instances (what the hard score rests on)."""
-    if groups is None:
-        return probabilities
-    owner = torch.tensor(list(groups), device=probabilities.device)
-    rows = []
-    for g in range(probabilities.shape[2]):
-        mine = probabilities[:, owner == g]  # (N, instances of g, models)
-        rows.append(
-            torch.stack(
-                [
-                    mine[:, :, j].min(1).values if j == g else mine[:, :, j].max(1).values
-                    for j in range(probabilities.shape[2])
-                ],
-                1,
-            )
-        )
-    return torch.stack(rows, 1)
-
-
 @scoring()
 def heldout_scores(
     instances: PairInstances, images: torch.Tensor, targets: torch.Tensor

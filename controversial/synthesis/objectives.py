@@ -58,6 +58,27 @@ def smooth_score(
     return -torch.logsumexp(-sharpness * terms, dim=1) / sharpness
 
 
+def worst_case_probabilities(probabilities: torch.Tensor, groups: Sequence[int] | None) -> torch.Tensor:
+    """(N, models, models) from per-instance (N, instances, models) probabilities: per model, the lowest p of
+    its own target and the highest p of the other's among its instances (what the hard score rests on)."""
+    if groups is None:
+        return probabilities
+    owner = torch.tensor(list(groups), device=probabilities.device)
+    rows = []
+    for g in range(probabilities.shape[2]):
+        mine = probabilities[:, owner == g]  # (N, instances of g, models)
+        rows.append(
+            torch.stack(
+                [
+                    mine[:, :, j].min(1).values if j == g else mine[:, :, j].max(1).values
+                    for j in range(probabilities.shape[2])
+                ],
+                1,
+            )
+        )
+    return torch.stack(rows, 1)
+
+
 @OBJECTIVES.register("lse")
 def lse_objective(
     logits: list[torch.Tensor],

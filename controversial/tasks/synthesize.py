@@ -43,12 +43,7 @@ from controversial.synthesis.engine import (
     synthesize_batch,
 )
 from controversial.synthesis.grids import plot_stimulus_grid
-from controversial.synthesis.instances import (
-    PairInstances,
-    load_pair_instances,
-    with_instances,
-    worst_case_probabilities,
-)
+from controversial.synthesis.instances import PairInstances, load_pair_instances, with_instances
 from controversial.synthesis.options import OptimizerOptions, SynthesisOptions, chosen_classes
 from controversial.synthesis.runstate import Element, manifest_row
 from controversial.synthesis.stimuli import load_png
@@ -258,8 +253,8 @@ class _Interrupted(KeyboardInterrupt):
 def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
-    roles = ["model_a", "model_b"]
-    models = load_pair_instances([cfg.model_a, cfg.model_b], cfg.data.root, roles, cfg.heldout).to(device)
+    specs, roles = [cfg.model_a, cfg.model_b], ["model_a", "model_b"]
+    models = load_pair_instances(specs, cfg.data.root, roles, cfg.heldout).to(device)
     if cfg.synthesis.torch_compile:
         compile_networks(models.models)
     with runstate.exclusive_run_dir(out_dir):
@@ -368,7 +363,6 @@ def _attempt(
             on_finished=finished.__setitem__,
             groups=models.groups,
         )
-        result.probabilities = worst_case_probabilities(result.probabilities, models.groups)
     except KeyboardInterrupt:  # keep the elements that had already finished: their 8-bit images are final
         bar.close()
         kept = []
@@ -408,7 +402,6 @@ def _finished_result(
     index = sorted(finished)
     images = torch.stack([finished[i].image for i in index]).to(targets.device)
     hard, smooth, probabilities = score_images(models.models, images, targets[index], cfg.synthesis, models.groups)
-    probabilities = worst_case_probabilities(probabilities, models.groups)
     failures = [
         finished[i].failure
         or ("" if torch.isfinite(h) and torch.isfinite(m) else "non-finite score of the 8-bit image")

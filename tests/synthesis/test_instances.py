@@ -9,8 +9,7 @@ from helpers import IMAGE_SHAPES, run_task, tiny_abs_vgg_overrides
 from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow, read_manifest, write_manifest
 from controversial.synthesis.engine import noise_images, score_images, synthesize_batch
-from controversial.synthesis.instances import worst_case_probabilities
-from controversial.synthesis.objectives import controversy_terms, hard_score
+from controversial.synthesis.objectives import controversy_terms, hard_score, worst_case_probabilities
 from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.sweep_overview import summarize_pairs, transfer, transfer_markdown
 from controversial.zoo.checkpoints import CheckpointInfo, load_checkpoint, save_checkpoint
@@ -110,13 +109,13 @@ def test_synthesis_against_an_ensemble_accepts_on_every_instance(tmp_path):
     options = SynthesisOptions(max_steps=60, stop_score=None)
     start = noise_images([(3, 7), (1, 2)], [0, 0], (1, 28, 28))
     result = synthesize_batch(models, targets, start, options, groups=[0, 0, 1])
-    assert result.probabilities.shape == (2, 3, 2)
-    for instance in models[:2]:  # the hard score is the worst pair's
-        pair_hard, _, _ = score_images([instance, models[2]], result.images, targets, options)
-        assert torch.all(result.hard <= pair_hard + 1e-6)
-    worst = worst_case_probabilities(result.probabilities, [0, 0, 1])
-    assert torch.equal(worst[:, 0, 0], result.probabilities[:, :2, 0].min(1).values)
-    assert torch.equal(worst[:, 0, 1], result.probabilities[:, :2, 1].max(1).values)
+    pair_hard = [score_images([a, models[2]], result.images, targets, options)[0] for a in models[:2]]
+    assert torch.allclose(result.hard, torch.minimum(*pair_hard))  # accepted only if every instance passes
+    with torch.no_grad():
+        per_instance = torch.stack([torch.sigmoid(m(result.images).gather(1, targets)) for m in models], 1)
+    assert torch.allclose(result.probabilities, worst_case_probabilities(per_instance, [0, 0, 1]))
+    assert torch.allclose(result.probabilities[:, 0, 0], per_instance[:, :2, 0].min(1).values)
+    assert torch.allclose(result.probabilities[:, 0, 1], per_instance[:, :2, 1].max(1).values)
     single = synthesize_batch(models[::2], targets, start, options)  # no groups: the paper's procedure
     grouped = synthesize_batch(models[::2], targets, start, options, groups=[0, 1])
     assert torch.equal(single.images, grouped.images)
@@ -169,3 +168,27 @@ def test_the_transfer_table_of_a_tiny_sweep(tmp_path):
     lines = (tmp_path / "manifest.csv").read_text().splitlines()
     legacy.write_text("\n".join(",".join(line.split(",")[:22]) for line in lines) + "\n")
     assert [r.heldout_accepted for r in read_manifest(legacy)] == [None] * 4
+
+
+def test_a_model_scored_as_the_mean_of_its_instances(tmp_path):
+    from controversial.zoo.instances import instance_models
+
+    primary = tmp_path / "mnist" / "vgg.pt"
+    for seed in (0, 1):
+        write_instance(primary, seed)
+    *instances, mean = instance_models(primary, "vgg")
+    assert [m.name for m in (*instances, mean)] == ["vgg@0", "vgg@1", "vgg"]
+    images = torch.rand(4, 1, 28, 28)
+    expected = (instances[0].probabilities(images) + instances[1].probabilities(images)) / 2
+    assert torch.allclose(mean.probabilities(images), expected, atol=1e-5)
+
+
+def test_the_spread_between_instances_beside_the_ceiling():
+    from controversial.analysis.instance_spread import instance_groups, instance_spread_markdown
+
+    mean = {"vgg@0": 0.50, "vgg@1": 0.44, "vgg": 0.48, "abs": 0.30, "kde@0": 0.2}
+    assert instance_groups(list(mean)) == {"vgg": ["vgg@0", "vgg@1"]}  # one instance is no spread
+    table = instance_spread_markdown(mean, (0.6, 0.7))
+    assert "noise ceiling 0.600 to 0.700" in table
+    assert "| vgg | vgg@0 0.500, vgg@1 0.440 | 0.060 | 0.480 | abs: 0.180 |" in table
+    assert instance_spread_markdown({"vgg": 0.5, "abs": 0.3}, (0.6, 0.7)) == ""
