@@ -102,14 +102,14 @@ def write_manifest(path: str | Path, rows: list[ManifestRow]) -> None:
 
 def _parse(column: str, raw: str, path: Path, line: int) -> bool | int | float | str | None:
     try:
+        if column in _OPTIONAL_COLUMNS and raw == "":
+            return None
         if column in _BOOL_COLUMNS:
             if raw not in {"true", "false"}:
                 raise UserError("expected 'true' or 'false'")
             return raw == "true"
         if column in _INT_COLUMNS:
             return int(raw)
-        if column in _OPTIONAL_COLUMNS and raw == "":
-            return None
         if column in _FLOAT_COLUMNS:
             return float(raw)
     except ValueError as error:

@@ -106,7 +106,7 @@ def test_synthesis_against_an_ensemble_accepts_on_every_instance(tmp_path):
     models = [load_checkpoint(write_instance(tmp_path / "a.pt", s, "a")) for s in (0, 1)]
     models.append(load_checkpoint(write_instance(tmp_path / "b.pt", 0, "b")))
     targets = torch.tensor([[3, 7], [1, 2]])
-    options = SynthesisOptions(max_steps=60, stop_score=None)
+    options = SynthesisOptions(max_steps=20, stop_score=None)
     start = noise_images([(3, 7), (1, 2)], [0, 0], (1, 28, 28))
     result = synthesize_batch(models, targets, start, options, groups=[0, 0, 1])
     pair_hard = [score_images([a, models[2]], result.images, targets, options)[0] for a in models[:2]]
@@ -126,7 +126,7 @@ def test_every_row_carries_the_held_out_instances(tmp_path):
     overrides = tiny_abs_vgg_overrides(folder)
     for seed in (1, 2):
         write_instance(folder / "vgg.pt", seed)
-    quick = ["synthesis.classes=[3,7]", "synthesis.max_steps=20", "max_attempts=1", "progress=false"]
+    quick = ["synthesis.classes=[3,7]", "synthesis.max_steps=5", "max_attempts=1", "progress=false"]
     rows = run_task("synthesize", [*overrides, *quick], tmp_path / "single")
     for row in rows:
         assert (row.instances_a, row.instances_b) == ("0", "0")
@@ -154,7 +154,7 @@ def _row(cell: tuple[int, int], accepted: bool, heldout: bool | None) -> Manifes
 
 
 def test_the_transfer_table_of_a_tiny_sweep(tmp_path):
-    rows = [_row((0, 1), True, True), _row((1, 0), True, False), _row((2, 3), True, True), _row((3, 2), False, False)]
+    rows = [_row((0, 1), True, True), _row((1, 0), True, False), _row((2, 3), True, True), _row((3, 2), False, None)]
     assert transfer(rows) == (2, 3)  # rejected stimuli do not count
     assert transfer([_row((0, 1), True, None)]) is None  # no held-out instance
     summaries = summarize_pairs(rows)
@@ -168,6 +168,7 @@ def test_the_transfer_table_of_a_tiny_sweep(tmp_path):
     lines = (tmp_path / "manifest.csv").read_text().splitlines()
     legacy.write_text("\n".join(",".join(line.split(",")[:22]) for line in lines) + "\n")
     assert [r.heldout_accepted for r in read_manifest(legacy)] == [None] * 4
+    assert read_manifest(legacy)[0].heldout_hard_score is None and read_manifest(legacy)[0].instances_a == ""
 
 
 def test_a_model_scored_as_the_mean_of_its_instances(tmp_path):
