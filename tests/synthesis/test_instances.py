@@ -193,3 +193,22 @@ def test_the_spread_between_instances_beside_the_ceiling():
     assert "noise ceiling 0.600 to 0.700" in table
     assert "| vgg | vgg@0 0.500, vgg@1 0.440 | 0.060 | 0.480 | abs: 0.180 |" in table
     assert instance_spread_markdown({"vgg": 0.5, "abs": 0.3}, (0.6, 0.7)) == ""
+
+
+def test_evaluate_writes_each_instance_and_their_mean(tmp_path, capsys):
+    import numpy as np
+
+    from controversial.records.names import stimulus_filename
+    from controversial.records.responses import read_model_responses
+    from controversial.synthesis.stimuli import save_png
+
+    primary = tmp_path / "mnist" / "vgg.pt"
+    for seed in (0, 2):
+        write_instance(primary, seed)
+    folder = tmp_path / "stimuli"
+    save_png(folder / stimulus_filename("abs", "3", "vgg", "7", 0), np.random.default_rng(0).random((1, 28, 28)))
+    path = run_task("evaluate", [f"models=[{primary}]", "instances=true", f"images={folder}"], tmp_path / "run")
+    assert "3 models x 1 images" in capsys.readouterr().out
+    p = {(r.model, r.category): r.probability for r in read_model_responses(path).rows}
+    assert {model for model, _ in p} == {"vgg@0", "vgg@2", "vgg"}
+    assert p[("vgg", "3")] == pytest.approx((p[("vgg@0", "3")] + p[("vgg@2", "3")]) / 2, abs=1e-5)
