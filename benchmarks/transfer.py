@@ -20,14 +20,12 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 HELD_OUT = 2  # the instance neither condition is synthesized against
 CONDITIONS = {"single": [0], "ensemble": [0, 1]}
