@@ -19,6 +19,7 @@ from typing import Any
 from controversial.atomic import atomic_write_text
 from controversial.errors import UserError
 from controversial.records.csvfile import csv_text, read_records
+from controversial.untrusted import safe_component
 
 MANIFEST_NAME = "manifest.csv"
 
@@ -65,6 +66,7 @@ MANIFEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ManifestRow))
 INSTANCE_COLUMNS = ("instances_a", "instances_b", "heldout_hard_score", "heldout_accepted", "heldout_probabilities")
 _REQUIRED_COLUMNS = tuple(c for c in MANIFEST_COLUMNS if c not in INSTANCE_COLUMNS)
 _TIMING_COLUMNS = ("wall_time_s",)
+_NAME_COLUMNS = ("dataset", "model_a", "model_b", "class_a_name", "class_b_name")  # they become parts of file names
 _BOOL_COLUMNS = {"converged", "accepted", "heldout_accepted"}
 _INT_COLUMNS = {"class_a", "class_b", "seed", "steps"}
 _FLOAT_COLUMNS = {
@@ -127,6 +129,8 @@ def read_manifest(path: str | Path) -> list[ManifestRow]:
     for line, record in records:
         present = [c for c in MANIFEST_COLUMNS if c in record]  # the instance columns may be absent
         values: dict[str, Any] = {c: _parse(c, record[c], path, line) for c in present}  # typed by column
+        for column in _NAME_COLUMNS:
+            safe_component(values[column], f"{path}, row {line}, column '{column}'")
         rows.append(ManifestRow(**values))
     return rows
 
