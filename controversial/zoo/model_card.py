@@ -36,7 +36,7 @@ def _instance_note(info: CheckpointInfo, primary: Path) -> str:
     differing = [
         f"{key} {info.train_config[key]} (not {recipe.get(key)})"
         for key in info.train_config
-        if key != "seed" and info.train_config[key] != recipe.get(key)
+        if key != "seed" and key in recipe and info.train_config[key] != recipe[key]  # older files lack new keys
     ]
     return (
         f"Another trained instance of {info.dataset}/{info.name}: the same recipe trained from seed {seed} "
