@@ -11,8 +11,9 @@ table says which). Also: what the main job's stimuli keep on held-out instances 
     python benchmarks/transfer.py [--pairs madry_l2:vgg pcn:vgg] [--classes 0 1 2 3 4] [--main-run DIR]
 
 Synthesis settings are the main job's (threshold 0.75, up to 5 attempts); ``--classes`` picks the cells (all
-ordered pairs among them), ``--max-attempts`` and ``--max-steps`` shorten the runs. Times are the synthesis
-wall time recorded in the manifests (model loading excluded), per accepted stimulus.
+ordered pairs among them), ``--max-attempts`` and ``--max-steps`` shorten the runs, ``--set`` passes more
+``synthesize.py`` overrides (``--set synthesis.stop_score=null``: the paper's run to convergence). Times are
+the synthesis wall time recorded in the manifests (model loading excluded), per accepted stimulus.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
     overrides += [f"synthesis.classes=[{','.join(map(str, args.classes))}]", f"max_attempts={args.max_attempts}"]
     if args.max_steps is not None:
         overrides.append(f"synthesis.max_steps={args.max_steps}")
+    overrides += args.set
     run_dir = out / f"{a}_vs_{b}_{condition}"
     rows = run_command("synthesize", overrides, run_dir)
     accepted = [r for r in rows if r.accepted]
@@ -174,6 +176,9 @@ def main() -> None:
     parser.add_argument("--classes", nargs="*", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--max-attempts", type=int, default=5)
     parser.add_argument("--max-steps", type=int, default=None)
+    parser.add_argument(
+        "--set", nargs="*", default=[], help="more synthesize.py overrides, e.g. synthesis.stop_score=null"
+    )
     parser.add_argument("--main-run", type=Path, default=None, help="a run dir of the main job to re-score")
     parser.add_argument("--out", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     args = parser.parse_args()
@@ -190,7 +195,10 @@ def main() -> None:
             cells.append(run_cell(a, b, condition, args, out))
             print(table(cells[-1:]).splitlines()[2], flush=True)
     if cells:
-        print(f"\ncells among classes {args.classes}, max_attempts {args.max_attempts}, runs in {out}\n")
+        print(
+            f"\ncells among classes {args.classes}, max_attempts {args.max_attempts}, "
+            f"overrides {args.set or 'none'}, runs in {out}\n"
+        )
         print(table(cells))
     if args.main_run is not None:
         print("\n" + main_run_report(args.main_run))
