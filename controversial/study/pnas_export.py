@@ -47,7 +47,12 @@ def snapshot(database_url: str) -> Iterator[Session]:
 
 def subject_code(participant: Participant, batch: int = 1) -> str:
     """``P0001``; later batches of an adaptive study ``B2_P0001``, so their exports pool as batches."""
-    return f"P{participant.id:04d}" if batch == 1 else f"B{batch}_P{participant.id:04d}"
+    return subject_for_id(participant.id, batch)
+
+
+def subject_for_id(participant_id: int, batch: int = 1) -> str:
+    """``subject_code`` of the participant row with this id (for readers that select ids, not rows)."""
+    return f"P{participant_id:04d}" if batch == 1 else f"B{batch}_P{participant_id:04d}"
 
 
 def _rating(value: int) -> str:
