@@ -70,6 +70,8 @@ PARTICIPANT_COLUMNS: tuple[str, ...] = (
     "created_utc",
     "completed_utc",
     *QUALITY_COLUMNS,
+    "px_per_degree",  # a study sized in degrees (display.degrees): the participant's screen calibration
+    "viewing_distance_mm",
 )
 QUALITY_REQUIRED: tuple[str, ...] = ("subject", "flags")  # what the analysis reads of participants.csv
 

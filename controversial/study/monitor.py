@@ -92,7 +92,7 @@ def study_status(
     study = {"study": bundle.label}
     rows = session.execute(_PARTICIPANTS, study).all()
     counts = dict.fromkeys(("not_consented", "in_progress", "completed", "screened_out", "abandoned"), 0)
-    flagged = {flag: set() for flag in MONITOR_FLAGS}
+    flagged: dict[str, set[int]] = {flag: set() for flag in MONITOR_FLAGS}
     listed: list[InProgress] = []
     pids: dict[str, int] = {}
     durations = []

@@ -171,7 +171,6 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
         )
     )
     for participant, answered in _answers(session, bundle):
-        complete = participant.completed_at is not None
         q = assess(
             _records(bundle, answered),
             quality,
@@ -184,7 +183,7 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
             participant.prolific_pid,
             participant.prolific_study_id,
             participant.prolific_session_id,
-            "completed" if complete else ("in_progress" if participant.consented_at else "not_consented"),
+            _status(participant),
             len(answered),
             participant.n_trials,
             q.attention_passed,
@@ -197,7 +196,21 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
             participant.n_refused,
             participant.n_browser_changes,
             ";".join(q.flags),
+            _number(participant.px_per_degree),
+            _number(participant.viewing_distance_mm),
         ]
+
+
+def _status(participant: Participant) -> str:
+    if participant.completed_at is not None:
+        return "completed"
+    if participant.screened_out is not None:
+        return "screened_out"  # told that the screen calibration does not allow the study; never completes
+    return "in_progress" if participant.consented_at else "not_consented"
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
 
 
 # name -> (columns, rows(session, bundle, include_incomplete, quality)); the columns are records.study's

@@ -17,7 +17,7 @@ from controversial.study.bundle import load_bundle
 from controversial.study.db import default_database_url, is_in_memory, make_engine, session_factory
 from controversial.study.group_commit import GroupCommitWriter
 from controversial.study.guards import BodyLimit, RateLimiter, SecurityHeaders, ServerErrors
-from controversial.study.server import admin, monitor, participant, preview, static
+from controversial.study.server import admin, calibration, monitor, participant, preview, static
 from controversial.study.server.options import ServeStudySettings
 from controversial.study.server.state import NO_STORE, Server
 
@@ -43,7 +43,8 @@ def create_app(settings: ServeStudySettings, admin_token: str | None = None) -> 
     # Starlette types every handler as taking any Exception; this one is registered for its own class only.
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
     # monitor before admin: its /admin/monitor.json would otherwise match admin's /admin/{name}
-    for router in (participant.router, preview.router, monitor.router, admin.router, static.router):
+    routers = (participant.router, calibration.router, preview.router, monitor.router, admin.router, static.router)
+    for router in routers:
         app.include_router(router)
     static.mount_files(app, server)
     return app

@@ -28,6 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from controversial.study.calibration import screening
 from controversial.study.db import Participant, Response, token_digest
 from controversial.study.order import participant_order
 from controversial.study.schemas import SessionRequest
@@ -45,6 +46,10 @@ def progress(server: Server, session: Session, participant: Participant, token: 
             "redirect_url": server.settings.completion_url,
             "message": "You have already completed this study. Thank you!",
         }
+    if participant.screened_out is not None:
+        degrees = server.bundle.spec.display_degrees or 0.0
+        size = degrees * (participant.px_per_degree or 0.0)
+        return screening(participant.screened_out, size, participant.viewing_distance_mm or 0.0).to_json()
     order = json.loads(participant.order_json)
     done = set(session.scalars(select(Response.position).where(Response.participant_id == participant.id)))
     remaining = [
@@ -59,6 +64,7 @@ def progress(server: Server, session: Session, participant: Participant, token: 
         "n_total": len(order),
         "n_done": len(done),
         "trials": remaining,
+        "px_per_degree": participant.px_per_degree,  # a study sized in degrees: the stored calibration, if any
     }
 
 
