@@ -84,6 +84,9 @@
   }
 
   function calibration(jsPsych, study, url, onSize) {
+    // The blind spot is answered with the space bar, which jsPsych hears only while its container has the focus;
+    // a click on the plugin's buttons (which it then removes) would leave the focus on the page: give it back.
+    const refocus = () => setTimeout(() => jsPsych.getDisplayContainerElement().focus(), 0);
     // Our own prompts: the plugin's defaults carry style attributes, which the Content-Security-Policy blocks.
     const chinrest = {
       type: jsPsychVirtualChinrest,
@@ -104,6 +107,8 @@
       redo_measurement_button_label: "No, measure again",
       blindspot_done_prompt: "Yes",
       data: { screen: "calibration" },
+      on_load: () => jsPsych.getDisplayContainerElement().addEventListener("click", refocus),
+      on_finish: () => jsPsych.getDisplayContainerElement().removeEventListener("click", refocus),
     };
     const decide = {
       type: jsPsychCallFunction,
