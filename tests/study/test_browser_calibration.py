@@ -43,7 +43,11 @@ def live(tmp_path, chromium, web_assets):
         display={"degrees": DEGREES},
     )
     bundle = export_study(
-        make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),)), tmp_path / "studies", options, fake_mnist_test, WEB_SOURCE
+        make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),)),
+        tmp_path / "studies",
+        options,
+        fake_mnist_test,
+        WEB_SOURCE,
     )
     with study_server(bundle, tmp_path / "run", tmp_path / "degrees.db", "DEGCODE", ADMIN) as base:
         yield base, tmp_path / "degrees.db"

@@ -40,7 +40,9 @@ def live(tmp_path, chromium, web_assets):
     bundle = export_study(
         make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),)),
         tmp_path / "studies",
-        ExportOptions(name="monitor", per_pair=10, natural_per_class=1, n_repeats=2, n_attention=1, n_demo=1, pilot=True),
+        ExportOptions(
+            name="monitor", per_pair=10, natural_per_class=1, n_repeats=2, n_attention=1, n_demo=1, pilot=True
+        ),
         fake_mnist_test,
         WEB_SOURCE,
     )
@@ -119,7 +121,9 @@ def test_the_monitor_shows_the_database_to_the_token_only(live, tmp_path):
         with page.expect_download() as download:
             page.locator("button[data-table='participants.csv']").click()
         saved = Path(download.value.path()).read_text()
-        assert saved.splitlines()[0].startswith("subject,prolific_pid") and len(saved.splitlines()) == 1 + 6  # everyone, with a status
+        assert (
+            saved.splitlines()[0].startswith("subject,prolific_pid") and len(saved.splitlines()) == 1 + 6
+        )  # everyone, with a status
 
         page.get_by_role("button", name="Forget the token").click()
         page.reload()
