@@ -201,6 +201,9 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
         ]
 
 
+STATUSES = ("completed", "in_progress", "not_consented", "screened_out")  # participants.csv's status
+
+
 def _status(participant: Participant) -> str:
     if participant.completed_at is not None:
         return "completed"
