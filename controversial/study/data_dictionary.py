@@ -216,15 +216,17 @@ def _description(
     bundle: StudyBundle, dictionary: Mapping[str, Sequence[tuple[str, Variable]]], command: str
 ) -> dict[str, object]:
     spec = bundle.spec
-    measured: dict[str, dict[str, str]] = {}
+    meanings: dict[str, dict[Variable, list[str]]] = {}  # column -> its meaning(s) -> the files with it
     for name, variables in dictionary.items():
         for column, v in variables:
-            entry = measured.setdefault(column, {"@type": "PropertyValue", "name": column, "description": ""})
-            meaning = f"{name}: {v.description}"
-            entry["description"] = f"{entry['description']}; {meaning}" if entry["description"] else meaning
-            for key, value in (("unitText", v.unit), ("valueReference", v.allowed)):
-                if value and key not in entry:
-                    entry[key] = value
+            meanings.setdefault(column, {}).setdefault(v, []).append(name)
+    measured = []
+    for column, by_meaning in meanings.items():
+        first = next(iter(by_meaning))
+        entry = {"@type": "PropertyValue", "name": column}
+        entry["description"] = "; ".join(f"{', '.join(files)}: {v.description}" for v, files in by_meaning.items())
+        entry |= {key: value for key, value in (("unitText", first.unit), ("valueReference", first.allowed)) if value}
+        measured.append(entry)
     size = f"{spec.display_degrees:g} degrees of visual angle" if spec.display_degrees else f"{spec.display_size} px"
     return {
         "@context": "https://schema.org/",
@@ -240,7 +242,7 @@ def _description(
         "schemaVersion": "Psych-DS 0.1.0",
         "version": bundle.label,
         "dateCreated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "variableMeasured": list(measured.values()),
+        "variableMeasured": measured,
         "distribution": [{"@type": "DataDownload", "name": name, "encodingFormat": "text/csv"} for name in dictionary],
         "studyBundle": {
             "label": bundle.label,
