@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from controversial.atomic import atomic_write_text
+from controversial.atomic import atomic_write
 from controversial.records.csvfile import csv_text
 from controversial.records.responses import MODEL_COLUMNS
 from controversial.study.bundle import KEY_FILE, STUDY_FILE, StudyBundle
@@ -206,9 +206,10 @@ def write_description(out_dir: Path, bundle: StudyBundle, command: str = "") -> 
         for name, variables in dictionary.items()
         for column, v in variables
     ]
-    atomic_write_text(out_dir / DICTIONARY_FILE, csv_text(DICTIONARY_COLUMNS, rows))
-    description = _description(bundle, dictionary, command)
-    atomic_write_text(out_dir / DESCRIPTION_FILE, json.dumps(description, indent=2, ensure_ascii=False) + "\n")
+    description = json.dumps(_description(bundle, dictionary, command), indent=2, ensure_ascii=False) + "\n"
+    for name, text in ((DICTIONARY_FILE, csv_text(DICTIONARY_COLUMNS, rows)), (DESCRIPTION_FILE, description)):
+        with atomic_write(out_dir / name, "w", private=True, encoding="utf-8", newline="") as handle:
+            handle.write(text)  # owner-only like the data beside it
     return out_dir / DICTIONARY_FILE, out_dir / DESCRIPTION_FILE
 
 

@@ -190,14 +190,14 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
             q.attention_total,
             _utc(participant.created_at),
             _utc(participant.completed_at),
+            _number(participant.px_per_degree),
+            _number(participant.viewing_distance_mm),
             "" if q.median_rt_ms is None else _ms(q.median_rt_ms),
             q.n_fast,
             q.longest_identical_run,
             participant.n_refused,
             participant.n_browser_changes,
             ";".join(q.flags),
-            _number(participant.px_per_degree),
-            _number(participant.viewing_distance_mm),
         ]
 
 

@@ -57,15 +57,17 @@ def progress(server: Server, session: Session, participant: Participant, token: 
         for i, (sid, _, _) in enumerate(order, start=1)
         if i not in done
     ]
-    return {
+    reply: dict[str, Any] = {
         "status": "in_progress",
         "token": token,
         "consented": participant.consented_at is not None,
         "n_total": len(order),
         "n_done": len(done),
         "trials": remaining,
-        "px_per_degree": participant.px_per_degree,  # a study sized in degrees: the stored calibration, if any
     }
+    if server.bundle.spec.display_degrees is not None:  # a study sized in degrees: the stored calibration, if any
+        reply["px_per_degree"] = participant.px_per_degree
+    return reply
 
 
 def arrive(server: Server, session: Session, body: SessionRequest) -> tuple[Participant, str | None]:
