@@ -2,6 +2,9 @@
 
     python benchmarks/study_server.py                      # human pace (default)
     python benchmarks/study_server.py --mode saturate      # no think time
+    python benchmarks/study_server.py --monitor-every 5    # with the researcher's monitor page open
+    source .ci/postgres.sh && start_postgres && \
+        python benchmarks/study_server.py --database-url "$STUDY_TEST_DATABASE_URL"; stop_postgres  # PostgreSQL 15
 
 Both export a synthetic study (random stimuli, ``--pairs`` model pairs x 20 + 100 natural + 42
 repeats + 4 attention checks per participant), start ``serve_study.py`` on 127.0.0.1 with SQLite
