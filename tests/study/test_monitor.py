@@ -112,7 +112,10 @@ def test_a_preview_walks_the_whole_order_and_stores_nothing(small_bundle, app):
         assert preview["preview"] is True and preview["token"] is None
         real = _arrive(client, "real", consent=False)
         assert preview["n_total"] == real["n_total"] and len(preview["trials"]) == len(real["trials"])
-        assert sorted(t["stimulus_id"] for t in preview["trials"]) == sorted(t["stimulus_id"] for t in real["trials"])
+        assert not {t["stimulus_id"] for t in preview["trials"]} & set(load_bundle(small_bundle).key)  # opaque ids
+        shown = sorted(client.get(t["image_url"]).content for t in preview["trials"])
+        assert shown == sorted(client.get(t["image_url"]).content for t in real["trials"])  # the same images
+        assert client.get("/api/preview/images/0123456789abcdef.png").status_code == 404
         assert "C0DE" in preview["redirect_url"]
     with app.state.sessions() as session:
         assert session.scalar(select(func.count()).select_from(Participant)) == 1  # the real arrival only
