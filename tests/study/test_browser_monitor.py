@@ -13,9 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 from helpers import WEB_SOURCE, fake_mnist_test, make_sweep, study_server
+from sqlalchemy import create_engine
 
 from controversial.study.bundle import load_bundle
 from controversial.study.export import ExportOptions, export_study
+from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, take_study
 
 pytestmark = pytest.mark.browser
@@ -50,12 +52,17 @@ def live(tmp_path, chromium, web_assets):
         yield base, bundle, tmp_path / "monitor.db"
 
 
-def _participants(base: str, bundle: Path) -> None:
+def _attentive(database: Path) -> dict:
+    """What an attentive person does: answer the checks as they ask (the ids served, resolved in the database)."""
+    return {"resolve": resolver(create_engine(f"sqlite:///{database}"))}
+
+
+def _participants(base: str, bundle: Path, database: Path) -> None:
     """Three who finish, one halfway, one who arrived and has not consented (Prolific-format ids)."""
     instructed = instructions(load_bundle(bundle))
     with httpx.Client(base_url=base, timeout=30) as client:
         for k in range(3):
-            take_study(client, f"{k:024x}", random.Random(k), instructed=instructed)
+            take_study(client, f"{k:024x}", random.Random(k), instructed=instructed, **_attentive(database))
         arrival = {"prolific_pid": f"{7:024x}", "study_id": "a" * 24, "session_id": "b" * 24}
         state = client.post("/api/session", json=arrival).json()
         client.post(f"/api/sessions/{state['token']}/consent", json={"consent": True, "browser": {}})
@@ -85,7 +92,7 @@ def test_the_monitor_shows_the_database_to_the_token_only(live, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
     base, bundle, database = live
-    _participants(base, bundle)
+    _participants(base, bundle, database)
     expected = _database_counts(database)
     assert expected == {"started": 5, "completed": 3, "in_progress": 1, "not_consented": 1, "answers_total": 73}
     with sync_playwright() as playwright:
@@ -114,7 +121,8 @@ def test_the_monitor_shows_the_database_to_the_token_only(live, tmp_path):
         screenshot(page, tmp_path, "study_monitor.png")
 
         with httpx.Client(base_url=base) as client:  # one more finishes; the page refreshes by itself (5 s)
-            take_study(client, f"{9:024x}", random.Random(9), instructed=instructions(load_bundle(bundle)))
+            attentive = instructions(load_bundle(bundle))
+            take_study(client, f"{9:024x}", random.Random(9), instructed=attentive, **_attentive(database))
         expect(page.locator("#completed")).to_have_text("4", timeout=20000)
         assert int(page.locator("#started").inner_text()) == _database_counts(database)["started"] == 6
 

@@ -16,6 +16,7 @@ from controversial.records.responses import read_human_ratings
 from controversial.records.study import read_attention, read_quality_flags
 from controversial.study.bundle import load_bundle
 from controversial.study.data_dictionary import described_columns, written_columns
+from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, take_study
 from controversial.study.server import ServeStudySettings, create_app
 
@@ -25,7 +26,8 @@ REQUIRED = ("@context", "@type", "name", "description", "variableMeasured")  # P
 def _export(small_bundle, database_url, tmp_path):
     app = create_app(ServeStudySettings(study_dir=str(small_bundle), completion_code="X", database_url=database_url))
     with TestClient(app) as client:
-        take_study(client, f"{1:024x}", random.Random(1), instructed=instructions(load_bundle(small_bundle)))
+        attentive = instructions(load_bundle(small_bundle))
+        take_study(client, f"{1:024x}", random.Random(1), instructed=attentive, resolve=resolver(app.state.engine))
     app.state.engine.dispose()
     out = tmp_path / "export"
     args = ["mode=export", f"study_dir={small_bundle}", f"database_url={database_url}", f"export.out_dir={out}"]

@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from controversial.study.bundle import load_bundle
 from controversial.study.db import Participant, Response
 from controversial.study.guards import CONTENT_SECURITY_POLICY
+from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, take_study
 from controversial.study.server import ServeStudySettings, create_app
 
@@ -43,7 +44,9 @@ def scripted_study(client, bundle) -> None:
     """Two who finish (one of them ignores the attention checks and rushes), one halfway, one not consented,
     and a PID used by two submissions."""
     instructed = instructions(bundle)
-    take_study(client, "done-careful", random.Random(1), instructed=instructed)
+    take_study(
+        client, "done-careful", random.Random(1), instructed=instructed, resolve=resolver(client.app.state.engine)
+    )
     take_study(client, "done-careless", random.Random(2))  # answers the checks like any image
     state = _arrive(client, "halfway", consent=True)
     for trial in state["trials"][:5]:

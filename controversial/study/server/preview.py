@@ -19,9 +19,8 @@ from collections import OrderedDict
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from controversial.study.guards import client_key
 from controversial.study.order import participant_order
-from controversial.study.server.state import NO_STORE, ApiError, ServerDep, reply
+from controversial.study.server.state import NO_STORE, ApiError, ServerDep, client_host, reply
 
 router = APIRouter()
 MAX_PREVIEW_IMAGES = 20_000  # ids remembered, the oldest forgotten first: about a hundred previews
@@ -59,8 +58,7 @@ def _images(request: Request) -> PreviewImages:
 @router.get("/api/preview")
 def preview(request: Request, server: ServerDep) -> JSONResponse:
     """The shape of ``POST /api/session``'s reply for a new participant, with ``preview`` set and no token."""
-    host = request.client.host if request.client else "unknown"
-    wait = server.session_starts.retry_after(client_key(host, server.settings.rate_limit.ipv6_prefix))
+    wait = server.session_starts.retry_after(client_host(request))  # the study starts' buckets, per network
     if wait:
         raise ApiError(
             429, "too many previews; try again in a minute", {"Retry-After": str(math.ceil(wait)), **NO_STORE}
