@@ -43,15 +43,15 @@ def _arrive(client, pid: str, consent: bool) -> dict:
 def scripted_study(client, bundle) -> None:
     """Two who finish (one of them ignores the attention checks and rushes), one halfway, one not consented,
     and a PID used by two submissions."""
-    instructed = instructions(bundle)
-    take_study(
-        client, "done-careful", random.Random(1), instructed=instructed, resolve=resolver(client.app.state.engine)
-    )
+    attentive = {"instructed": instructions(bundle), "resolve": resolver(client.app.state.engine)}
+    take_study(client, "done-careful", random.Random(1), **attentive)
     take_study(client, "done-careless", random.Random(2))  # answers the checks like any image
     state = _arrive(client, "halfway", consent=True)
+    shown = attentive["resolve"]([t["stimulus_id"] for t in state["trials"][:5]])
     for trial in state["trials"][:5]:
+        asked = attentive["instructed"].get(shown[trial["stimulus_id"]])  # an attention check: as it asks
         body = {"position": trial["position"], "stimulus_id": trial["stimulus_id"], "rt_ms": 3000.0}
-        body |= {"ratings": {c: 0 for c in bundle.spec.categories}, "first_reaction_rt_ms": 500.0}
+        body |= {"ratings": {c: 100 * (c == asked) for c in bundle.spec.categories}, "first_reaction_rt_ms": 500.0}
         assert client.post(f"/api/sessions/{state['token']}/responses", json=body).status_code == 201
     _arrive(client, "no-consent", consent=False)
     _arrive(client, "twice", consent=True)
@@ -116,8 +116,20 @@ def test_a_preview_walks_the_whole_order_and_stores_nothing(small_bundle, app):
         real = _arrive(client, "real", consent=False)
         assert preview["n_total"] == real["n_total"] and len(preview["trials"]) == len(real["trials"])
         assert not {t["stimulus_id"] for t in preview["trials"]} & set(load_bundle(small_bundle).key)  # opaque ids
-        shown = sorted(client.get(t["image_url"]).content for t in preview["trials"])
-        assert shown == sorted(client.get(t["image_url"]).content for t in real["trials"])  # the same images
+        kinds = load_bundle(small_bundle).key
+        previewed = {t["image_url"]: app.state.preview_images.get(t["stimulus_id"])[0] for t in preview["trials"]}
+        served = resolver(app.state.engine)([t["stimulus_id"] for t in real["trials"]])
+        shown = {t["image_url"]: served[t["stimulus_id"]] for t in real["trials"]}
+        assert sorted(previewed.values()) == sorted(shown.values())  # the same stimuli, in another order
+        for images in (previewed, shown):  # the same pictures; the attention checks drawn afresh for each
+            pictures = sorted(client.get(url).content for url, sid in images.items() if kinds[sid].kind != "attention")
+            assert pictures == sorted(
+                small_bundle.joinpath("images", f"{sid}.png").read_bytes()
+                for sid in images.values()
+                if kinds[sid].kind != "attention"
+            )
+            checks = [client.get(url) for url, sid in images.items() if kinds[sid].kind == "attention"]
+            assert checks and all(c.status_code == 200 and c.content.startswith(b"\x89PNG") for c in checks)
         assert client.get("/api/preview/images/0123456789abcdef.png").status_code == 404
         assert "C0DE" in preview["redirect_url"]
     with app.state.sessions() as session:

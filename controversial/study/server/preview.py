@@ -27,20 +27,21 @@ MAX_PREVIEW_IMAGES = 20_000  # ids remembered, the oldest forgotten first: about
 
 
 class PreviewImages:
-    """Preview image id -> the bundle's stimulus id, in memory only."""
+    """Preview image id -> the bundle's stimulus id and, for an attention check, the seed it is drawn with (as a
+    participant's is, ``presentations.py``), in memory only."""
 
     def __init__(self, capacity: int = MAX_PREVIEW_IMAGES) -> None:
-        self.capacity, self.ids, self.lock = capacity, OrderedDict[str, str](), threading.Lock()
+        self.capacity, self.ids, self.lock = capacity, OrderedDict[str, tuple[str, int]](), threading.Lock()
 
     def add(self, stimulus_id: str) -> str:
         image_id = secrets.token_hex(8)
         with self.lock:
-            self.ids[image_id] = stimulus_id
+            self.ids[image_id] = (stimulus_id, secrets.randbits(62))
             while len(self.ids) > self.capacity:
                 self.ids.popitem(last=False)
         return image_id
 
-    def get(self, image_id: str) -> str | None:
+    def get(self, image_id: str) -> tuple[str, int] | None:
         with self.lock:
             return self.ids.get(image_id)
 
@@ -80,8 +81,12 @@ def preview(request: Request, server: ServerDep) -> JSONResponse:
 
 @router.get("/api/preview/images/{image_id}.png")
 def preview_image(image_id: str, request: Request, server: ServerDep) -> Response:
-    stimulus_id = _images(request).get(image_id)
-    if stimulus_id is None:
+    found = _images(request).get(image_id)
+    if found is None:
         raise ApiError(404, "no such image (a preview's images are forgotten after a while: reload the preview)")
-    data = server.bundle.image_path(stimulus_id).read_bytes()
+    stimulus_id, seed = found
+    if server.bundle.key[stimulus_id].kind == "attention":
+        data = server.images.check(stimulus_id, seed)  # drawn like a participant's
+    else:
+        data = server.bundle.image_path(stimulus_id).read_bytes()
     return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=3600"})
