@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from controversial.atomic import atomic_write_text
+from controversial.zoo.model_card import write_model_card
 
 log = logging.getLogger(__name__)
 CARD_NAME = "card.json"
@@ -95,6 +96,56 @@ def train(
     return card
 
 
+def evaluate(dataset: str, out: Path, n_samples: int, sampling_steps: int, seed: int) -> dict[str, Any]:
+    """Unguided DDIM samples of the saved prior and their KID x 10^3 against the test images, added to its card
+    (with the figure ``samples.png`` of the first 64)."""
+    from diffusers import DDIMPipeline, DDIMScheduler
+
+    from controversial.synthesis.diffusion_model import load_prior
+    from controversial.synthesis.naturalness import naturalness
+
+    prior = load_prior(str(out), dataset)
+    pipeline = DDIMPipeline(unet=prior.unet, scheduler=DDIMScheduler.from_config(prior.scheduler_config))
+    pipeline.set_progress_bar_config(disable=True)
+    generator = torch.Generator().manual_seed(seed)
+    batches = [
+        pipeline(
+            batch_size=min(100, n_samples - done),
+            generator=generator,
+            num_inference_steps=sampling_steps,
+            output_type="pt",
+        ).images
+        for done in range(0, n_samples, 100)
+    ]
+    images = torch.cat([b if b.shape[1] <= 4 else b.permute(0, 3, 1, 2) for b in batches])
+    measured = naturalness(images, dataset)
+    _save_samples(images[:64], out / "samples.png")
+    card = json.loads((out / CARD_NAME).read_text(encoding="utf-8"))
+    card.update(
+        kid_x1000=round(measured.kid, 1),
+        kid_std_x1000=round(measured.kid_std, 1),
+        kid_real_test_images=round(measured.floor, 1),
+        kid_uniform_noise=round(measured.ceiling, 1),
+        kid_samples=f"{n_samples} unguided DDIM samples, {sampling_steps} steps, seed {seed}",
+        evaluate_command="python -m controversial.synthesis.diffusion_training " + shlex.join(sys.argv[1:]),
+    )
+    atomic_write_text(out / CARD_NAME, json.dumps(card, indent=2) + "\n")
+    if out.resolve().parent.parent.name == "diffusion":  # models/diffusion/<dataset>/<name>: into the model card
+        write_model_card(out.resolve().parents[2])
+    return card
+
+
+def _save_samples(images: torch.Tensor, path: Path) -> None:
+    """An 8x8 mosaic of samples, 8-bit grey or RGB, for the docs and a look by eye."""
+    from PIL import Image
+
+    n, channels, height, width = images.shape
+    side = int(n**0.5)
+    grid = images[: side * side].reshape(side, side, channels, height, width).permute(0, 3, 1, 4, 2)
+    pixels = (grid.reshape(side * height, side * width, channels) * 255).round().byte().numpy()
+    Image.fromarray(pixels[..., 0] if channels == 1 else pixels).save(path)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dataset", default="mnist")
@@ -105,9 +156,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--widths", default="32,64,64", help="channels per UNet level, comma-separated")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--evaluate", type=int, default=0, help="only sample this many images and add their KID")
+    parser.add_argument("--sampling-steps", type=int, default=50, help="DDIM steps of --evaluate's samples")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     torch.set_num_threads(args.threads)
+    if args.evaluate:
+        log.info(
+            "evaluated %s: %s",
+            args.out,
+            evaluate(args.dataset, args.out, args.evaluate, args.sampling_steps, args.seed),
+        )
+        return
     widths = tuple(int(w) for w in args.widths.split(","))
     card = train(args.dataset, args.out, args.steps, args.batch_size, args.lr, widths, args.seed)
     log.info("wrote %s: %s", args.out, card)
