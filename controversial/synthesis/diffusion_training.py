@@ -105,7 +105,7 @@ def evaluate(dataset: str, out: Path, n_samples: int, sampling_steps: int, seed:
     from controversial.synthesis.naturalness import naturalness
 
     prior = load_prior(str(out), dataset)
-    pipeline = DDIMPipeline(unet=prior.unet, scheduler=DDIMScheduler.from_config(prior.scheduler_config))
+    pipeline: Any = DDIMPipeline(unet=prior.unet, scheduler=DDIMScheduler.from_config(prior.scheduler_config))
     pipeline.set_progress_bar_config(disable=True)
     generator = torch.Generator().manual_seed(seed)
     batches = [
