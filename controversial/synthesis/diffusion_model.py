@@ -58,13 +58,15 @@ def prior_folder(model: str, dataset: str) -> Path:
     return folder
 
 
-def _unet_folder(folder: Path) -> Path:
-    """``folder``, or its ``unet/`` in a pipeline folder; checked to hold a UNet2DModel in safetensors."""
+def _unet_folder(folder: Path, dataset: str) -> Path:
+    """``folder``, or its ``unet/`` in a pipeline folder; checked to hold a UNet2DModel in safetensors that
+    fits ``dataset``."""
     unet_dir = folder / "unet" if (folder / "unet" / "config.json").is_file() else folder
     config_file = unet_dir / "config.json"
     if not config_file.is_file():
         raise UserError(f"diffusion.model: {folder} has no config.json (nor unet/config.json) of a diffusers UNet")
-    kind = json.loads(config_file.read_text(encoding="utf-8")).get("_class_name")
+    config = json.loads(config_file.read_text(encoding="utf-8"))
+    kind = config.get("_class_name")
     if kind != "UNet2DModel":
         raise UserError(
             f"diffusion.model: {config_file} describes a {kind!r}; only a diffusers UNet2DModel is supported"
@@ -74,6 +76,7 @@ def _unet_folder(folder: Path) -> Path:
             f"diffusion.model: {unet_dir} has no .safetensors weights; only safetensors are loaded (a pickled .bin "
             "could run code): convert it with save_pretrained(..., safe_serialization=True)"
         )
+    check_fits(config, folder, dataset)
     return unet_dir
 
 
@@ -86,16 +89,16 @@ def _scheduler_config(folder: Path, unet_dir: Path) -> dict[str, Any]:
     return {}
 
 
-def check_fits(unet: Any, folder: Path, dataset: str) -> None:
-    """Refuse a network whose images are not the dataset's (sample size, channels in and out)."""
+def check_fits(config: dict[str, Any], folder: Path, dataset: str) -> None:
+    """Refuse a network (by its ``config.json``) whose images are not the dataset's: sample size, channels."""
     channels, height, width = dataset_info(dataset).image_shape
-    config = unet.config
-    size = config.sample_size
+    size = config.get("sample_size")
     size = tuple(size) if isinstance(size, (list, tuple)) else (size, size)
-    if (config.in_channels, config.out_channels, size) != (channels, channels, (height, width)):
+    made = (config.get("in_channels"), config.get("out_channels"), size)
+    if made != (channels, channels, (height, width)):
         raise UserError(
-            f"diffusion.model: the UNet in {folder} makes {config.in_channels}-channel {size[0]}x{size[1]} images "
-            f"(out_channels {config.out_channels}), but dataset '{dataset}' has {channels}-channel {height}x{width} "
+            f"diffusion.model: the UNet in {folder} makes {made[0]}-channel {size[0]}x{size[1]} images "
+            f"(out_channels {made[1]}), but dataset '{dataset}' has {channels}-channel {height}x{width} "
             "images; use a prior trained on this dataset's image size"
         )
 
@@ -107,10 +110,9 @@ def load_prior(model: str, dataset: str) -> Prior:
     from diffusers import UNet2DModel
 
     folder = prior_folder(model, dataset)
-    unet_dir = _unet_folder(folder)
+    unet_dir = _unet_folder(folder, dataset)
     unet = UNet2DModel.from_pretrained(
         unet_dir, local_files_only=True, use_safetensors=True, torch_dtype=torch.float32
     ).eval()
     unet.requires_grad_(False)
-    check_fits(unet, folder, dataset)
     return Prior(unet, _scheduler_config(folder, unet_dir), folder)

@@ -237,6 +237,10 @@ class _Interrupted(KeyboardInterrupt):
 def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
+    if cfg.synthesis.method == "diffusion":  # a prior that does not fit the dataset is refused before models load
+        from controversial.synthesis.diffusion_model import load_prior
+
+        load_prior(cfg.diffusion.model, cfg.model_a.dataset)
     models = [m.to(device) for m in load_models([cfg.model_a, cfg.model_b], cfg.data.root, ["model_a", "model_b"])]
     if cfg.synthesis.torch_compile:
         compile_networks(models)
