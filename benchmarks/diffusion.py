@@ -7,15 +7,15 @@ over cells of the best hard score (Eq. 2 on the 8-bit image, the acceptance rule
 accepted stimuli against test images (``synthesis.naturalness``), the seconds in the classifiers' forward and
 backward per accepted stimulus, and all seconds per accepted stimulus; a per-cell list names the cells that
 guidance could not make controversial. Gradient ascent starts as the task does (noise, or test images for a
-pair with a model that declares ``synthesis_init: test_image``). ``--grids DIR`` writes each run's grid.
+pair with a model that declares ``synthesis_init: test_image``). Each run's best images and grid are saved in
+``--out``; ``--report`` prints the table again from there.
 
-    python benchmarks/diffusion.py --pairs abs:vgg,vgg:madry_l2,kde:capsnet --classes 0,1,2,3,4,5,6,7,8,9
+    python benchmarks/diffusion.py --out bench_diffusion --classes 0,1,2,3,4
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +26,6 @@ import yaml
 from controversial.datasets import DataOptions, dataset_info
 from controversial.synthesis.engine import BatchResult, ordered_class_pairs
 from controversial.synthesis.grids import plot_stimulus_grid
-from controversial.synthesis.naturalness import naturalness
 from controversial.synthesis.options import METHODS, DiffusionOptions, OptimizerOptions, SynthesisOptions
 from controversial.synthesis.runstate import Element
 from controversial.synthesis.starts import initial_images
@@ -93,12 +92,13 @@ def main() -> None:
     parser.add_argument("--classes", default="0,1,2,3,4,5,6,7,8,9", help="the cells: ordered pairs among these")
     parser.add_argument("--methods", default="gradient,diffusion")
     parser.add_argument("--max-attempts", type=int, default=5)
+    parser.add_argument("--guidance", default=DiffusionOptions().guidance, choices=["noise", "clean"])
     parser.add_argument("--guidance-scale", type=float, default=DiffusionOptions().guidance_scale)
     parser.add_argument("--sampling-steps", type=int, default=DiffusionOptions().sampling_steps)
     parser.add_argument("--recurrence", type=int, default=DiffusionOptions().recurrence)
     parser.add_argument("--prior", default=DiffusionOptions().model, help="diffusion.model: bundled or a folder")
-    parser.add_argument("--grids", type=Path, default=None, help="write <pair>_<method>.png grids here")
-    parser.add_argument("--json", type=Path, default=None, help="also write the table as JSON here")
+    parser.add_argument("--out", type=Path, required=True, help="each run's best images, grid and figures go here")
+    parser.add_argument("--report", action="store_true", help="only print the table of the runs already in --out")
     args = parser.parse_args()
     torch.set_num_threads(1)
     classes = [int(c) for c in args.classes.split(",")]
@@ -106,59 +106,67 @@ def main() -> None:
     synthesis = SynthesisOptions()
     diffusion = DiffusionOptions(
         model=args.prior,
+        guidance=args.guidance,
         guidance_scale=args.guidance_scale,
         sampling_steps=args.sampling_steps,
         recurrence=args.recurrence,
     )
-    print(
-        f"{len(cells)} cells per pair (classes {args.classes}), up to {args.max_attempts} attempts; diffusion: "
-        f"{diffusion.model}, scale {diffusion.guidance_scale}, {diffusion.sampling_steps} steps, "
-        f"recurrence {diffusion.recurrence}; threshold {synthesis.threshold}\n"
-    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    runs = [(tuple(p.split(":")), m) for p in args.pairs.split(",") for m in args.methods.split(",")]
+    if not args.report:
+        for names, method in runs:
+            outcome = run_method(method, (names[0], names[1]), cells, synthesis, diffusion, args.max_attempts)
+            torch.save(
+                {"outcome": outcome, "cells": cells, "diffusion": diffusion.model_dump()},
+                args.out / f"{names[0]}_vs_{names[1]}_{method}.pt",
+            )
+            plot_stimulus_grid(
+                {c: image.numpy() for c, (_, image) in outcome.best.items()},
+                {c: hard >= synthesis.threshold for c, (hard, _) in outcome.best.items()},
+                dataset_info("mnist").class_names,
+                names[0],
+                names[1],
+                args.out / f"{names[0]}_vs_{names[1]}_{method}.png",
+                classes,
+            )
+            print(
+                f"{names[0]}:{names[1]} {method}: {len(outcome.accepted(synthesis.threshold))}/{len(cells)}", flush=True
+            )
+    report(runs, args.out, synthesis.threshold)
+
+
+def report(runs: list[tuple[tuple[str, ...], str]], out: Path, threshold: float) -> None:
+    """The table (and the cells not accepted) of the runs saved in ``out``."""
+    from controversial.synthesis.naturalness import naturalness  # KID: the naturalness measure of the priors work
+
     header = (
-        "| pair | method | cells accepted | median best hard score | KID x 10^3 (accepted; real, noise) "
+        "| pair | method | cells accepted | median best hard score | KID x 10^3 of the accepted (± sd) "
         "| model fwd/bwd s per accepted | all s per accepted | attempts |"
     )
-    lines, records, failed = [header, "|" + "---|" * 8], [], []
-    for pair in args.pairs.split(","):
-        names = (pair.split(":")[0], pair.split(":")[1])
-        for method in args.methods.split(","):
-            outcome = run_method(method, names, cells, synthesis, diffusion, args.max_attempts)
-            accepted = outcome.accepted(synthesis.threshold)
-            median = statistics.median(hard for hard, _ in outcome.best.values())
-            kid_text = "n/a (fewer than 2 accepted)"
-            record = {"pair": pair, "method": method, "accepted": len(accepted), "cells": len(cells)}
-            if len(accepted) >= 2:
-                measured = naturalness(torch.stack([outcome.best[c][1] for c in accepted]), "mnist")
-                kid_text = f"{measured.kid:.0f} ± {measured.kid_std:.0f} ({measured.floor:.0f}, {measured.ceiling:.0f})"
-                record["kid"] = measured.kid
-            per = max(len(accepted), 1)
-            lines.append(
-                f"| {pair} | {method} | {len(accepted)}/{len(cells)} | {median:.3f} | {kid_text} | "
-                f"{outcome.model_seconds / per:.2f} | {outcome.total_seconds / per:.2f} | {outcome.attempts} |"
-            )
-            record.update(median_hard=median, model_s=outcome.model_seconds, total_s=outcome.total_seconds)
-            records.append(record)
-            failed += [
-                f"{pair} {method}: cell {a}->{b} best hard score {outcome.best[(a, b)][0]:.3f}"
-                for a, b in cells
-                if (a, b) not in accepted
-            ]
-            if args.grids is not None:
-                plot_stimulus_grid(
-                    {c: image.numpy() for c, (_, image) in outcome.best.items()},
-                    {c: hard >= synthesis.threshold for c, (hard, _) in outcome.best.items()},
-                    dataset_info("mnist").class_names,
-                    names[0],
-                    names[1],
-                    args.grids / f"{names[0]}_vs_{names[1]}_{method}.png",
-                    classes,
-                )
-            print(lines[-1], flush=True)
-    print("\n" + "\n".join(lines))
+    lines, failed, floors = [header, "|" + "---|" * 8], [], set()
+    for names, method in runs:
+        saved = torch.load(out / f"{names[0]}_vs_{names[1]}_{method}.pt", weights_only=False)  # our own file
+        outcome, cells = saved["outcome"], saved["cells"]
+        accepted = outcome.accepted(threshold)
+        median = statistics.median(hard for hard, _ in outcome.best.values())
+        kid_text = "n/a (fewer than 2 accepted)"
+        if len(accepted) >= 2:
+            measured = naturalness(torch.stack([outcome.best[c][1] for c in accepted]), "mnist")
+            kid_text = f"{measured.kid:.0f} ± {measured.kid_std:.0f}"
+            floors.add(f"real test images {measured.floor:.0f}, uniform noise {measured.ceiling:.0f}")
+        per = max(len(accepted), 1)
+        lines.append(
+            f"| {names[0]}–{names[1]} | {method} | {len(accepted)}/{len(cells)} | {median:.3f} | {kid_text} | "
+            f"{outcome.model_seconds / per:.2f} | {outcome.total_seconds / per:.2f} | {outcome.attempts} |"
+        )
+        failed += [
+            f"{names[0]}–{names[1]} {method}: cell {a}->{b}, best hard score {outcome.best[(a, b)][0]:.3f}"
+            for a, b in cells
+            if (a, b) not in accepted
+        ]
+    print("\n".join(lines))
+    print(f"\nKID x 10^3 baselines: {'; '.join(sorted(floors))}")
     print("\ncells not accepted:\n" + ("\n".join(failed) or "none"))
-    if args.json is not None:
-        args.json.write_text(json.dumps(records, indent=2) + "\n")
 
 
 if __name__ == "__main__":

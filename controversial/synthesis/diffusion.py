@@ -94,10 +94,12 @@ def sample_batch(
     sample = noise * scheduler.init_noise_sigma
     for step, t in enumerate(scheduler.timesteps):
         for repeat in range(diffusion.recurrence):
-            eps, hard = _guided_noise(
+            eps, shift, hard = _guided_noise(
                 prior, models, sample, t, scheduler, targets, options, objective, diffusion, clock
             )
             previous = scheduler.step(eps, t, sample, eta=0.0).prev_sample
+            if shift is not None:  # guidance=clean: the clean estimate moved, the noise direction kept
+                previous = previous + _abar_before(scheduler, int(t)).sqrt() * shift
             if repeat < diffusion.recurrence - 1:
                 sample = _renoise(scheduler, previous, int(t), generator)
         sample = previous
@@ -119,17 +121,18 @@ def _guided_noise(
     objective: Objective,
     diffusion: DiffusionOptions,
     clock: _Clock,
-) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The UNet's noise estimate at ``x_t``, shifted by the objective's gradient on the clean estimate; and the
-    clean estimates' hard scores (None without guidance: the classifiers are not run)."""
+) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """The UNet's noise estimate at ``x_t`` (under ``guidance=noise`` shifted by the objective's gradient on the
+    clean estimate), the shift of the clean estimate under ``guidance=clean``, and the clean estimates' hard
+    scores (None without guidance: the classifiers are not run)."""
     guided = diffusion.guidance_scale > 0
     started = time.perf_counter()
-    x_t = sample.detach().requires_grad_(guided)
+    x_t = sample.detach().requires_grad_(guided and diffusion.guidance == "noise")
     with torch.set_grad_enabled(guided):
         eps = prior.unet(x_t, t).sample
     clock.prior += time.perf_counter() - started
     if not guided:
-        return eps, None
+        return eps, None, None
     abar = scheduler.alphas_cumprod[int(t)].to(sample.device)
     clean = (x_t - (1 - abar).sqrt() * eps) / abar.sqrt()
     started = time.perf_counter()
@@ -140,21 +143,28 @@ def _guided_noise(
     (image_grad,) = torch.autograd.grad(value[finite].sum(), images)
     image_grad = image_grad * (clean.detach().abs() <= 1) / 2  # through the clamp and the map to [0, 1]
     clock.model += time.perf_counter() - started
+    hard = hard_score([l.detach() for l in logits], targets)
+    if diffusion.guidance == "clean":
+        rms = image_grad.flatten(1).pow(2).mean(1).sqrt().clamp_min(1e-12).view(-1, 1, 1, 1)
+        return eps.detach(), diffusion.guidance_scale * torch.nan_to_num(image_grad / rms), hard
     started = time.perf_counter()
     (grad,) = torch.autograd.grad(clean, x_t, image_grad)
     clock.prior += time.perf_counter() - started
-    shifted = eps.detach() - diffusion.guidance_scale * (1 - abar).sqrt() * torch.nan_to_num(grad)
-    return shifted, hard_score([l.detach() for l in logits], targets)
+    return eps.detach() - diffusion.guidance_scale * (1 - abar).sqrt() * torch.nan_to_num(grad), None, hard
 
 
 def _renoise(scheduler, previous: torch.Tensor, t: int, generator: torch.Generator) -> torch.Tensor:
     """``x_{t-1}`` back to noise level t with fresh noise: ``sqrt(a) x_{t-1} + sqrt(1 - a) z``, ``a = abar_t /
     abar_{t-1}`` (universal guidance's recurrence)."""
-    before = t - scheduler.config.num_train_timesteps // scheduler.num_inference_steps
-    abar_before = scheduler.alphas_cumprod[before] if before >= 0 else scheduler.final_alpha_cumprod
-    ratio = (scheduler.alphas_cumprod[t] / abar_before).to(previous.device)
+    ratio = (scheduler.alphas_cumprod[t] / _abar_before(scheduler, t)).to(previous.device)
     fresh = torch.randn(previous.shape, generator=generator, device=previous.device)
     return ratio.sqrt() * previous + (1 - ratio).sqrt() * fresh
+
+
+def _abar_before(scheduler, t: int) -> torch.Tensor:
+    """abar of the noise level DDIM steps to from level t (1 after the last step)."""
+    before = t - scheduler.config.num_train_timesteps // scheduler.num_inference_steps
+    return scheduler.alphas_cumprod[before] if before >= 0 else scheduler.final_alpha_cumprod
 
 
 def _result(

@@ -206,9 +206,16 @@ class DiffusionOptions(Options):
         "(a UNet2DModel saved with save_pretrained, or a pipeline folder with unet/ and scheduler/)",
     )
     guidance_scale: float = Field(
-        30.0,
+        0.05,
         ge=0,
-        description="s in eps - s sqrt(1 - abar_t) grad f(x0_hat): how hard the objective steers; 0: unguided",
+        description="s, how hard the objective steers (under guidance=clean: the RMS move of the clean estimate "
+        "per step, in the [-1, 1] pixel units of the prior); 0: unguided",
+    )
+    guidance: Literal["noise", "clean"] = Field(
+        "clean",
+        description="noise: classifier guidance, eps - s sqrt(1 - abar_t) grad_{x_t} f(x0_hat) through the UNet | "
+        "clean: the clean estimate moves by s times the unit-RMS gradient of f (on x0_hat) per step and the DDIM "
+        "step keeps its noise direction (manifold-preserving guidance; no UNet backward)",
     )
     sampling_steps: Count = Field(50, description="DDIM steps from noise to image")
     recurrence: Count = Field(
