@@ -1,4 +1,4 @@
-"""Calibration and power of the paired error-consistency test (``controversial.analysis.kappa_inference``).
+"""Calibration and power of the paired error-consistency test (``controversial.analysis.benchmark.kappa_inference``).
 
 False positives: simulated datasets of *independent* observers (true kappa 0 for every pair, so two models'
 mean kappa with the humans is the same), shaped like a model-vs-human dataset: 4 conditions x 80 trials, 5
@@ -31,7 +31,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import numpy as np  # noqa: E402
 
-from controversial.analysis.kappa_inference import paired_test_rejects, power  # noqa: E402
+from controversial.analysis.benchmark.kappa_inference import paired_test_rejects, power  # noqa: E402
 
 
 def independent_dataset(

@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -52,7 +53,14 @@ from controversial.records.manifest import ManifestRow, write_manifest
 from controversial.records.names import stimulus_filename
 from controversial.study.bundle import load_bundle
 from controversial.study.export import ExportOptions, export_study
-from controversial.study.scripted_participants import instructions, prolific_like_id, scripted_ratings, take_study
+from controversial.study.presentations import resolver
+from controversial.study.scripted_participants import (
+    instructions,
+    prolific_like_id,
+    scripted_ratings,
+    served_checks,
+    take_study,
+)
 from controversial.synthesis.stimuli import save_png
 
 REPO = Path(__file__).resolve().parents[1]
@@ -106,6 +114,7 @@ class Server:
     """``serve_study.py`` as a child process that can be killed and restarted on the same database."""
 
     def __init__(self, bundle: Path, database_url: str, port: int, logs: Path) -> None:
+        self.database_url = database_url
         self.args = [
             sys.executable,
             "serve_study.py",
@@ -294,17 +303,17 @@ async def human(
     start_at: float,
     stop_at: float,
     categories: list[str],
-    instructed: dict[str, str],
+    checks: Callable[[list[str]], dict[str, str]],
 ) -> None:
     """Arrive at ``start_at``, then answer one trial every 3-8 s until ``stop_at``, over a connection of
-    its own, as a browser does."""
+    its own, as a browser does; ``checks`` names the attention checks among the ids served (from the database)."""
     rng = random.Random(index)
     pid = prolific_like_id(rng)
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
     host, port = base.removeprefix("http://").split(":")
     browser = Browser(host, int(port))
     try:
-        await _take_study(browser, run, pid, rng, stop_at, categories, instructed)
+        await _take_study(browser, run, pid, rng, stop_at, categories, checks)
     finally:
         browser.close()
 
@@ -316,7 +325,7 @@ async def _take_study(
     rng: random.Random,
     stop_at: float,
     categories: list[str],
-    instructed: dict[str, str],
+    checks: Callable[[list[str]], dict[str, str]],
 ) -> None:
     try:
         reply = await persistent(
@@ -331,6 +340,7 @@ async def _take_study(
         await persistent(client, run, "POST", f"/api/sessions/{token}/consent", {"consent": True, "browser": {}})
         run.started += 1
         answers = run.sent.setdefault(pid, {})
+        instructed = checks([trial["stimulus_id"] for trial in state["trials"]])  # an attentive person
         for trial in state["trials"]:
             think = rng.uniform(3.0, 8.0)
             if time.monotonic() + think > stop_at:
@@ -396,12 +406,17 @@ async def killer(server: Server, at: float) -> tuple[float, float]:
 
 async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> tuple[HumanRun, dict]:
     loaded = load_bundle(bundle)
-    categories, instructed = list(loaded.spec.categories), instructions(loaded)
+    categories = list(loaded.spec.categories)
+    reader = create_engine(server.database_url)  # the researcher's side: which served ids are attention checks
+
+    def checks(served: list[str]) -> dict[str, str]:
+        return served_checks(reader, loaded, served)
+
     run = HumanRun()
     t0 = time.monotonic()
     stop_at = t0 + args.duration
     tasks = [
-        human(server.base, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, instructed)
+        human(server.base, run, i, t0 + args.ramp * i / args.participants, stop_at, categories, checks)
         for i in range(args.participants)
     ]
     lag = asyncio.create_task(loop_lag(stop_at))
@@ -504,14 +519,15 @@ class Recorder:
 def saturate(server: Server, bundle: Path, args: argparse.Namespace, database_url: str, n_trials: int) -> bool:
     total = args.participants * n_trials
     recorder, results, errors = Recorder(), {}, []
-    instructed = instructions(load_bundle(bundle))
+    instructed, resolve = instructions(load_bundle(bundle)), resolver(create_engine(database_url))
 
     def participant(index: int) -> None:
         rng = random.Random(index)
         pid = prolific_like_id(rng)
         try:
             with httpx.Client(base_url=server.base, timeout=30) as client:
-                results[pid] = take_study(client, pid, rng, recorder.call(client), instructed=instructed)
+                call = recorder.call(client)
+                results[pid] = take_study(client, pid, rng, call, instructed=instructed, resolve=resolve)
         except Exception as error:  # reported in the table; the run must still stop by itself
             errors.append(f"{pid}: {error}")
 

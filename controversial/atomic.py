@@ -32,6 +32,22 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", private: bool = False
         raise
 
 
+def fsync_tree(folder: str | os.PathLike, recursive: bool = True) -> None:
+    """Flush ``folder``'s files and folders (only the folder itself unless ``recursive``) to disk, so a folder
+    renamed into place afterwards holds every byte even after a power cut, not only after a kill."""
+    paths = [Path(folder)]
+    if recursive:
+        paths += sorted(Path(folder).rglob("*"))
+    for path in reversed(paths):  # the contents before the folders that list them
+        if path.is_symlink():
+            continue
+        fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if path.is_dir() else 0))
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     with atomic_write(path, "wb") as handle:
         handle.write(data)

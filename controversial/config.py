@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 from pydantic import Field, field_validator, model_validator
@@ -26,6 +27,7 @@ from pydantic import Field, field_validator, model_validator
 from controversial.datasets import DATASETS, DatasetInfo, dataset_info, register_dataset
 from controversial.errors import UserError
 from controversial.options import Options, one_of
+from controversial.untrusted import inside, safe_component
 from controversial.zoo.train_options import CALIBRATIONS, TRAINING_METHODS, CalibrationName, TrainOptions
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -84,6 +86,11 @@ class ModelOptions(Options):
     @classmethod
     def _known_dataset(cls, value: str) -> str:
         return one_of(value, DATASETS)
+
+    @field_validator("name")
+    @classmethod
+    def _plain_name(cls, value: str) -> str:
+        return safe_component(value, "model name")  # it names output files and folders (<a>_vs_<b>/)
 
     @model_validator(mode="after")
     def _flip_only_where_classes_are_symmetric(self) -> ModelOptions:
@@ -147,15 +154,16 @@ def sidecar_files(dirs: Sequence[Path]) -> list[Path]:
 
 def load_sidecar(path: Path) -> ModelOptions:
     """An imported model's file as validated options: its dataset registered first (a folder dataset is known by
-    name from then on), its ``checkpoint`` resolved against the file's folder."""
+    name from then on), its ``checkpoint`` resolved against the file's folder, which it must not leave."""
     try:
-        values = OmegaConf.to_container(OmegaConf.load(path), resolve=True)
+        values = yaml.safe_load(path.read_text(encoding="utf-8"))  # plain YAML: no ${oc.env:...} resolved from others
         if not isinstance(values, dict):
             raise UserError("not a mapping of model options")
         described = values.pop(SIDECAR_DATASET_KEY, None)
         if described is not None:
             register_dataset(DatasetInfo.from_dict(described))
-        values["checkpoint"] = str(path.parent / str(values.get("checkpoint", f"{path.stem}.pt")))
+        checkpoint = str(values.get("checkpoint", f"{path.stem}.pt"))
+        values["checkpoint"] = str(inside(path.parent, checkpoint, "checkpoint"))  # a model file may come from others
         return ModelOptions.model_validate(values)
     except Exception as error:
         raise UserError(f"{path}: invalid model file of an imported model: {error}") from None

@@ -24,6 +24,7 @@ from pydantic import Field
 
 from controversial.errors import UserError
 from controversial.options import Options
+from controversial.untrusted import safe_component
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,13 @@ class DatasetInfo:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> DatasetInfo:
+        """A description as a file (checkpoint, model file, run settings) records it; its names become parts of
+        file names (stimuli, models/<dataset>/), so each must be a plain file-name component."""
         shape, classes = tuple(values["image_shape"]), tuple(values["class_names"])
+        for what, name in (("name", values.get("name")), ("display_name", values.get("display_name"))):
+            safe_component(name, f"dataset description, {what}")
+        for name in classes:
+            safe_component(name, f"dataset {values.get('name')!r}, class name")
         return cls(**{**values, "image_shape": shape, "class_names": classes})
 
     @property

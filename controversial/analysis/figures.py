@@ -16,7 +16,7 @@ import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.patches import Patch
 
-from controversial.analysis.benchmark_figures import draw_benchmark
+from controversial.analysis.benchmark.figures import draw_benchmark
 from controversial.analysis.bootstrap import LOWER
 from controversial.analysis.error_consistency import kappa_bounds
 from controversial.analysis.results import AnalysisResults, ConsistencyBlock, SubsetResult

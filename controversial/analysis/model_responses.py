@@ -19,7 +19,7 @@ from controversial.errors import UserError
 from controversial.records.manifest import read_manifest
 from controversial.records.names import Scheme, StimulusName, parse_name
 from controversial.records.responses import write_model_responses
-from controversial.records.runs import find_manifests, newest_rows
+from controversial.records.runs import find_manifests, newest_rows, row_image
 from controversial.synthesis.stimuli import DisplayConvention, Inversion, display_convention, load_png
 from controversial.zoo.protocol import scoring
 from controversial.zoo.readout import CalibratedModel
@@ -75,9 +75,7 @@ def stimuli_from_manifest(path: str | Path, include_rejected: bool = False) -> l
     if not rows:
         raise UserError(f"{path}: no {'' if include_rejected else 'accepted '}images listed")
     return [
-        StimulusImage(
-            Path(r.image_file).name, m.parent / r.image_file, (r.model_a, r.model_b, r.class_a_name, r.class_b_name)
-        )
+        StimulusImage(Path(r.image_file).name, row_image(m, r), (r.model_a, r.model_b, r.class_a_name, r.class_b_name))
         for m, r in rows
     ]
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from controversial.analysis.benchmark_report import benchmark_section
+from controversial.analysis.benchmark.report import benchmark_section
 from controversial.analysis.bootstrap import LOWER, UPPER
+from controversial.analysis.jsonable import to_json
 from controversial.analysis.results import (
     AnalysisResults,
     BootstrapResult,
@@ -22,7 +23,6 @@ from controversial.analysis.results import (
     GroupMean,
     RatingsConsistency,
     SubsetResult,
-    to_json,
 )
 from controversial.atomic import atomic_write_text
 

@@ -1,27 +1,18 @@
 """The analysis results as frozen dataclasses: what ``pipeline.py`` computes and the report, figures and tasks read.
 
 A renamed field is then an error where it is read (and to a type checker), not a missing key at run time in
-another file. ``to_json`` is the one place that turns them into the JSON-ready structure of ``results.json``:
+another file. ``jsonable.to_json`` turns them into the JSON-ready structure of ``results.json``:
 fields in declaration order, NaN as null, optional blocks left out when absent.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields, is_dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import Any
 
-import numpy as np
-
-if TYPE_CHECKING:
-    from controversial.analysis.benchmark import BenchmarkResults
-
-Matrix = list[list[float]]  # NaN where undefined; written as null
-
-
-def _optional() -> Any:
-    """A field that is left out of the JSON when it is None (a block that was not computed)."""
-    return field(default=None, metadata={"omit_if_none": True})
+from controversial.analysis.benchmark.scores import BenchmarkResults
+from controversial.analysis.jsonable import Matrix
+from controversial.analysis.jsonable import optional as _optional
 
 
 @dataclass(frozen=True)
@@ -216,24 +207,3 @@ class AnalysisResults:
     choices: dict[str, ConsistencyBlock] | None = _optional()
     benchmark: BenchmarkResults | None = _optional()  # the model-vs-human benchmark on the choices
     figures: dict[str, str] = field(default_factory=dict)
-
-
-def to_json(value: Any) -> Any:
-    """JSON-ready values: dataclasses as objects in field order, NaN and infinities as None, numpy as Python."""
-    if is_dataclass(value) and not isinstance(value, type):
-        return {
-            f.name: to_json(getattr(value, f.name))
-            for f in fields(value)
-            if not (f.metadata.get("omit_if_none") and getattr(value, f.name) is None)
-        }
-    if isinstance(value, dict):
-        return {str(k): to_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json(v) for v in value]
-    if isinstance(value, (np.floating, float)):
-        return None if not math.isfinite(float(value)) else float(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, np.ndarray):
-        return to_json(value.tolist())
-    return value

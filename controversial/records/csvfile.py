@@ -6,10 +6,13 @@ so a user can fix the file without reading code.
 Formula injection: a text cell that a spreadsheet would run as a formula (first character ``=``, ``+``,
 ``-``, ``@``, tab or carriage return, e.g. a pilot PROLIFIC_PID ``-1-1``) is written with a leading ``'``,
 which spreadsheets read as "this is text" and do not show; a text cell that already starts with ``'``
-followed by one of those characters or another ``'`` gets one more, so the escape is reversible. Numbers
-are never escaped: floats and ints, and text that reads as a plain number (``-0.5``, ``-1e-3``, ``-inf``),
-are written as they are, since a spreadsheet reads them as numbers and runs nothing. Every reader here
-(``open_rows``) removes the one added ``'``, so the project reads back exactly what it wrote.
+followed by one of those characters or another ``'`` gets one more, so the escape is reversible. Finite
+numbers are not escaped: ints, floats and text that reads as a plain finite number (``-0.5``, ``-1e-3``) are
+written as they are, since a spreadsheet reads them as numbers and runs nothing; ``-inf`` and ``-nan`` are no
+numbers to a spreadsheet (it runs them as formulas and shows an error), so they are escaped like formulas.
+An identifier (``Text``: a participant id, which may be ``-1e5`` in a pilot) is text whatever it looks like:
+it is escaped even when it reads as a number, which a spreadsheet would otherwise turn into -100000. Every
+reader here (``open_rows``) removes the one added ``'``, so the project reads back exactly what it wrote.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ __all__ = [
     "open_rows",
     "optional_number",
     "read_records",
+    "Text",
     "text",
     "unescape_cell",
     "write_csv",
@@ -45,15 +49,19 @@ OTHER_DELIMITERS = {";": "semicolons", "\t": "tabs", "|": "vertical bars"}
 MISSING_VALUES = ("", "nan", "NaN", "NA", "na")
 FORMULA_STARTS = frozenset("=+-@\t\r")  # what a spreadsheet may run as a formula (OWASP's list)
 ESCAPED_STARTS = FORMULA_STARTS | {"'"}  # what follows an added quote
-PLAIN_NUMBER = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf|infinity|nan)", re.IGNORECASE)
+PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")  # finite: what a spreadsheet reads as one
+
+
+class Text(str):
+    """A cell that is text whatever it looks like (an identifier): escaped even when it reads as a number."""
 
 
 def escape_cell(value: str) -> str:
-    """``value`` as a CSV cell no spreadsheet runs as a formula: a leading ``'`` when it would be one."""
+    """``value`` as a CSV cell no spreadsheet runs as a formula (or, for ``Text``, reads as a number): a leading
+    ``'`` when it would."""
     first = value[:1]
-    if (first in FORMULA_STARTS and not PLAIN_NUMBER.fullmatch(value)) or (
-        first == "'" and value[1:2] in ESCAPED_STARTS
-    ):
+    number = PLAIN_NUMBER.fullmatch(value) is not None and not isinstance(value, Text)
+    if (first in FORMULA_STARTS and not number) or (first == "'" and value[1:2] in ESCAPED_STARTS):
         return "'" + value
     return value
 
@@ -243,10 +251,10 @@ def csv_chunks(header: Sequence[str], rows: Iterable[Sequence[object]], size: in
 
 def _cell(value: object) -> object:
     if isinstance(value, float):
-        return repr(value)
+        return repr(value) if math.isfinite(value) else escape_cell(repr(value))
     if value is None or isinstance(value, int):
         return value
-    return escape_cell(str(value))
+    return escape_cell(value if isinstance(value, Text) else str(value))
 
 
 def csv_text(header: Sequence[str], rows: Iterable[Sequence[object]]) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 from controversial.atomic import atomic_write_text
 from controversial.errors import UserError
 from controversial.records.csvfile import csv_text, read_records
+from controversial.untrusted import safe_component
 
 MANIFEST_NAME = "manifest.csv"
 
@@ -54,6 +55,7 @@ class ManifestRow:
 
 MANIFEST_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(ManifestRow))
 _TIMING_COLUMNS = ("wall_time_s",)
+_NAME_COLUMNS = ("dataset", "model_a", "model_b", "class_a_name", "class_b_name")  # they become parts of file names
 _BOOL_COLUMNS = {"converged", "accepted"}
 _INT_COLUMNS = {"class_a", "class_b", "seed", "steps"}
 _FLOAT_COLUMNS = {
@@ -109,6 +111,8 @@ def read_manifest(path: str | Path) -> list[ManifestRow]:
     rows = []
     for line, record in records:
         values: dict[str, Any] = {c: _parse(c, record[c], path, line) for c in MANIFEST_COLUMNS}  # typed by column
+        for column in _NAME_COLUMNS:
+            safe_component(values[column], f"{path}, row {line}, column '{column}'")
         rows.append(ManifestRow(**values))
     return rows
 

@@ -25,6 +25,7 @@ from typing import Literal
 
 from controversial.datasets import DATASETS
 from controversial.errors import UserError
+from controversial.untrusted import safe_component
 
 Scheme = Literal["project", "pnas2020"]
 SCHEMES: tuple[str, ...] = ("project", "pnas2020")
@@ -117,7 +118,7 @@ def _build(name: StimulusName) -> str:
         stem = f"{name.model_a}_{name.class_a}{joint}{name.model_b}_{name.class_b}"
         if name.scheme == "project":
             stem += f"_seed{name.seed}" if name.kind == "synthetic" else f"_natural{name.index}"
-    return stem + (REPEATED_SUFFIX if name.repeated else "") + ".png"
+    return safe_component(stem + (REPEATED_SUFFIX if name.repeated else "") + ".png", "stimulus file name")
 
 
 def stimulus_filename(model_a: str, class_a: str, model_b: str, class_b: str, seed: int) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from controversial.datasets import DatasetInfo, dataset_info
 from controversial.errors import UserError
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
+from controversial.untrusted import inside, safe_component
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +56,16 @@ def find_manifests(root: str | Path, exclude: str | Path | None = None) -> list[
             "(-m ... sweep_dir=...) or a folder of them"
         )
     return sorted(found)
+
+
+def row_image(manifest: Path, row: ManifestRow) -> Path:
+    """The PNG a manifest row names, which must be inside the manifest's run folder (symlinks resolved): a
+    manifest from elsewhere cannot make a command read, copy or show a file from anywhere else."""
+    try:
+        return inside(manifest.parent, row.image_file, f"{manifest}, image_file")
+    except UserError as error:
+        hint = " (an overview's manifest.csv names the runs' images: pass the sweep folder instead)"
+        raise UserError(str(error) + (hint if (manifest.parent / OVERVIEW_MARK).is_file() else "")) from None
 
 
 def attempt_key(row: ManifestRow) -> tuple:
@@ -111,6 +122,8 @@ def _recorded(manifest: Path) -> tuple[str, tuple[str, ...], tuple[int, ...] | N
         raise UserError(f"{path}: cannot read the run's settings ({error})") from None
     if "class_names" not in settings or "dataset" not in settings:
         return None
+    for name in settings["class_names"]:
+        safe_component(name, f"{path}: class_names")
     chosen = settings.get("synthesis", {}).get("classes")
     described = DatasetInfo.from_dict(settings["dataset_info"]) if "dataset_info" in settings else None
     return settings["dataset"], tuple(settings["class_names"]), None if chosen is None else tuple(chosen), described

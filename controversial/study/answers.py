@@ -44,7 +44,7 @@ class AnsweringParticipant:
     id: int
     consented: bool
     completed: bool
-    order: list[tuple[str, str, int]]  # (stimulus_id, kind, image_repetition) by position - 1
+    order: list[tuple[str, str, int, str]]  # (stimulus_id, kind, image_repetition, presentation id) by position - 1
     last_activity_s: float | None
     n_answered: int
 
@@ -68,7 +68,7 @@ def answering_participant(connection: Connection, study: str, token_hash: str) -
     if row is None:
         return None
     pid, consented, completed, order_json, last_activity_s, n_answered = row
-    order = [(sid, kind, repetition) for sid, kind, repetition in json.loads(order_json)]
+    order = [(sid, kind, repetition, shown) for sid, kind, repetition, shown in json.loads(order_json)]
     return AnsweringParticipant(pid, bool(consented), bool(completed), order, last_activity_s, n_answered)
 
 

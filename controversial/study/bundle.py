@@ -31,10 +31,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from controversial.atomic import atomic_write_bytes, atomic_write_text
+from controversial.atomic import atomic_write_bytes, atomic_write_text, fsync_tree
 from controversial.errors import UserError
 from controversial.records.study import KeyEntry, TrialSpec, key_text, read_key, read_trial_list, trial_list_text
 from controversial.study.display import uniform_pngs
+from controversial.study.schemas import MAX_CATEGORIES, MAX_NAME_LENGTH
+from controversial.untrusted import inside, safe_component
 
 log = logging.getLogger(__name__)
 
@@ -137,10 +139,12 @@ def write_bundle(
     images: Mapping[str, bytes],
     originals: Mapping[str, bytes],
     web_source: str | Path,
+    idat_room: int = 0,
 ) -> Path:
     """Write a new version ``<studies_dir>/<name>/v<k>`` (k = latest + 1) and return its path.
 
-    ``images`` are display PNGs by stimulus id; ``originals`` the native stimuli by original name.
+    ``images`` are display PNGs by stimulus id; ``originals`` the native stimuli by original name; ``idat_room``
+    the IDAT length the display images are padded to at least (room for the checks the server draws).
     """
     validate_name(spec.name)
     _check_consistent(spec, trials, {entry.stimulus_id: entry for entry in key}, set(images), Path("<new bundle>"))
@@ -159,11 +163,14 @@ def write_bundle(
         atomic_write_text(staging / STUDY_FILE, json.dumps(asdict(spec), indent=2, sort_keys=True) + "\n")
         atomic_write_text(staging / TRIALS_FILE, trial_list_text(trials))
         atomic_write_text(staging / KEY_FILE, key_text(key))
-        _write_display_images(staging / IMAGES_DIR, images)
+        _write_display_images(staging / IMAGES_DIR, images, idat_room)
         for name, data in originals.items():
-            atomic_write_bytes(staging / STIMULI_DIR / name, data)
+            atomic_write_bytes(
+                inside(staging / STIMULI_DIR, safe_component(name, "original stimulus name"), name), data
+            )
         shutil.copytree(web_source, staging / WEB_DIR)
         os.chmod(staging, 0o755)
+        fsync_tree(staging)  # on disk before it is renamed into place, so even a power cut leaves no partial v<k>
         while True:
             version = max(existing_versions(study_root), default=0) + 1
             target = study_root / f"v{version}"
@@ -178,6 +185,7 @@ def write_bundle(
                     continue
                 raise
             break
+        fsync_tree(study_root, recursive=False)  # the rename itself
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -185,10 +193,10 @@ def write_bundle(
     return target
 
 
-def _write_display_images(folder: Path, images: Mapping[str, bytes]) -> None:
+def _write_display_images(folder: Path, images: Mapping[str, bytes], idat_room: int) -> None:
     """Random write order, one byte layout (chunks and lengths), one modification time: no file metadata and no
     PNG structure follows the key."""
-    uniform = uniform_pngs(images)
+    uniform = uniform_pngs(images, idat_room)
     ids = list(uniform)
     random.SystemRandom().shuffle(ids)
     for stimulus_id in ids:
@@ -198,12 +206,35 @@ def _write_display_images(folder: Path, images: Mapping[str, bytes]) -> None:
         os.utime(folder / f"{stimulus_id}.png", (stamp, stamp))
 
 
+def check_categories(categories: Sequence[str], where: str | Path) -> None:
+    """Categories the server can accept answers for: distinct, 1 to ``MAX_CATEGORIES`` names of 1 to
+    ``MAX_NAME_LENGTH`` characters (the answer schema's limits; past them every answer would be a 422)."""
+    if len(categories) != len(set(categories)) or not categories:
+        raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(categories)[:10]}")
+    if len(categories) > MAX_CATEGORIES:
+        raise BundleError(
+            f"{where}: {len(categories)} categories; a study can have at most {MAX_CATEGORIES} (the most ratings "
+            "an answer may carry): rate a subset of the classes"
+        )
+    long = [c for c in categories if not 1 <= len(c) <= MAX_NAME_LENGTH]
+    if long:
+        raise BundleError(
+            f"{where}: category name {long[0][:80]!r} has {len(long[0])} characters; allowed: 1 to {MAX_NAME_LENGTH} "
+            f"(the answer schema's limit; {len(long)} name(s) too long): shorten the class names"
+        )
+
+
 def _check_consistent(
     spec: StudySpec, trials: Sequence[TrialSpec], key: Mapping[str, KeyEntry], images: set[str], where: Path
 ) -> None:
-    if len(spec.categories) != len(set(spec.categories)) or not spec.categories:
-        raise BundleError(f"{where}: categories must be distinct and non-empty, got {list(spec.categories)}")
+    check_categories(spec.categories, where)
     for entry in key.values():
+        for column, name in (("stimulus_id", entry.stimulus_id), ("image", entry.image)):
+            try:
+                if name or column == "stimulus_id":  # both become file names (images/<id>.png, stimuli/<image>)
+                    safe_component(name, f"{where}: key {column}")
+            except UserError as error:
+                raise BundleError(str(error)) from None
         if entry.kind not in KINDS:
             raise BundleError(
                 f"{where}: key kind {entry.kind!r} for {entry.stimulus_id!r} unknown; allowed: {', '.join(KINDS)}"
@@ -224,6 +255,20 @@ def _check_consistent(
     names = [entry.image for entry in key.values() if entry.image]
     if len(names) != len(set(names)):
         raise BundleError(f"{where}: two stimuli share an original image name; names must be unique")
+
+
+def _check_complete(root: Path, key: Mapping[str, KeyEntry], images: set[str]) -> None:
+    """Every file the key implies is there: a display image per stimulus, a native image per rated one, and the
+    web experiment, so a bundle copied in part (an interrupted transfer from a colleague) is refused, not served."""
+    missing = [f"{IMAGES_DIR}/{sid}.png" for sid in key if sid not in images]
+    rated = [e.image for e in key.values() if e.kind in ("controversial", "natural")]
+    missing += [f"{STIMULI_DIR}/{name}" for name in rated if not (root / STIMULI_DIR / name).is_file()]
+    missing += [f"{WEB_DIR}/index.html"] if not (root / WEB_DIR / "index.html").is_file() else []
+    if missing:
+        raise BundleError(
+            f"{root}: incomplete bundle, {len(missing)} file(s) missing ({', '.join(missing[:3])}"
+            f"{', ...' if len(missing) > 3 else ''}); copy the whole folder again, or export a new version"
+        )
 
 
 def _present(path: Path) -> Path:
@@ -251,4 +296,5 @@ def load_bundle(path: str | Path) -> StudyBundle:
     trials = read_trial_list(_present(root / TRIALS_FILE), BundleError)
     images = {p.stem for p in (root / IMAGES_DIR).glob("*.png")}
     _check_consistent(spec, trials, key, images, root)
+    _check_complete(root, key, images)
     return StudyBundle(root=root, version=int(match.group(1)), spec=spec, trials=trials, key=key)

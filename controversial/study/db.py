@@ -1,4 +1,5 @@
-"""The collection database: participants (with their stored trial order) and one row per answered trial.
+"""The collection database: participants (with their stored trial order), the id each place in an order is
+served under (``presentations``), and one row per answered trial.
 
 SQLite by default (one file, zero setup) and PostgreSQL through a database URL. Uniqueness is
 enforced by the database itself, (study, prolific_pid, prolific_session_id) and (participant, position),
@@ -23,6 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import (
+    BigInteger,
     DateTime,
     Float,
     ForeignKey,
@@ -97,6 +99,19 @@ class Response(Base):
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
+class Presentation(Base):
+    """One place in a participant's order, under an id of its own: the browser sees this id and its image URL,
+    never the bundle's stimulus id, so no id repeats across participants or between a stimulus and its repeat."""
+
+    __tablename__ = "presentations"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)  # random; the image URL's name
+    participant_id: Mapped[int] = mapped_column(ForeignKey("participants.id"), index=True)
+    position: Mapped[int] = mapped_column(Integer)
+    stimulus_id: Mapped[str] = mapped_column(String(64))  # the bundle's
+    seed: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # an attention check's rendering; secret
+
+
 def default_database_url(bundle_root: Path) -> str:
     """``sqlite:///<bundle>/responses.db``: the data lives next to the study version it belongs to."""
     return f"sqlite:///{(bundle_root / 'responses.db').resolve()}"
@@ -148,8 +163,16 @@ def make_engine(url: str) -> Engine:
 
 
 def _check_schema(engine: Engine) -> None:
-    """Refuse a database written by an older version (``create_all`` adds tables, never columns or keys)."""
+    """Refuse a database written by an older version (``create_all`` adds tables, never columns or keys, and a
+    table added later would be missing the rows of the participants already stored)."""
     inspector = inspect(engine)
+    present_tables = [table.name for table in Base.metadata.sorted_tables if inspector.has_table(table.name)]
+    absent = [table.name for table in Base.metadata.sorted_tables if table.name not in present_tables]
+    if present_tables and absent:
+        raise RuntimeError(
+            f"database lacks table(s) {', '.join(absent)}: it was written by an older version; export its data "
+            "(mode=export, with the version that wrote it) and use a new database"
+        )
     for table in Base.metadata.sorted_tables:
         if not inspector.has_table(table.name):
             continue

@@ -73,7 +73,7 @@ def attention_png(instruction: str, size: int, colour: bool = False) -> bytes:
     margin = max(4, size // 16)
     for font_size in range(max(10, size // 10), 7, -1):  # the largest font whose wrapped text fits
         font = ImageFont.load_default(size=font_size)
-        lines = _wrap(instruction, font, size - 2 * margin)
+        lines = wrap_text(instruction, font, size - 2 * margin)
         height = len(lines) * int(font_size * 1.3)
         if height <= size - 2 * margin:
             break
@@ -86,7 +86,8 @@ def attention_png(instruction: str, size: int, colour: bool = False) -> bytes:
     return buffer.getvalue()
 
 
-def _wrap(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: int) -> list[str]:
+def wrap_text(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: int) -> list[str]:
+    """``text`` in lines no wider than ``width`` pixels (a word longer than that gets a line of its own)."""
     lines: list[str] = []
     for word in text.split():
         candidate = f"{lines[-1]} {word}" if lines else word
@@ -97,14 +98,15 @@ def _wrap(text: str, font: ImageFont.FreeTypeFont | ImageFont.ImageFont, width: 
     return lines
 
 
-def uniform_pngs(images: Mapping[str, bytes]) -> dict[str, bytes]:
+def uniform_pngs(images: Mapping[str, bytes], at_least: int = 0) -> dict[str, bytes]:
     """Every PNG re-encoded to one byte layout: the same IHDR, then one IDAT of one length, then IEND.
 
     Natural photos, synthetic stimuli and attention checks compress differently, so their IDAT lengths
     (not only the file length) told a script which trial is a check without decoding a pixel. Here each
     image's filtered scanlines are kept (pixels unchanged), recompressed, and the deflate stream is padded
     with empty blocks to the longest one, so the chunk types, their lengths and the file length are the
-    same for every image; only decoding tells them apart.
+    same for every image; only decoding tells them apart. ``at_least``: the IDAT length to pad to at least (room
+    for the attention checks the server renders per participant, ``attention.py``).
     """
     header: bytes | None = None
     streams: dict[str, tuple[bytes, bytes]] = {}  # id -> (compressed scanlines up to a sync flush, adler32)
@@ -117,19 +119,45 @@ def uniform_pngs(images: Mapping[str, bytes]) -> dict[str, bytes]:
                 f"display image {name!r} differs from the others in size, bit depth or colour type; every image "
                 "of a bundle must share one PNG header so that none stands out"
             )
-        compressor = zlib.compressobj(9)
-        body = compressor.compress(scanlines) + compressor.flush(zlib.Z_SYNC_FLUSH)
-        streams[name] = (body, struct.pack(">I", zlib.adler32(scanlines)))
+        streams[name] = _compressed(scanlines)
     if header is None:
         return {}
-    length = max(len(body) for body, _ in streams.values()) + MIN_TAIL + 4
-    return {
-        name: PNG_SIGNATURE
+    length = max(max(len(body) for body, _ in streams.values()) + MIN_TAIL + 4, at_least)
+    return {name: _assembled(header, body, adler, length) for name, (body, adler) in streams.items()}
+
+
+def fit_png(data: bytes, header: bytes, idat_length: int) -> bytes | None:
+    """``data`` re-encoded to a bundle's layout (``header`` its IHDR data, ``idat_length`` its one IDAT chunk's
+    length), pixels unchanged; None when it compresses to more than fits."""
+    ihdr, scanlines = _ihdr_and_scanlines("rendered", data)
+    if ihdr != header:
+        raise UserError("a rendered image differs from the bundle's display images in size or colour type")
+    body, adler = _compressed(scanlines)
+    padding = idat_length - len(body) - 4
+    if padding < MIN_TAIL and padding not in EMPTY_BLOCK_UNITS:
+        return None
+    return _assembled(header, body, adler, idat_length)
+
+
+def png_layout(data: bytes) -> tuple[bytes, int]:
+    """(IHDR data, IDAT length) of a re-encoded display image: what every image of its bundle shares."""
+    chunks = dict(png_chunks(data))
+    return chunks[b"IHDR"], len(chunks[b"IDAT"])
+
+
+def _compressed(scanlines: bytes) -> tuple[bytes, bytes]:
+    compressor = zlib.compressobj(9)
+    body = compressor.compress(scanlines) + compressor.flush(zlib.Z_SYNC_FLUSH)
+    return body, struct.pack(">I", zlib.adler32(scanlines))
+
+
+def _assembled(header: bytes, body: bytes, adler: bytes, length: int) -> bytes:
+    return (
+        PNG_SIGNATURE
         + _chunk(b"IHDR", header)
         + _chunk(b"IDAT", body + _empty_blocks(length - len(body) - 4) + adler)
         + _chunk(b"IEND", b"")
-        for name, (body, adler) in streams.items()
-    }
+    )
 
 
 def png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:

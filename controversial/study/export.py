@@ -32,7 +32,8 @@ from controversial.options import Options, Seed
 from controversial.records.names import natural_filename
 from controversial.records.runs import RunClasses
 from controversial.records.study import KeyEntry, TrialSpec
-from controversial.study.bundle import BundleError, StudySpec, write_bundle
+from controversial.study.attention import check_room
+from controversial.study.bundle import BundleError, StudySpec, check_categories, write_bundle
 from controversial.study.display import DisplayOptions, attention_png, display_png, png_to_uint8
 from controversial.study.duration import BLANK, DurationEstimate, DurationOptions, estimate_duration, fill_duration
 from controversial.study.selection import (
@@ -218,6 +219,7 @@ def write_selection(
     if placeholders:
         log.warning("pilot export with placeholder text (%s): do not publish it on Prolific", "; ".join(placeholders))
     categories = tuple(dataset_info(dataset).class_names if categories is None else categories)
+    check_categories(categories, f"dataset {dataset}")  # before any rendering: what the server cannot accept
     _check_class_names(chosen, categories)
     invert = settings.display.invert_mnist and dataset == "mnist"
     test_images, test_labels = test_set
@@ -281,7 +283,11 @@ def write_selection(
             settings.attention_prompt.format(category=categories[int(cls)]),
             settings.display.size,
             colour=np.asarray(test_images).shape[1] == 3,  # (N, C, H, W): attention checks match the stimuli
-        )
+        )  # kept in the bundle as a record; participants see one drawn for them (``attention.py``)
+
+    colour = np.asarray(test_images).shape[1] == 3
+    prompts = [settings.attention_prompt.format(category=categories[int(cls)]) for cls in instructed]
+    room = check_room(prompts, settings.display.size, colour, int(rng.integers(2**62)))  # the server's renderings
 
     trials = [TrialSpec(sid, "stimulus", 0) for sid in rated]
     trials += [TrialSpec(sid, "stimulus", 1) for sid in repeats]
@@ -318,7 +324,7 @@ def write_selection(
     )
     with tempfile.TemporaryDirectory() as scratch:
         return write_bundle(
-            studies_dir, spec, trials, key, images, originals, filled_web_source(web_source, estimate, scratch)
+            studies_dir, spec, trials, key, images, originals, filled_web_source(web_source, estimate, scratch), room
         )
 
 

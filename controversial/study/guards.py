@@ -1,6 +1,6 @@
 """HTTP-level protection of the study server: a request-body limit, security headers, a generic reply to
-unexpected errors, per-client rate limits and the masking of session tokens in logs, as plain ASGI
-middleware and a small token bucket (no extra dependency).
+unexpected errors, the masking of session tokens in logs, as plain ASGI middleware, and a small token bucket
+for rate limits (``network_limits.py`` applies it per client network; no extra dependency).
 
 The body limit lives in the app, not only in the reverse proxy, so a misconfigured or absent proxy
 cannot let a few large bodies exhaust memory: a declared ``Content-Length`` over the limit is refused
@@ -12,7 +12,6 @@ outside every middleware, so a 500 it wrote went out bare).
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import re
@@ -163,20 +162,6 @@ class ServerErrors:
             await _reply(send, 500, SERVER_ERROR)
 
 
-def client_key(host: str, ipv6_prefix: int = 64) -> str:
-    """What the per-client rate limit counts: an IPv4 address, or the IPv6 network of ``ipv6_prefix`` bits
-    around an address (one subscriber gets a whole /64, so counting full addresses counts nothing)."""
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        return host  # "unknown", or a name from a test client
-    if isinstance(address, ipaddress.IPv6Address):
-        if address.ipv4_mapped is not None:
-            return str(address.ipv4_mapped)
-        return str(ipaddress.IPv6Network((address, ipv6_prefix), strict=False))
-    return str(address)
-
-
 class SecurityHeaders:
     """Add ``SECURITY_HEADERS`` to every HTTP response, and ``Cache-Control: no-store`` to every error that
     does not say otherwise (an error may name a session or a participant's progress)."""
@@ -219,19 +204,25 @@ class RateLimiter:
         self.buckets: dict[str, tuple[float, float]] = {}  # key -> (tokens, last update)
         self.lock = threading.Lock()
 
-    def retry_after(self, key: str) -> float:
-        """Take one request for ``key``: 0 if allowed, else the seconds until one is allowed."""
+    def retry_after(self, key: str, keep: float = 0.0, take: bool = True) -> float:
+        """Take one request for ``key`` (only look, without ``take``): 0 if allowed, else the seconds until one is
+        allowed; ``keep`` tokens stay in the bucket for others (a reserve this request may not touch)."""
         now = self.clock()
         with self.lock:
-            tokens, last = self.buckets.get(key, (self.burst, now))
-            tokens = min(self.burst, tokens + (now - last) * self.rate)
-            if tokens >= 1:
-                self.buckets[key] = (tokens - 1, now)
-                if len(self.buckets) > self.max_clients:
-                    self._forget_idle(now)
+            tokens = self.tokens(key, now)
+            if tokens >= 1 + keep:
+                if take:
+                    self.buckets[key] = (tokens - 1, now)
+                    if len(self.buckets) > self.max_clients:
+                        self._forget_idle(now)
                 return 0.0
-            self.buckets[key] = (tokens, now)
-            return (1 - tokens) / self.rate
+            return (1 + keep - tokens) / self.rate
+
+    def tokens(self, key: str, now: float | None = None) -> float:
+        """What ``key``'s bucket holds now (full for a key not seen)."""
+        now = self.clock() if now is None else now
+        tokens, last = self.buckets.get(key, (self.burst, now))
+        return min(self.burst, tokens + (now - last) * self.rate)
 
     def _forget_idle(self, now: float) -> None:
         full_after = self.burst / self.rate

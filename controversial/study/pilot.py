@@ -24,6 +24,9 @@ import uvicorn
 
 from controversial.analysis.simulate import ParticipantNoise, simulate_participants
 from controversial.study.bundle import StudyBundle
+from controversial.study.db import make_engine
+from controversial.study.http_protocol import uvicorn_config
+from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
 from controversial.study.server import ServeStudySettings, create_app
 
@@ -47,9 +50,7 @@ def _free_port() -> int:
 @contextmanager
 def loopback_server(settings: ServeStudySettings) -> Iterator[str]:
     """The study server on 127.0.0.1 (a free port) in a background thread, for the ``with`` block; yields its URL."""
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=_free_port(), log_config=None, access_log=False)
-    )
+    server = uvicorn.Server(uvicorn_config(create_app(settings), "127.0.0.1", _free_port(), access_log=False))
     thread = threading.Thread(target=server.run, name="pilot-server", daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
@@ -126,10 +127,15 @@ def run_pilot(
     attentive = instructions(bundle)
     start = time.perf_counter()
     answers = 0
-    with _quiet("httpx", "uvicorn.error"), loopback_server(settings) as url, httpx.Client(base_url=url) as client:
-        for rate in raters:
-            result = take_study(client, prolific_like_id(rng), rng, instructed=attentive, rate=rate)
-            answers += len(result.answers)
+    reader = make_engine(database_url)  # the researcher's side: which stimulus each served id shows
+    try:
+        with _quiet("httpx", "uvicorn.error"), loopback_server(settings) as url, httpx.Client(base_url=url) as client:
+            for rate in raters:
+                pid = prolific_like_id(rng)
+                result = take_study(client, pid, rng, instructed=attentive, rate=rate, resolve=resolver(reader))
+                answers += len(result.answers)
+    finally:
+        reader.dispose()
     return PilotRun(url, len(raters), answers, time.perf_counter() - start)
 
 

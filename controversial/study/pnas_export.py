@@ -23,6 +23,7 @@ from typing import Callable, Iterator, Sequence
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from controversial.records.csvfile import Text
 from controversial.records.study import ATTENTION_COLUMNS, PARTICIPANT_COLUMNS, RESPONSE_COLUMNS
 from controversial.study.bundle import StudyBundle
 from controversial.study.db import Participant, Response, make_engine, make_read_engine, session_factory
@@ -93,8 +94,8 @@ def response_rows(session: Session, bundle: StudyBundle, include_incomplete: boo
             continue
         code = subject_code(participant, bundle.batch)
         stimulus_trial, count = {}, 0
-        for position, (_, kind, _) in enumerate(json.loads(participant.order_json), start=1):
-            if kind == "stimulus":
+        for position, entry in enumerate(json.loads(participant.order_json), start=1):
+            if entry[1] == "stimulus":  # [stimulus_id, kind, image_repetition, presentation id]
                 count += 1
                 stimulus_trial[position] = count
         for response in answered:
@@ -176,9 +177,9 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
         )
         yield [
             subject_code(participant, bundle.batch),
-            participant.prolific_pid,
-            participant.prolific_study_id,
-            participant.prolific_session_id,
+            Text(participant.prolific_pid),  # ids stay text: a pilot's "-1e5" is no number
+            Text(participant.prolific_study_id),
+            Text(participant.prolific_session_id),
             "completed" if complete else ("in_progress" if participant.consented_at else "not_consented"),
             len(answered),
             participant.n_trials,

@@ -20,7 +20,9 @@ TEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MAX_RT_MS = 24 * 3600 * 1000.0
 # Free-form fields are flat and bounded by their type, so a nested or huge value is a 422 at validation and
 # is never walked, printed or stored (a list nested 955 deep once crashed ``repr`` with a RecursionError).
-Key = Annotated[str, Field(min_length=1, max_length=64)]
+MAX_NAME_LENGTH = 64  # a category name, a browser-data name
+MAX_CATEGORIES = 256  # ratings per answer; the bundle refuses more categories (``bundle.check_categories``)
+Key = Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH)]
 BrowserValue = Annotated[StrictStr, Field(max_length=256)] | StrictInt | StrictFloat | StrictBool | None
 
 
@@ -51,6 +53,6 @@ class ResponseRequest(_Strict):
 
     position: StrictInt = Field(ge=1, description="1-based place of the trial in this participant's order")
     stimulus_id: str = Field(min_length=1, max_length=64)
-    ratings: dict[Key, StrictInt] = Field(max_length=256)
+    ratings: dict[Key, StrictInt] = Field(max_length=MAX_CATEGORIES)
     rt_ms: StrictFloat | StrictInt = Field(ge=0, le=MAX_RT_MS)
     first_reaction_rt_ms: StrictFloat | StrictInt = Field(ge=0, le=MAX_RT_MS)

@@ -1,9 +1,10 @@
 """Scripted participants that take a study through the real HTTP API (tests, load benchmark, dry runs).
 
 They behave like a browser running ``human_study/``: arrive with Prolific parameters, consent, answer
-their stored trials in order, then complete. Attention checks are images, so a script cannot read
-what they ask: pass ``instructed`` (stimulus id -> category, from the bundle's private key) to play
-an attentive person; without it the script answers them like any image, as a bot would. ``call``
+their stored trials in order, then complete. Attention checks are images drawn for each participant under
+ids of their own, so a script cannot read what they ask: pass ``instructed`` (stimulus id -> category, from
+the bundle's private key) and ``resolve`` (served ids -> stimulus ids, from the database) to play an attentive
+person; without them the script answers them like any image, as a bot would. ``call``
 lets a caller add retries or timing around every request without re-implementing the protocol.
 """
 
@@ -14,10 +15,13 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import httpx
+from sqlalchemy import Engine
 
 from controversial.study.bundle import StudyBundle
+from controversial.study.presentations import stimuli_shown
 
 Call = Callable[[str, str, Any], httpx.Response]
+Resolve = Callable[[Sequence[str]], Mapping[str, str]]  # served ids -> the bundle's stimulus ids
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,13 @@ def prolific_like_id(rng: random.Random) -> str:
 def instructions(bundle: StudyBundle) -> dict[str, str]:
     """Attention check id -> the category it asks for (what an attentive person reads off the image)."""
     return {e.stimulus_id: e.instructed_class for e in bundle.key.values() if e.kind == "attention"}
+
+
+def served_checks(engine: Engine, bundle: StudyBundle, served_ids: Sequence[str]) -> dict[str, str]:
+    """Served id -> the category its attention check asks for, among ``served_ids``: ``instructions`` under the
+    ids a participant was served, read from the database (the researcher's view, never the browser's)."""
+    checks = instructions(bundle)
+    return {served: checks[sid] for served, sid in stimuli_shown(engine, served_ids).items() if sid in checks}
 
 
 def scripted_ratings(
@@ -66,11 +77,16 @@ def take_study(
     instructed: Mapping[str, str] | None = None,
     session_id: str | None = None,
     rate: Callable[[str], dict[str, int]] | None = None,
+    resolve: Resolve | None = None,
 ) -> TakeResult:
     """Run one participant from arrival to completion; a PID seen before resumes under the same SESSION_ID.
 
     ``rate(stimulus_id)`` gives a stimulus trial's ratings (e.g. a simulated person's); default random.
+    ``instructed`` and ``rate`` take the bundle's stimulus ids, which the server never sends: ``resolve`` maps
+    the ids it served to them (``presentations.resolver``, the researcher's view of the database).
     """
+    if (instructed or rate) and resolve is None:
+        raise ValueError("instructed= and rate= need resolve= (served ids -> the bundle's stimulus ids)")
     request: Call = call or (lambda method, url, body: client.request(method, url, json=body))
     study = _checked(request("GET", "/api/study", None), 200)
     arrival = {
@@ -87,13 +103,13 @@ def take_study(
             request("POST", f"/api/sessions/{token}/consent", {"consent": True, "browser": {"scripted": True}}), 200
         )
     answers: dict[int, list[int]] = {}
+    shown = resolve([trial["stimulus_id"] for trial in state["trials"]]) if resolve else {}
     for trial in state["trials"]:
-        if rate is not None and trial["stimulus_id"] not in (instructed or {}):
-            ratings = rate(trial["stimulus_id"])
+        stimulus_id = shown.get(trial["stimulus_id"], trial["stimulus_id"])
+        if rate is not None and stimulus_id not in (instructed or {}):
+            ratings = rate(stimulus_id)
         else:
-            ratings = scripted_ratings(
-                trial["stimulus_id"], study["categories"], study["rating_levels"], rng, instructed or {}
-            )
+            ratings = scripted_ratings(stimulus_id, study["categories"], study["rating_levels"], rng, instructed or {})
         rt = rng.uniform(1600, 6000)
         body = {
             "position": trial["position"],

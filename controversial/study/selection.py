@@ -20,7 +20,7 @@ from scipy.sparse import lil_matrix
 
 from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow
-from controversial.records.runs import RunClasses, find_manifests, newest_rows, run_classes
+from controversial.records.runs import RunClasses, find_manifests, newest_rows, row_image, run_classes
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +61,7 @@ def collect_sweep(sweep_dir: str | Path) -> list[SweepStimulus]:
         raise SelectionError(str(error)) from None
     rows, _ = newest_rows(manifests)
     stimuli = [
-        SweepStimulus(row, ((path.parent / row.image_file) if row.image_file else path.parent).resolve())
-        for path, row in rows
+        SweepStimulus(row, row_image(path, row) if row.image_file else path.parent.resolve()) for path, row in rows
     ]
     log.info("read %d distinct attempts from %d manifests under %s", len(stimuli), len(manifests), sweep_dir)
     return stimuli

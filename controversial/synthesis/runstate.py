@@ -28,7 +28,7 @@ from controversial.datasets import DatasetInfo, same_dataset
 from controversial.errors import UserError
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
 from controversial.records.names import stimulus_filename
-from controversial.records.runs import RUN_SETTINGS_NAME
+from controversial.records.runs import RUN_SETTINGS_NAME, row_image
 from controversial.synthesis.engine import BatchResult
 from controversial.synthesis.stimuli import save_png
 
@@ -167,7 +167,7 @@ def load_finished_rows(run_dir: Path, model_a: str, model_b: str) -> list[Manife
             f"{path} belongs to {other[0][0]} vs {other[0][1]}, not {model_a} vs {model_b}; "
             "point output_dir/sweep_dir at the right folder or a new one."
         )
-    kept = [r for r in rows if not r.image_file or _png_decodes(run_dir / r.image_file)]
+    kept = [r for r in rows if not r.image_file or _png_decodes(row_image(path, r))]
     if len(kept) < len(rows):
         log.warning(
             "%s: %d row(s) reference a missing or unreadable PNG; those cells will be redone",

@@ -23,10 +23,11 @@ import numpy as np
 from controversial.errors import UserError
 from controversial.figure_style import DOUBLE_COLUMN, SINGLE_COLUMN, styled
 from controversial.records.manifest import ManifestRow, read_manifest
-from controversial.records.runs import attempt_key, find_manifests, newest_rows
+from controversial.records.runs import attempt_key, find_manifests, newest_rows, row_image
 from controversial.synthesis.grids import image_matrix, plot_stimulus_grid, save_figure, show_image
 from controversial.synthesis.runstate import best_rows
 from controversial.synthesis.stimuli import load_png
+from controversial.untrusted import inside
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +82,14 @@ def collect_rows(manifests: Sequence[Path], out_dir: Path) -> list[ManifestRow]:
     for note in notes:
         print(note)
     return [
-        replace(row, image_file=os.path.relpath(path.parent / row.image_file, out_dir) if row.image_file else "")
+        replace(row, image_file=os.path.relpath(row_image(path, row), out_dir.resolve()) if row.image_file else "")
         for path, row in found
     ]
 
 
 def image_path(folder: Path, row: ManifestRow) -> Path:
     """A row's PNG, normalised so that ``../`` works before ``folder`` exists."""
-    return Path(os.path.normpath(folder / row.image_file))
+    return Path(os.path.normpath(folder.resolve() / row.image_file))
 
 
 def model_order(rows: Sequence[ManifestRow], preferred: Sequence[str] | None = None) -> list[str]:
@@ -206,7 +207,7 @@ def plot_pair_grids(rows: Sequence[ManifestRow], out_dir: Path) -> list[Path]:
     class_names: dict[int, str] = {r.class_a: r.class_a_name for r in rows} | {r.class_b: r.class_b_name for r in rows}
     names = tuple(class_names.get(k, str(k)) for k in range(max(class_names, default=-1) + 1))
     for (a, b), cells in _best_by_cell(rows).items():
-        path = out_dir / f"fig3_{a}_vs_{b}.png"
+        path = inside(out_dir, f"fig3_{a}_vs_{b}.png", "overview figure")
         plot_stimulus_grid(
             {k: load_png(image_path(out_dir, r)) for k, r in cells.items()},
             {k: r.accepted for k, r in cells.items()},

@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import Field, field_validator, model_validator
 
 from controversial.analysis import figures
-from controversial.analysis.benchmark import OVERALL, BenchmarkResults, run_benchmark
-from controversial.analysis.benchmark_options import BenchmarkOptions
-from controversial.analysis.benchmark_report import console_table
+from controversial.analysis.benchmark.options import BenchmarkOptions
+from controversial.analysis.benchmark.report import console_table
+from controversial.analysis.benchmark.scores import OVERALL, BenchmarkResults, run_benchmark
 from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study

@@ -8,8 +8,8 @@ from pathlib import Path
 
 from pydantic import Field, field_validator, model_validator
 
-from controversial.analysis.decision_options import DecisionsOptions
-from controversial.analysis.model_decisions import labelled_images, write_decisions
+from controversial.analysis.benchmark.decision_options import DecisionsOptions
+from controversial.analysis.benchmark.model_decisions import labelled_images, write_decisions
 from controversial.analysis.model_responses import (
     StimulusImage,
     implausible_accuracies,

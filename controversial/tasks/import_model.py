@@ -14,6 +14,7 @@ from controversial.tasks import Invocation
 from controversial.zoo.checkpoints import read_checkpoint
 from controversial.zoo.importing import ImportOptions, import_model
 from controversial.zoo.model_card import write_model_card
+from controversial.zoo.sources import TRUSTED_MODULES_ENV, module_trusted
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,19 @@ def code_folder(source: str) -> Path | None:
     return path.parent.parent if path.name == "__init__.py" else path.parent
 
 
-def usage_hint(name: str, models_dir: Path, code: Path | None = None) -> str:
+def python_module(source: str) -> str:
+    """The module of a ``python:<module>:<callable>`` source; empty for the others."""
+    kind, _, spec = source.partition(":")
+    return spec.partition(":")[0] if kind == "python" else ""
+
+
+def usage_hint(name: str, models_dir: Path, code: Path | None = None, module: str = "") -> str:
     """How to name the model in the other commands: a folder outside the searched ones needs the environment,
-    and a ``python:`` source its module's folder on PYTHONPATH (the checkpoint stores weights, not code)."""
+    and a ``python:`` source its module's folder on PYTHONPATH (the checkpoint stores weights, not code) and the
+    module allowed (``zoo.sources.trusted_factory``: a model file runs no code the user did not allow)."""
     searched = [p.resolve() for p in models_dirs()]
-    python_path = "" if code is None else f"PYTHONPATH={shlex.quote(str(code))} "
+    trust = f"{TRUSTED_MODULES_ENV}={module} " if module and not module_trusted(module) else ""
+    python_path = trust + ("" if code is None else f"PYTHONPATH={shlex.quote(str(code))} ")
     models_env = "" if models_dir.resolve() in searched else f"CONTROVERSIAL_MODELS_DIR={shlex.quote(str(models_dir))} "
     evaluate_dir = "" if models_dir.resolve() == (REPO_ROOT / "models").resolve() else f" models_dir={models_dir}"
     return (
@@ -66,6 +75,6 @@ def run(settings: ImportModelSettings, invocation: Invocation) -> Path:
         f"{m['calibrated_on']}; test NLL {m['test_nll_uncalibrated']:.4g} -> {m['test_nll_calibrated']:.4g}\n"
         f"preprocessing: {m['preprocessing']}\n"
         f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB) and {path.with_suffix('.yaml')}\n"
-        f"use it:\n{usage_hint(info.name, models_dir, code_folder(settings.source))}"
+        f"use it:\n{usage_hint(info.name, models_dir, code_folder(settings.source), python_module(settings.source))}"
     )
     return path

@@ -14,6 +14,7 @@ from controversial.errors import UserError
 from controversial.options import Options
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
+from controversial.records.runs import OVERVIEW_MARK
 from controversial.synthesis import sweep_overview as overview
 from controversial.tasks import Invocation
 
@@ -70,10 +71,12 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
     except (FileNotFoundError, ValueError) as error:
         raise UserError(str(error)) from None
     models = overview.model_order(rows, list(cfg.models) if cfg.models is not None else _swept_models(sweep_dir))
-    write_manifest(out_dir / MANIFEST_NAME, rows)
     summaries = overview.summarize_pairs(rows)
     table = overview.acceptance_markdown(summaries, models)
-    atomic_write_text(out_dir / "acceptance.md", table)
+    # The mark first: a folder with the combined manifest (whose images are the runs') is never read as a run,
+    # even when the overview is interrupted.
+    atomic_write_text(out_dir / OVERVIEW_MARK, table)
+    write_manifest(out_dir / MANIFEST_NAME, rows)
     overview.plot_acceptance_matrix(summaries, models, out_dir / "acceptance_matrix.png")
     fig2 = _fig2_class_pairs(cfg.fig2_class_pairs, rows)
     with Progress(len(fig2), "fig. 2", cfg.progress) as bar:

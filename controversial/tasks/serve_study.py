@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from controversial.study.admin_token import ENV_VAR, AdminTokenError, read_admin
 from controversial.study.bundle import load_bundle
 from controversial.study.db import default_database_url, is_in_memory
 from controversial.study.guards import MaskTokens
+from controversial.study.http_protocol import uvicorn_config
 from controversial.study.pnas_export import TABLES, snapshot
 from controversial.study.quality import QualitySettings
 from controversial.study.server import ServeStudySettings, create_app
@@ -80,13 +82,20 @@ def before_hydra(argv: Sequence[str]) -> None:
     records (and ``ps`` shows it to every user); then make everything this process creates (the run dir, its
     log, the database) readable by the owner only. The entry point calls it (``cli.command``); the API does not."""
     for arg in argv:
-        if arg.lstrip("+~").split("=", 1)[0] == "admin_token":
+        if _names_admin_token(arg):
             raise UserError(
                 "admin_token cannot be given on the command line, where `ps`, the shell history and the run's "
                 "records would keep it: put it in a file and pass admin_token_file=<path> (`python serve_study.py "
                 f"mode=token admin_token_file=<path>` writes a new one), or set ${ENV_VAR}"
             )
     os.umask(0o077)
+
+
+def _names_admin_token(arg: str) -> bool:
+    """Whether ``arg`` overrides the admin token in any spelling Hydra accepts or echoes: a ``+``/``~`` prefix, a
+    package (``admin_token@_global_``), quotes, spaces, a dotted path, a flag (``--admin-token``), any case."""
+    key = arg.split("=", 1)[0].split("@", 1)[0]
+    return re.sub(r"[^a-z0-9.]", "", key.lower()).rsplit(".", 1)[-1] == "admintoken"
 
 
 def _check_database_exists(url: str, label: str, default: bool) -> None:
@@ -146,12 +155,12 @@ def run(cfg: ServeStudySettings, invocation: Invocation) -> None:
         cfg.port,
         "enabled" if admin_token else "disabled",
     )
-    uvicorn.run(
+    config = uvicorn_config(
         app,
-        host=cfg.host,
-        port=cfg.port,
+        cfg.host,
+        cfg.port,
         proxy_headers=True,
         forwarded_allow_ips=cfg.forwarded_allow_ips,
         access_log=cfg.access_log,
-        log_config=None,
     )
+    uvicorn.Server(config).run()

@@ -17,6 +17,7 @@ from controversial import __version__
 from controversial.atomic import atomic_write_bytes
 from controversial.datasets import DatasetInfo, dataset_info, register_dataset
 from controversial.errors import UserError
+from controversial.untrusted import safe_component
 from controversial.zoo.inference import fold_batch_norms, use_preferred_memory_format, use_second_order_inference
 from controversial.zoo.readout import CalibratedModel, Calibration, MirrorAveraged
 from controversial.zoo.registry import arch_spec
@@ -99,6 +100,8 @@ def read_checkpoint(path: str | Path) -> tuple[CheckpointInfo, dict[str, torch.T
         raise UserError(
             f"{path}: checkpoint format {payload.get('format_version')!r}, this code reads {FORMAT_VERSION}"
         )
+    for key in ("name", "dataset"):  # both become parts of output file names (e.g. model decisions)
+        safe_component(payload.get(key), f"{path}: checkpoint {key}")
     info = CheckpointInfo(
         name=payload["name"],
         arch=payload["arch"],

@@ -226,7 +226,7 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
     n_outputs = 1000 if readout else len(info.class_names)
     weights = Path(settings.weights).expanduser() if settings.weights is not None else None
     state = read_weights(weights) if weights is not None else None  # a bad file fails before any model is built
-    net = build_network(settings.source, n_outputs, settings.arch_kwargs or {}, pretrained=weights is None)
+    net = build_network(settings.source, n_outputs, settings.arch_kwargs or {}, pretrained=weights is None, named=True)
     if weights is not None and state is not None:
         load_weights(net, state, weights, settings.source)
     chosen = preprocessing(settings, net, info)

@@ -37,7 +37,8 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
             raise UserError(
                 f"weights={path} cannot be read as a PyTorch file of tensors ({type(error).__name__}: "
                 f"{str(error).splitlines()[0]}). Save the weights with torch.save(model.state_dict(), path): "
-                "a whole pickled model or custom objects are not read, for safety"
+                "only tensors and plain data are read (torch.load with weights_only=True), never a pickled model "
+                "or other objects, whose loading could run code"
             ) from None
     for key in ("state_dict", "model"):
         if isinstance(state, dict) and isinstance(state.get(key), dict):

@@ -14,6 +14,7 @@ import torch
 import controversial.data
 from controversial.config import MODELS_DIR_ENV
 from controversial.records.manifest import read_manifest
+from controversial.zoo.sources import TRUSTED_MODULES_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -86,8 +87,9 @@ def test_the_command_prints_accuracy_calibration_file_and_usage(imported):
     assert "test accuracy" in printed and "on 30 test images" in printed
     assert "calibration: cross_entropy, slope" in printed and "fitted on 50 training images" in printed
     code = (models.parent / "code").resolve()  # a python: source's module: its folder goes on PYTHONPATH
-    assert f"{MODELS_DIR_ENV}={models} PYTHONPATH={code} python synthesize.py model_a=imp_bright_b" in printed
-    assert f"PYTHONPATH={code} python evaluate.py models=[imp_bright_b,...]" in printed
+    trust = f"{TRUSTED_MODULES_ENV}=brightness_nets"  # the model calls the user's code: allowed by name
+    assert f"{MODELS_DIR_ENV}={models} {trust} PYTHONPATH={code} python synthesize.py model_a=imp_bright_b" in printed
+    assert f"{trust} PYTHONPATH={code} python evaluate.py models=[imp_bright_b,...]" in printed
     card = (models / "README.md").read_text()
     assert "mnist/imp_bright_a" in card and "python import_model.py name=imp_bright_a" in card
     assert 'Imported models (training time "imported"' in card and "| imported |" in card
@@ -97,6 +99,7 @@ def test_the_command_prints_accuracy_calibration_file_and_usage(imported):
 def test_an_imported_model_is_usable_by_name_in_synthesize_and_evaluate(imported, tmp_path, monkeypatch, capsys):
     models, _ = imported
     monkeypatch.setenv(MODELS_DIR_ENV, str(models))
+    monkeypatch.setenv(TRUSTED_MODULES_ENV, "brightness_nets")
     run_dir = tmp_path / "pair"
     synthesize = [
         "model_a=imp_bright_a",

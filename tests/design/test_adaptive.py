@@ -24,6 +24,7 @@ from controversial.design.separation import ReferencePanel
 from controversial.records.responses import write_model_responses
 from controversial.study.bundle import load_bundle
 from controversial.study.export import ExportOptions, write_selection
+from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, take_study
 from controversial.study.selection import collect_sweep
 from controversial.study.server import ServeStudySettings, create_app
@@ -71,7 +72,8 @@ def run_batch(bundle_dir: Path, first_pid: int, n: int, people: np.ndarray, name
                 ratings = people[p, index[bundle.key[stimulus_id].image]]
                 return {c: int(round(100 * r)) for c, r in zip(DIGITS, ratings)}
 
-            take_study(client, f"person{p}", random.Random(p), instructed=attentive, rate=rate)
+            resolve = resolver(client.app.state.engine)
+            take_study(client, f"person{p}", random.Random(p), instructed=attentive, rate=rate, resolve=resolve)
         export = client.get("/admin/responses.csv", headers={"Authorization": f"Bearer {TOKEN}"}).text
     out.write_text(export)
     return out

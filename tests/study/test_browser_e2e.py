@@ -88,13 +88,16 @@ def _stored(database: Path) -> list[tuple[int, str]]:
         return connection.execute("SELECT position, ratings_json FROM responses ORDER BY position").fetchall()
 
 
-def _track_trials(page) -> dict[int, str]:
-    """Position -> stimulus id, from the server's replies to the page's POST api/session."""
+def _track_trials(page, database: Path) -> dict[int, str]:
+    """Position -> the bundle's stimulus id, from the server's replies to the page's POST api/session (which name
+    each place by an id of its own) and the database's record of what each id shows."""
     trials: dict[int, str] = {}
 
     def seen(response) -> None:
         if response.url.endswith("/api/session") and response.ok:
-            trials.update({t["position"]: t["stimulus_id"] for t in response.json().get("trials", [])})
+            with sqlite3.connect(database) as connection:
+                shown = dict(connection.execute("SELECT id, stimulus_id FROM presentations").fetchall())
+            trials.update({t["position"]: shown[t["stimulus_id"]] for t in response.json().get("trials", [])})
 
     page.on("response", seen)
     return trials
@@ -136,7 +139,7 @@ def test_participant_takes_the_study_in_chromium(live_server):
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         page = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
         page.on("pageerror", lambda error: errors.append(str(error)))
-        trials, blocked = _track_trials(page), _csp_errors(page)
+        trials, blocked = _track_trials(page, database), _csp_errors(page)
         page.route(
             "https://app.prolific.co/**", lambda route: route.fulfill(body="<p>Prolific</p>", content_type="text/html")
         )
@@ -217,7 +220,7 @@ def test_a_second_browser_on_the_same_submission_stops_the_first_page(live_serve
             "https://app.prolific.co/**",
             lambda route: (redirected.append(route.request.url), route.fulfill(body="<p>Prolific</p>")),
         )
-        trials = _track_trials(first)
+        trials = _track_trials(first, database)
         first.goto(url)
         first.get_by_role("button", name="I agree").click()
         first.get_by_role("button", name="Start practice").click()

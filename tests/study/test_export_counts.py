@@ -12,6 +12,7 @@ from helpers import run_task
 
 from controversial.errors import UserError
 from controversial.study.bundle import load_bundle
+from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
 from controversial.study.server import ServeStudySettings, create_app
 
@@ -41,6 +42,7 @@ def test_every_export_prints_its_counts(small_bundle, tmp_path, capsys):
             prolific_like_id(random.Random(1)),
             random.Random(1),
             instructed=instructions(load_bundle(small_bundle)),
+            resolve=resolver(client.app.state.engine),
         )
     args = ["mode=export", f"study_dir={small_bundle}", f"database_url={database}", f"export.out_dir={tmp_path}"]
     run_task("serve_study", args, tmp_path / "run")

@@ -20,6 +20,7 @@ from controversial.errors import UserError
 from controversial.records.responses import read_human_ratings, read_model_responses
 from controversial.records.study import RESPONSE_COLUMNS
 from controversial.study.bundle import load_bundle
+from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
 from controversial.study.server import ServeStudySettings, create_app
 
@@ -84,7 +85,9 @@ def test_scripted_participants_yield_ratings_the_analysis_accepts(small_bundle, 
     with TestClient(app) as client:
         for index in range(3):
             rng = random.Random(index)
-            result = take_study(client, prolific_like_id(rng), rng, instructed=attentive)
+            result = take_study(
+                client, prolific_like_id(rng), rng, instructed=attentive, resolve=resolver(app.state.engine)
+            )
             assert result.redirect_url.endswith("cc=X") and len(result.answers) == 35
         export = client.get("/admin/responses.csv", headers={"Authorization": f"Bearer {token}"}).text
     ratings_path, models_path = tmp_path / "responses.csv", tmp_path / "models.csv"
@@ -105,7 +108,8 @@ def test_serve_study_export_mode_writes_the_three_files(small_bundle, tmp_path):
     app = create_app(ServeStudySettings(study_dir=str(small_bundle), completion_code="X", database_url=database))
     pid = prolific_like_id(random.Random(0))
     with TestClient(app) as client:
-        take_study(client, pid, random.Random(0), instructed=instructions(load_bundle(small_bundle)))
+        attentive = instructions(load_bundle(small_bundle))
+        take_study(client, pid, random.Random(0), instructed=attentive, resolve=resolver(app.state.engine))
     run_task(
         "serve_study",
         ["mode=export", f"study_dir={small_bundle}", f"database_url={database}", f"export.out_dir={tmp_path / 'out'}"],

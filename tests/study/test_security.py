@@ -34,7 +34,8 @@ from controversial.study.db import Participant, Response, make_read_engine, sess
 from controversial.study.export import ExportOptions, export_study
 from controversial.study.guards import RateLimiter
 from controversial.study.pnas_export import response_rows
-from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
+from controversial.study.presentations import resolver
+from controversial.study.scripted_participants import instructions, prolific_like_id, served_checks, take_study
 from controversial.study.server import RateLimitSettings, ServeStudySettings, create_app
 
 from .conftest import SMALL
@@ -198,7 +199,8 @@ def test_2_nothing_served_or_stored_about_an_image_reveals_its_condition(client,
     assert len({p.stat().st_mtime for p in files}) == 1 and len({p.stat().st_size for p in files}) == 1
     trial_text = json.dumps(state["trials"])
     assert "prompt" not in trial_text and "attention" not in trial_text
-    with_instruction = [t for t in state["trials"] if t["stimulus_id"] in instructions(bundle)]
+    checks = served_checks(client.app.state.engine, bundle, [t["stimulus_id"] for t in state["trials"]])
+    with_instruction = [t for t in state["trials"] if t["stimulus_id"] in checks]
     assert len(with_instruction) == SMALL["n_attention"]  # indistinguishable in the API, served as images
 
 
@@ -257,7 +259,8 @@ def test_5_a_bot_is_flagged_stored_exported_and_excluded_by_policy(client, small
     bundle = load_bundle(small_bundle)
     rng = random.Random(10)
     bot = take_study(client, prolific_like_id(rng), rng)  # no think time, cannot read the attention images
-    person = take_study(client, prolific_like_id(rng), rng, instructed=instructions(bundle))
+    resolve = resolver(client.app.state.engine)
+    person = take_study(client, prolific_like_id(rng), rng, instructed=instructions(bundle), resolve=resolve)
     assert bot.redirect_url.endswith("cc=CODE")  # it is paid only if the researcher approves: the flags say no
     flags = {row["subject"]: row["flags"].split(";") for row in admin_csv(client, "participants.csv")}
     assert "attention_failed" in flags["P0001"] and "attention_failed" not in flags["P0002"]

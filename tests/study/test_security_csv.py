@@ -56,7 +56,7 @@ def test_numbers_stay_numbers_and_only_text_is_escaped(tmp_path):
     rows = [["-1-1", -0.5, -3, "-0.5", "-1e-3", "-inf", "=HYPERLINK(1)", "'-2", "@A1"]]
     header = ["pid", "float", "int", "text_number", "exponent", "infinite", "formula", "quoted", "at"]
     text = csv_text(header, rows)
-    assert text.splitlines()[1] == "'-1-1,-0.5,-3,-0.5,-1e-3,-inf,'=HYPERLINK(1),''-2,'@A1"
+    assert text.splitlines()[1] == "'-1-1,-0.5,-3,-0.5,-1e-3,'-inf,'=HYPERLINK(1),''-2,'@A1"  # -inf: a formula
     path = tmp_path / "t.csv"
     path.write_text(text, encoding="utf-8")
     ((_, record),) = open_rows(path, header)

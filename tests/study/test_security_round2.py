@@ -24,6 +24,7 @@ from sqlalchemy import func, select
 
 from controversial.study.bundle import load_bundle
 from controversial.study.db import Participant, Response
+from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
 from controversial.study.server import RateLimitSettings, ServeStudySettings, create_app
 
@@ -127,7 +128,8 @@ def test_1_the_reply_does_not_tell_whether_a_pid_has_taken_part(client):
 def test_1_a_completed_owner_is_not_reopened_by_a_squatter(client, app, small_bundle):
     pid, session_id = ids(5)
     rng = random.Random(6)
-    done = take_study(client, pid, rng, session_id=session_id, instructed=instructions(load_bundle(small_bundle)))
+    attentive, resolve = instructions(load_bundle(small_bundle)), resolver(app.state.engine)
+    done = take_study(client, pid, rng, session_id=session_id, instructed=attentive, resolve=resolve)
     assert done.redirect_url.endswith("cc=CODE")
     squat = arrive(client, pid, prolific_like_id(random.Random(7))).json()
     assert squat["n_done"] == 0 and squat["status"] == "in_progress"  # a row of its own, nothing of the owner's

@@ -146,11 +146,14 @@ def test_repeats_are_a_subset_and_bounded():
 
 def test_an_overview_manifest_inside_the_sweep_does_not_double_the_stimuli(tmp_path):
     from controversial.records.manifest import write_manifest
+    from controversial.records.runs import OVERVIEW_MARK
     from controversial.synthesis.sweep_overview import collect_rows, pair_manifests
 
     sweep = make_sweep(tmp_path)
     before = collect_sweep(sweep)
     out_dir = sweep / "overview"
+    out_dir.mkdir()
+    (out_dir / OVERVIEW_MARK).write_text("")  # overview.py marks its folder before it writes the manifest
     write_manifest(out_dir / "manifest.csv", collect_rows(pair_manifests(sweep, exclude=out_dir), out_dir))
     after = collect_sweep(sweep)
     assert len(after) == len(before)

@@ -18,7 +18,7 @@ from controversial.study.bundle import load_bundle
 from controversial.study.db import Base, Response
 from controversial.study.pnas_export import TABLES
 from controversial.study.quality import QualitySettings
-from controversial.study.scripted_participants import instructions
+from controversial.study.scripted_participants import served_checks
 from controversial.study.server import ServeStudySettings, create_app
 
 TOKEN = "test-admin-token-0123456789-abcdefghijkl"
@@ -51,7 +51,6 @@ def app(small_bundle, database_url):
 @pytest.fixture
 def client(app, small_bundle):
     INSTRUCTED.clear()
-    INSTRUCTED.update(instructions(load_bundle(small_bundle)))
     with TestClient(app) as test_client:
         yield test_client
 
@@ -60,6 +59,8 @@ def start(client, pid="pid1", consent=True):
     reply = client.post("/api/session", json={"prolific_pid": pid, "study_id": "st1", "session_id": f"se-{pid}"})
     assert reply.status_code == 200, reply.text
     state = reply.json()
+    served = [t["stimulus_id"] for t in state.get("trials", [])]
+    INSTRUCTED.update(served_checks(client.app.state.engine, client.app.state.bundle, served))
     if consent:
         assert (
             client.post(
@@ -70,7 +71,7 @@ def start(client, pid="pid1", consent=True):
     return state
 
 
-INSTRUCTED: dict[str, str] = {}  # attention check id -> category; filled from the bundle key by `client`
+INSTRUCTED: dict[str, str] = {}  # served attention check id -> category; filled by `start` from the key and database
 
 
 def answer(trial, value=25, **overrides):
@@ -201,8 +202,8 @@ INVALID_RESPONSES = [
     ({"position": 0}, 422, "position: Input should be greater than or equal to 1"),
     ({"position": 36}, 422, "position: must be between 1 and 35"),
     ({"position": "1"}, 422, "position: Input should be a valid integer"),
-    ({"stimulus_id": "nonexistent"}, 422, "stimulus_id: unknown stimulus 'nonexistent'"),
-    ({"stimulus_id": "OTHER"}, 422, "is not the stimulus at position"),
+    ({"stimulus_id": "nonexistent"}, 422, "stimulus_id: 'nonexistent' is not the image shown at position"),
+    ({"stimulus_id": "OTHER"}, 422, "is not the image shown at position"),
     ({"ratings": {d: 25 for d in DIGITS[:9]}}, 422, "ratings: no rating for category '9'"),
     ({"ratings": _ratings(dog=25)}, 422, "ratings: unknown category 'dog'"),
     ({"ratings": _ratings(**{"3": 30})}, 422, "ratings.3: 30 is not allowed; allowed values: 0, 25, 50, 75, 100"),

@@ -22,6 +22,7 @@ from controversial.datasets import DATASETS
 from controversial.records.manifest import read_manifest
 from controversial.study.bundle import load_bundle
 from controversial.study.server import ServeStudySettings, create_app
+from controversial.zoo.sources import TRUSTED_MODULES_ENV
 
 CLASSES = ("circle", "square", "star")
 SIZE = 16
@@ -91,6 +92,7 @@ def shapes_models(tmp_path_factory: pytest.TempPathFactory):
     before = dict(DATASETS)
     with pytest.MonkeyPatch.context() as patch:
         patch.syspath_prepend(str(root / "code"))
+        patch.setenv(TRUSTED_MODULES_ENV, "shape_nets")
         patch.setenv(MODELS_DIR_ENV, str(models))
         for seed, name in enumerate(("round", "edgy"), start=1):
             run_command(

@@ -188,7 +188,7 @@ def test_describing_a_folder_needs_no_torch(tmp_path):
     root = write_classes(tmp_path / "d", {"a": 2, "b": 2})
     code = (
         "import sys\nfor name in ('torch', 'torchvision', 'timm'):\n    sys.modules[name] = None\n"
-        "from controversial.analysis.decision_options import DecisionsOptions\n"
+        "from controversial.analysis.benchmark.decision_options import DecisionsOptions\n"
         "from controversial.datasets import describe_dataset\n"
         f"print(describe_dataset('folder:{root}').class_names, DecisionsOptions(readout='imagenet16').readout)\n"
     )

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from controversial.analysis.decision_options import READOUTS, DecisionsOptions
+from controversial.analysis.benchmark.decision_options import READOUTS, DecisionsOptions
 from controversial.datasets import imagenet16_categories
 from controversial.errors import UserError
 from controversial.zoo.imagenet16 import IMAGENET16_CLASSES, ImageNet16Readout, imagenet16_indices

@@ -24,7 +24,7 @@ from controversial.zoo.checkpoints import load_checkpoint, read_checkpoint
 from controversial.zoo.importing import ImportOptions, import_model
 from controversial.zoo.preprocessing import Preprocess
 from controversial.zoo.readout import fit_calibration
-from controversial.zoo.sources import NoNetworkError, build_network, timm_source
+from controversial.zoo.sources import TRUSTED_MODULES_ENV, NoNetworkError, build_network, timm_source
 from controversial.zoo.weights import read_weights
 
 NETS = '''
@@ -75,6 +75,7 @@ def user_code(tmp_path, monkeypatch):
     folder.mkdir()
     (folder / "user_nets.py").write_text(textwrap.dedent(NETS))
     monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv(TRUSTED_MODULES_ENV, "user_nets")  # the user allows their own code
     return folder
 
 
@@ -256,7 +257,7 @@ def test_sources_that_cannot_be_built_are_explained(user_code):
     with pytest.raises(UserError, match="did you mean .*test_resnet"):
         build_network("timm:test_resnett", 10, {})
     with pytest.raises(UserError, match="PYTHONPATH"):
-        build_network("python:no_such_module:build", 10, {})
+        build_network("python:no_such_module:build", 10, {}, named=True)  # named on import_model's command line
     with pytest.raises(UserError, match="no callable 'mean_nett'.*did you mean mean_net"):
         build_network("python:user_nets:mean_nett", 10, {})
     with pytest.raises(UserError, match="arch_kwargs"):

@@ -23,6 +23,7 @@ from controversial.records.runs import run_classes
 from controversial.synthesis.runstate import check_run_settings
 from controversial.zoo.bundled import load_model
 from controversial.zoo.importing import ImportOptions, import_model
+from controversial.zoo.sources import TRUSTED_MODULES_ENV
 
 NETS = """
 import torch
@@ -42,6 +43,7 @@ def isolated(tmp_path, monkeypatch):
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "moved_nets.py").write_text(textwrap.dedent(NETS))
     monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    monkeypatch.setenv(TRUSTED_MODULES_ENV, "moved_nets")
     saved = dict(DATASETS)
     yield
     DATASETS.clear()

@@ -14,9 +14,12 @@ from fastapi.responses import JSONResponse
 from controversial.errors import UserError
 from controversial.study.admin_token import check_admin_token
 from controversial.study.bundle import load_bundle
-from controversial.study.db import default_database_url, is_in_memory, make_engine, session_factory
+from controversial.study.db import default_database_url, is_in_memory, make_engine, make_read_engine, session_factory
 from controversial.study.group_commit import GroupCommitWriter
 from controversial.study.guards import BodyLimit, RateLimiter, SecurityHeaders, ServerErrors
+from controversial.study.log_throttle import LogThrottle
+from controversial.study.network_limits import NetworkLimiter
+from controversial.study.presentations import PresentedImages
 from controversial.study.server import admin, participant, static
 from controversial.study.server.options import ServeStudySettings
 from controversial.study.server.state import NO_STORE, Server
@@ -73,8 +76,12 @@ def load_server(settings: ServeStudySettings, admin_token: str | None) -> Server
         sessions=session_factory(engine),
         writer=GroupCommitWriter(engine, client_errors=(HTTPException,)),
         admin_token=admin_token,
-        session_starts=RateLimiter(limits.sessions_per_minute, limits.burst),
+        session_starts=NetworkLimiter(
+            limits.sessions_per_minute, limits.burst, limits.ipv6_prefixes, limits.ipv6_widening
+        ),
         new_participants=RateLimiter(limits.new_participants_per_minute, limits.new_participants_burst),
+        refusal_log=LogThrottle(),
+        images=PresentedImages(bundle, make_read_engine(database_url, engine)),
         has_vendor=(settings.vendor_path / "jspsych" / "dist").is_dir(),
     )
     _warn(server, settings.vendor_path)

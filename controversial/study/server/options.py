@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from controversial.errors import UserError
-from controversial.options import Count, Options
+from controversial.options import Count, Fraction, Options
 from controversial.study.quality import QualitySettings
 
 PROLIFIC_COMPLETION_URL = "https://app.prolific.co/submissions/complete?cc={code}"
@@ -24,18 +24,32 @@ class ExportCsvSettings(Options):
 
 
 class RateLimitSettings(Options):
-    """Session starts per client (participants behind one NAT share an address, hence the burst), and new
-    participant rows for the whole study, whatever the addresses."""
+    """Session starts per client network (participants behind one NAT share an address, hence the burst), and new
+    participant rows for the whole study, whatever the addresses (``study/network_limits.py``)."""
 
     sessions_per_minute: float = Field(10, gt=0, description="POST /api/session per client address (token bucket)")
     burst: Count = Field(20, description="bucket size")
     ipv6_prefix: int = Field(
-        64, ge=1, le=128, description="IPv6 clients are counted by this prefix (one /64 is one subscriber)"
+        64, ge=1, le=128, description="IPv6 clients are counted by this prefix (a subscriber gets at least a /64)"
     )
+    ipv6_wider_prefixes: list[Annotated[int, Field(ge=1, le=127)]] = Field(
+        default_factory=lambda: [56, 48],
+        description="... and by these wider networks too (a subscriber may hold a /56 or a /48), each with ...",
+    )
+    ipv6_widening: float = Field(2.0, ge=1, description="... this many times the budget of the network inside it")
     new_participants_per_minute: float = Field(
         300, gt=0, description="new participant rows per minute for the whole study, after a burst of ..."
     )
     new_participants_burst: Count = Field(300, description="... this many")
+    new_participants_reserve: Fraction = Field(
+        0.25, description="share of that burst kept for arrivals from networks with no other recent start"
+    )
+
+    @property
+    def ipv6_prefixes(self) -> list[int]:
+        """Every IPv6 prefix a client is counted by, narrowest first (wider ones only: a listed prefix that is not
+        shorter than ``ipv6_prefix`` names no wider network and is left out)."""
+        return [self.ipv6_prefix, *sorted({p for p in self.ipv6_wider_prefixes if p < self.ipv6_prefix}, reverse=True)]
 
 
 class ServeStudySettings(Options):

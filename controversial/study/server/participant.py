@@ -10,7 +10,7 @@ import json
 import logging
 import time
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import Connection, select, text
 from sqlalchemy.orm import Session
@@ -19,7 +19,16 @@ from controversial.study.answers import NewAnswer, answering_participant, store_
 from controversial.study.db import Participant, Response, token_digest, utcnow
 from controversial.study.schemas import ConsentRequest, ResponseRequest
 from controversial.study.server.sessions import arrive, progress
-from controversial.study.server.state import DB, ApiError, Arrival, Server, ServerDep, limit_session_starts, reply
+from controversial.study.server.state import (
+    DB,
+    ApiError,
+    Arrival,
+    Server,
+    ServerDep,
+    client_host,
+    limit_session_starts,
+    reply,
+)
 
 log = logging.getLogger(__name__)
 router = APIRouter()
@@ -60,9 +69,10 @@ def study(server: ServerDep) -> JSONResponse:
 
 
 @router.post("/api/session", dependencies=[Depends(limit_session_starts)])
-def start_session(body: Arrival, server: ServerDep, session: DB) -> JSONResponse:
+def start_session(body: Arrival, server: ServerDep, session: DB, request: Request) -> JSONResponse:
     """Create or resume the participant row of this Prolific submission (policy: ``sessions.py``)."""
-    participant, token = arrive(server, session, body)
+    quiet = server.session_starts.quiet(client_host(request))
+    participant, token = arrive(server, session, body, quiet)
     return reply(progress(server, session, participant, token))
 
 
@@ -123,12 +133,10 @@ def _answer(
     order = participant.order
     if body.position > len(order):
         raise ApiError(422, f"position: must be between 1 and {len(order)}")
-    if body.stimulus_id not in server.bundle.key:
-        raise ApiError(422, f"stimulus_id: unknown stimulus {body.stimulus_id!r}")
-    stimulus_id, kind, repetition = order[body.position - 1]
-    if body.stimulus_id != stimulus_id:
+    stimulus_id, kind, repetition, shown = order[body.position - 1]
+    if body.stimulus_id != shown:  # the id this place was served under, never the bundle's
         raise ApiError(
-            422, f"stimulus_id: {body.stimulus_id!r} is not the stimulus at position {body.position} of this session"
+            422, f"stimulus_id: {body.stimulus_id!r} is not the image shown at position {body.position} of this session"
         )
     if body.first_reaction_rt_ms > body.rt_ms:
         raise ApiError(422, "first_reaction_rt_ms: must not exceed rt_ms")
@@ -147,7 +155,14 @@ async def submit(token: str, body: ResponseRequest, server: ServerDep) -> JSONRe
         lambda connection: _answer(server, connection, token_hash, body)
     )
     if outcome == "refused":
-        log.warning("participant %s: a different answer for position %d was refused", participant_id, body.position)
+        held = server.refusal_log.due(participant_id)  # one line a minute per session, with the count since
+        if held:
+            log.warning(
+                "participant %s: %d different answer(s) for answered positions refused (the latest for position %d)",
+                participant_id,
+                held,
+                body.position,
+            )
         raise ApiError(
             409, f"position {body.position} was already answered with different ratings; answers cannot be changed"
         )

@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 
 from controversial.study.db import Participant, Response, token_digest
 from controversial.study.order import participant_order
+from controversial.study.presentations import new_order, store_presentations
 from controversial.study.schemas import SessionRequest
 from controversial.study.server.state import NO_STORE, ApiError, Server
 
@@ -47,9 +48,9 @@ def progress(server: Server, session: Session, participant: Participant, token: 
         }
     order = json.loads(participant.order_json)
     done = set(session.scalars(select(Response.position).where(Response.participant_id == participant.id)))
-    remaining = [
-        {"position": i, "stimulus_id": sid, "image_url": f"images/{sid}.png"}
-        for i, (sid, _, _) in enumerate(order, start=1)
+    remaining = [  # each place under its own id (``presentations.py``); the bundle's ids stay private
+        {"position": i, "stimulus_id": shown, "image_url": f"images/{shown}.png"}
+        for i, (_, _, _, shown) in enumerate(order, start=1)
         if i not in done
     ]
     return {
@@ -62,15 +63,16 @@ def progress(server: Server, session: Session, participant: Participant, token: 
     }
 
 
-def arrive(server: Server, session: Session, body: SessionRequest) -> tuple[Participant, str | None]:
-    """The participant row for this arrival and the token to hand this browser (None: nothing to hand)."""
+def arrive(server: Server, session: Session, body: SessionRequest, quiet: bool) -> tuple[Participant, str | None]:
+    """The participant row for this arrival and the token to hand this browser (None: nothing to hand);
+    ``quiet``: the client's networks made no other start lately, so a new row may draw on the reserve."""
     if body.token:
         participant = _holding_token(server, session, body)
         if participant is not None:
             return participant, body.token
     participant = _submission(server, session, body)
     if participant is None:
-        participant, token = _create(server, session, body)
+        participant, token = _create(server, session, body, quiet)
         if participant is not None:
             return participant, token
         participant = _submission(server, session, body)  # the same submission arrived twice at once
@@ -81,7 +83,8 @@ def arrive(server: Server, session: Session, body: SessionRequest) -> tuple[Part
 
 def _holding_token(server: Server, session: Session, body: SessionRequest) -> Participant | None:
     """The row this browser's token opens for this PID; a new SESSION_ID (the person took the study up again
-    on Prolific) is recorded unless another row of the PID already holds it."""
+    on Prolific) is recorded unless another row of the PID already holds it or the row is complete (a completed
+    row is frozen: its token rewrote the SESSION_ID, and the real link then made a second row)."""
     participant = session.scalar(
         select(Participant).where(
             Participant.token_hash == token_digest(body.token or ""),
@@ -91,6 +94,8 @@ def _holding_token(server: Server, session: Session, body: SessionRequest) -> Pa
     )
     if participant is None:
         return None
+    if participant.completed_at is not None:  # frozen: a completed submission is never re-bound
+        return participant
     if body.session_id and body.session_id != participant.prolific_session_id:
         participant.prolific_session_id = body.session_id
         try:
@@ -112,10 +117,14 @@ def _submission(server: Server, session: Session, body: SessionRequest) -> Parti
     )
 
 
-def _create(server: Server, session: Session, body: SessionRequest) -> tuple[Participant | None, str | None]:
-    """A new row with a fresh order, within the study-wide limit on new rows; (None, None) if the same
-    submission was stored by a concurrent request."""
-    wait = server.new_participants.retry_after("study")
+def _create(
+    server: Server, session: Session, body: SessionRequest, quiet: bool
+) -> tuple[Participant | None, str | None]:
+    """A new row with a fresh order, within the study-wide limit on new rows (its reserve only for ``quiet``
+    networks); (None, None) if the same submission was stored by a concurrent request."""
+    limits = server.settings.rate_limit
+    reserve = 0.0 if quiet else limits.new_participants_reserve * limits.new_participants_burst
+    wait = server.new_participants.retry_after("study", keep=reserve)
     if wait:
         if time.monotonic() - _cap_warned[0] >= 60:  # one line a minute, not one per refused request
             _cap_warned[0] = time.monotonic()
@@ -127,17 +136,20 @@ def _create(server: Server, session: Session, body: SessionRequest) -> tuple[Par
         )
     token = secrets.token_urlsafe(32)
     order = participant_order(server.bundle.trials, random.Random(secrets.randbits(64)), server.settings.min_repeat_gap)
+    order_json, presentations = new_order(order)
     participant = Participant(
         study=server.bundle.label,
         prolific_pid=body.prolific_pid,
         prolific_study_id=body.study_id,
         prolific_session_id=body.session_id,
         token_hash=token_digest(token),
-        order_json=json.dumps([[t.stimulus_id, t.kind, t.image_repetition] for t in order]),
+        order_json=order_json,
         n_trials=len(order),
     )
     session.add(participant)
     try:
+        session.flush()  # the row's id, for its presentations; a duplicate submission fails here
+        store_presentations(session, participant.id, presentations)
         session.commit()
     except IntegrityError:
         session.rollback()

@@ -15,7 +15,10 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from controversial.study.bundle import StudyBundle
 from controversial.study.group_commit import GroupCommitWriter
-from controversial.study.guards import RateLimiter, client_key
+from controversial.study.guards import RateLimiter
+from controversial.study.log_throttle import LogThrottle
+from controversial.study.network_limits import NetworkLimiter
+from controversial.study.presentations import PresentedImages
 from controversial.study.schemas import PROLIFIC_ID, SessionRequest
 from controversial.study.server.options import ServeStudySettings
 
@@ -37,8 +40,10 @@ class Server:
     sessions: sessionmaker
     writer: GroupCommitWriter
     admin_token: str | None
-    session_starts: RateLimiter  # POST /api/session per client (address, or IPv6 network)
+    session_starts: NetworkLimiter  # POST /api/session per client network (IPv4 address, IPv6 /64, /56, /48)
     new_participants: RateLimiter  # new participant rows, whole study
+    refusal_log: LogThrottle  # log lines about refused answers, per session and in all
+    images: PresentedImages  # what each served image id shows
     has_vendor: bool
 
 
@@ -93,10 +98,15 @@ def prolific_arrival(body: SessionRequest, server: ServerDep) -> SessionRequest:
 Arrival = Annotated[SessionRequest, Depends(prolific_arrival)]
 
 
+def client_host(request: Request) -> str:
+    """The client's address (the proxy's X-Forwarded-For when ``forwarded_allow_ips`` trusts it)."""
+    return request.client.host if request.client else "unknown"
+
+
 def limit_session_starts(request: Request, server: ServerDep, _: Arrival) -> None:
-    """429 past the per-client token bucket (counted after the ids are checked, so malformed ones cost nothing)."""
-    host = request.client.host if request.client else "unknown"  # the proxy's X-Forwarded-For when trusted
-    wait = server.session_starts.retry_after(client_key(host, server.settings.rate_limit.ipv6_prefix))
+    """429 past the token bucket of any network the client is in (counted after the ids are checked, so
+    malformed ones cost nothing)."""
+    wait = server.session_starts.retry_after(client_host(request))
     if wait:
         raise ApiError(
             429,

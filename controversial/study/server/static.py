@@ -21,17 +21,14 @@ def index(server: ServerDep) -> FileResponse:
     return FileResponse(server.bundle.root / WEB_DIR / "index.html", headers=NO_STORE)
 
 
-@router.get("/images/{stimulus_id}.png")
-def image(stimulus_id: str, server: ServerDep) -> Response:
-    """Image bytes with no validators: ETag and Last-Modified would expose file metadata."""
-    bundle = server.bundle
-    if stimulus_id not in bundle.key or not bundle.image_path(stimulus_id).is_file():
+@router.get("/images/{image_id}.png")
+def image(image_id: str, server: ServerDep) -> Response:
+    """A practice image, or the image of one presentation (``presentations.py``), with no validators: ETag and
+    Last-Modified would expose file metadata."""
+    data = server.images.png(image_id)
+    if data is None:
         raise ApiError(404, "no such image")
-    return Response(
-        bundle.image_path(stimulus_id).read_bytes(),
-        media_type="image/png",
-        headers={"Cache-Control": "private, max-age=86400"},
-    )
+    return Response(data, media_type="image/png", headers={"Cache-Control": "private, max-age=86400"})
 
 
 def mount_files(app: FastAPI, server: Server) -> None:

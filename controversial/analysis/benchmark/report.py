@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from controversial.analysis.benchmark import HUMANS, HUMANS_POOLED, OVERALL, BenchmarkResults, BenchmarkRow
-from controversial.analysis.kappa_inference import KappaInference
+from controversial.analysis.benchmark.kappa_inference import KappaInference
+from controversial.analysis.benchmark.scores import HUMANS, HUMANS_POOLED, OVERALL, BenchmarkResults, BenchmarkRow
 
 
 def _f(x: float | None) -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from controversial.analysis.decision_options import BENCHMARK_NAMES, READOUTS
+from controversial.analysis.benchmark.decision_options import BENCHMARK_NAMES, READOUTS
 from controversial.analysis.model_responses import load_pixels, model_outputs
 from controversial.errors import UserError
 from controversial.records.choices import write_trials

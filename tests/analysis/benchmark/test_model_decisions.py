@@ -10,8 +10,8 @@ import pytest
 import torch
 from helpers import ANALYZE_SMALL, run_analyze, run_task, settings_for, write_tiny_checkpoints
 
-from controversial.analysis.decision_options import BENCHMARK_NAMES
-from controversial.analysis.model_decisions import labelled_images
+from controversial.analysis.benchmark.decision_options import BENCHMARK_NAMES
+from controversial.analysis.benchmark.model_decisions import labelled_images
 from controversial.records.choices import read_trials, write_trials
 from controversial.synthesis.stimuli import load_png, save_png
 from controversial.zoo.bundled import load_model

@@ -17,7 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from controversial.analysis.benchmark import (  # noqa: E402
+from controversial.analysis.benchmark.scores import (  # noqa: E402
     HUMANS,
     HUMANS_POOLED,
     OVERALL,
@@ -25,7 +25,7 @@ from controversial.analysis.benchmark import (  # noqa: E402
     BenchmarkRow,
     DatasetBenchmark,
 )
-from controversial.analysis.shape_bias import ShapeBias  # noqa: E402
+from controversial.analysis.benchmark.shape_bias import ShapeBias  # noqa: E402
 from controversial.atomic import atomic_write_bytes  # noqa: E402
 
 if TYPE_CHECKING:

@@ -11,7 +11,7 @@ import pytest
 from helpers import ANALYZE_SMALL as SMALL
 from helpers import run_analyze
 
-from controversial.analysis.benchmark import HUMANS, OVERALL
+from controversial.analysis.benchmark.scores import HUMANS, OVERALL
 from controversial.records.choices import write_trials
 
 CLASSES = ["bird", "cat", "dog", "knife"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controversial.analysis import kappa_inference as ki
-from controversial.analysis.benchmark import dataset_benchmark
+from controversial.analysis.benchmark import kappa_inference as ki
+from controversial.analysis.benchmark.scores import dataset_benchmark
 from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.records.choices import read_trials
 

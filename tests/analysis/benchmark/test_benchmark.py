@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from controversial.analysis.benchmark import (
+from controversial.analysis.benchmark.scores import (
     HUMANS,
     OVERALL,
     BenchmarkOptions,
@@ -22,8 +22,8 @@ from controversial.analysis.benchmark import (
     rank_models,
     run_benchmark,
 )
+from controversial.analysis.benchmark.shape_bias import shape_bias
 from controversial.analysis.error_consistency import decisions_from_trials
-from controversial.analysis.shape_bias import shape_bias
 from controversial.records.choices import read_trials
 from controversial.records.csvfile import InputError
 

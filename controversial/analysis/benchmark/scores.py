@@ -23,11 +23,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.stats import rankdata
 
-from controversial.analysis.benchmark_options import BenchmarkOptions
+from controversial.analysis.benchmark.kappa_inference import KappaInference, infer_dataset
+from controversial.analysis.benchmark.options import BenchmarkOptions
+from controversial.analysis.benchmark.shape_bias import ShapeBias, shape_bias, shape_bias_of
 from controversial.analysis.error_consistency import CExpOne, DecisionData, consistency, decisions_from_trials
-from controversial.analysis.kappa_inference import KappaInference, infer_dataset
-from controversial.analysis.results import Matrix
-from controversial.analysis.shape_bias import ShapeBias, shape_bias, shape_bias_of
+from controversial.analysis.jsonable import Matrix
 from controversial.errors import UserError
 from controversial.records.choices import Trial
 
