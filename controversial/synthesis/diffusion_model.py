@@ -9,6 +9,7 @@ and refuses a network whose sample size or channels do not fit the dataset, by n
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from dataclasses import dataclass
@@ -103,6 +104,16 @@ def check_fits(config: dict[str, Any], folder: Path, dataset: str) -> None:
         )
 
 
+def weights_sha256(model: str, dataset: str) -> str:
+    """One digest of the prior's safetensors weights, for a run's record (a resumed run must use the same prior)."""
+    unet_dir = _unet_folder(prior_folder(model, dataset), dataset)
+    digest = hashlib.sha256()
+    for path in sorted(unet_dir.glob("*.safetensors")):
+        with path.open("rb") as handle:
+            digest.update(hashlib.file_digest(handle, "sha256").digest())
+    return digest.hexdigest()
+
+
 @lru_cache(maxsize=2)
 def load_prior(model: str, dataset: str) -> Prior:
     """The prior ``diffusion.model`` names (``bundled`` or a folder), in float32 on the CPU, checked against
@@ -112,7 +123,7 @@ def load_prior(model: str, dataset: str) -> Prior:
     folder = prior_folder(model, dataset)
     unet_dir = _unet_folder(folder, dataset)
     unet = UNet2DModel.from_pretrained(
-        unet_dir, local_files_only=True, use_safetensors=True, torch_dtype=torch.float32
+        unet_dir, local_files_only=True, use_safetensors=True, torch_dtype=torch.float32, low_cpu_mem_usage=False
     ).eval()
     unet.requires_grad_(False)
     return Prior(unet, _scheduler_config(folder, unet_dir), folder)

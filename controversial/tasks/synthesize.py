@@ -151,11 +151,18 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
             "classes": None if len(classes) == len(info.class_names) else list(classes),
         },
         "optimizer": cfg.optimizer.model_dump(by_alias=True),
-        **({"diffusion": cfg.diffusion.model_dump()} if cfg.synthesis.method == "diffusion" else {}),
+        **({"diffusion": _prior_settings(cfg)} if cfg.synthesis.method == "diffusion" else {}),
         "dataset": info.name,
         "class_names": list(info.class_names),
         **({"dataset_info": info.to_dict()} if info.source else {}),  # a folder: where export finds its images
     }
+
+
+def _prior_settings(cfg: SynthesizeSettings) -> dict:
+    """The ``diffusion:`` options and the digest of the prior's weights."""
+    from controversial.synthesis.diffusion_model import weights_sha256
+
+    return {**cfg.diffusion.model_dump(), "weights_sha256": weights_sha256(cfg.diffusion.model, cfg.model_a.dataset)}
 
 
 def _row_context(cfg: SynthesizeSettings) -> tuple[DatasetInfo, tuple[str, str], float]:

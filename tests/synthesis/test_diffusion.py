@@ -141,6 +141,7 @@ def test_the_task_writes_accepted_stimuli_a_manifest_and_the_run_settings(tmp_pa
     assert retried and all(any(q.cell == r.cell and not q.accepted for q in rows if q.seed == 0) for r in retried)
     settings = json.loads((run / "run_settings.json").read_text())
     assert settings["synthesis"]["method"] == "diffusion" and settings["diffusion"]["sampling_steps"] == 6
+    assert len(settings["diffusion"]["weights_sha256"]) == 64  # a resumed run must use the same prior
     assert (run / "grid.png").is_file()
 
 
