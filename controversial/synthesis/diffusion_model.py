@@ -3,7 +3,8 @@
 A prior is a folder: the bundled one (``models/diffusion/<dataset>/ddpm``) or any the user names, e.g. a
 CIFAR-10 DDPM saved with ``save_pretrained``. Either a UNet folder (``config.json`` and safetensors weights,
 optionally ``scheduler_config.json``) or a pipeline folder with ``unet/`` and ``scheduler/``. Loading reads
-JSON and safetensors only, from that folder only (``local_files_only``; no pickle, no code from the folder),
+JSON and safetensors only, from that folder only (``local_files_only``, symlinks out of it refused; no pickle,
+no code from the folder),
 and refuses a network whose sample size or channels do not fit the dataset, by name.
 """
 
@@ -21,6 +22,7 @@ import torch
 
 from controversial.datasets import dataset_info
 from controversial.errors import UserError
+from controversial.untrusted import inside
 from controversial.zoo.bundled import MODELS_DIR
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,8 @@ def _unet_folder(folder: Path, dataset: str) -> Path:
         raise UserError(
             f"diffusion.model: {config_file} describes a {kind!r}; only a diffusers UNet2DModel is supported"
         )
+    for path in [config_file, *unet_dir.glob("*.safetensors")]:  # a symlink out of the folder is refused
+        inside(folder, path.relative_to(folder), f"diffusion.model {folder}")
     if not any(unet_dir.glob("*.safetensors")):
         raise UserError(
             f"diffusion.model: {unet_dir} has no .safetensors weights; only safetensors are loaded (a pickled .bin "
@@ -85,6 +89,7 @@ def _scheduler_config(folder: Path, unet_dir: Path) -> dict[str, Any]:
     """The training noise schedule saved beside the UNet; diffusers' DDPM defaults when none was saved."""
     for path in (folder / "scheduler" / "scheduler_config.json", unet_dir / "scheduler_config.json"):
         if path.is_file():
+            inside(folder, path.relative_to(folder), f"diffusion.model {folder}")
             return dict(json.loads(path.read_text(encoding="utf-8")))
     log.warning("%s has no scheduler_config.json: assuming diffusers' DDPM defaults (linear betas, 1000 steps)", folder)
     return {}

@@ -199,6 +199,13 @@ def test_only_safetensors_of_a_unet_are_loaded(tmp_path):
     (folder / "config.json").write_text(json.dumps({**config, "_class_name": "UNet2DConditionModel"}))
     with pytest.raises(UserError, match="UNet2DConditionModel"):
         load_prior(str(folder), "mnist")
+    outside = save_tiny_prior(tmp_path / "elsewhere", pipeline=False)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "config.json").write_text((outside / "config.json").read_text())
+    (linked / "diffusion_pytorch_model.safetensors").symlink_to(outside / "diffusion_pytorch_model.safetensors")
+    with pytest.raises(UserError, match="leads outside"):
+        load_prior(str(linked), "mnist")
     with pytest.raises(UserError, match="not a folder"):
         load_prior(str(tmp_path / "missing"), "mnist")
 
