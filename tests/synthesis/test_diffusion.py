@@ -218,3 +218,15 @@ def test_methods_are_a_registry_and_diffusion_takes_no_init(pair):
 
     with pytest.raises(Exception, match="init=test_image is for gradient ascent"):
         settings_for("synthesize", [*pair, "synthesis.method=diffusion", "init=test_image"])
+
+
+def test_the_bundled_prior_is_no_classifier_and_fits_mnist():
+    from controversial.zoo.bundled import MODELS_DIR, list_checkpoints
+
+    prior_dir = MODELS_DIR / "diffusion"
+    assert not any(prior_dir in p.parents for paths in list_checkpoints().values() for p in paths)
+    assert not list(prior_dir.glob("*/*.yaml")) and not list(prior_dir.glob("*/*.pt"))  # what the model scans read
+    card = json.loads((prior_dir / "mnist" / "ddpm" / "card.json").read_text())
+    assert card["dataset"] == "mnist" and "diffusion_training" in card["command"]
+    size = sum(p.stat().st_size for p in (prior_dir / "mnist" / "ddpm").rglob("*.safetensors"))
+    assert size < 10e6
