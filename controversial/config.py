@@ -7,9 +7,10 @@ stored in the ConfigStore as an option of the groups ``model_a``, ``model_b`` an
 
 Imported models (``import_model.py``) are described by a model file beside their checkpoint,
 ``<models dir>/<dataset>/<name>.yaml`` (a "sidecar"), registered the same way. The models dirs searched
-are the repository's ``models/`` and those listed in ``$CONTROVERSIAL_MODELS_DIR`` (separated by
-``os.pathsep``): registration runs before Hydra reads the command line, so a folder of one's own is
-named by the environment, not by an option.
+are the repository's ``models/`` and the user's: those listed in ``$CONTROVERSIAL_MODELS_DIR`` (separated by
+``os.pathsep``), else a per-user data folder (``user_models_dirs``) where ``import_model.py`` writes by
+default. Registration runs before Hydra reads the command line, so a folder is named by the environment or
+the default, not by an option.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import platformdirs
 import yaml
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -137,10 +139,17 @@ def load_model_config(path: Path) -> ModelOptions:
     return options
 
 
+def user_models_dirs() -> list[Path]:
+    """The user's folders of imported models: those of $CONTROVERSIAL_MODELS_DIR when set, else one per-user data
+    folder (platformdirs: ~/.local/share/controversial/models on Linux), found by every command without an
+    environment variable. The first is where ``import_model.py`` writes by default."""
+    listed = [Path(p).expanduser() for p in os.environ.get(MODELS_DIR_ENV, "").split(os.pathsep) if p]
+    return listed or [Path(platformdirs.user_data_dir("controversial")) / "models"]
+
+
 def models_dirs() -> list[Path]:
-    """Where imported models' files are looked for: the repository's models/, then $CONTROVERSIAL_MODELS_DIR."""
-    extra = [Path(p).expanduser() for p in os.environ.get(MODELS_DIR_ENV, "").split(os.pathsep) if p]
-    return [REPO_ROOT / "models", *extra]
+    """Where models' files are looked for: the repository's models/ (bundled), then the user's folders."""
+    return [REPO_ROOT / "models", *user_models_dirs()]
 
 
 def sidecar_files(dirs: Sequence[Path]) -> list[Path]:

@@ -21,7 +21,15 @@ import numpy as np
 import torch
 from torch.utils.data import TensorDataset
 
-from controversial.datasets import DATASETS, DatasetInfo, dataset_info, locate, split_files
+from controversial.datasets import (
+    DATASETS,
+    DatasetInfo,
+    FolderOptions,
+    dataset_info,
+    describe_dataset,
+    locate,
+    split_files,
+)
 from controversial.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -240,7 +248,36 @@ def load_uint8(
     )
 
 
-def load_dataset(name: str, split: str, root: str | os.PathLike | None = None, download: bool = True) -> TensorDataset:
-    """A dataset of (float image in [0,1] with shape (C,H,W), int label)."""
-    images, labels = load_uint8(name, split, root, download)
+def load_images(
+    dataset: str,
+    split: str = "train",
+    root: str | os.PathLike | None = None,
+    *,
+    folder: FolderOptions | None = None,
+    download: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The exact images and labels the commands use, for training a model of your own on them: uint8 (N,C,H,W)
+    and int64 (N,) for ``dataset`` = ``mnist``, ``cifar10``, ``folder:<path>`` or ``imagenet16:<path>``.
+
+    The data root is ``root``, else $CONTROVERSIAL_DATA_ROOT, else ./data (MNIST's ``.gz`` IDX files and the
+    CIFAR-10 JPEG folders are read as they are; torchvision's own layouts too). A folder is read with ``folder``
+    (image size, channels, split), as ``import_model.py dataset=folder:<path> folder.*=`` reads it, so a model
+    trained on these tensors sees at import the images it was trained on. ``download``: torchvision's download
+    of a built-in when the root lacks it (off by default: nothing is fetched unasked).
+    """
+    info = describe_dataset(dataset, folder)
+    return load_uint8(info.name, split, root, download)
+
+
+def load_dataset(
+    dataset: str,
+    split: str = "train",
+    root: str | os.PathLike | None = None,
+    *,
+    folder: FolderOptions | None = None,
+    download: bool = False,
+) -> TensorDataset:
+    """``load_images`` as a ``TensorDataset`` of (float image in [0, 1] with shape (C,H,W), int label): the tensors
+    ``train.py`` trains on and ``import_model.py`` calibrates and tests on (a model's normalisation is its own)."""
+    images, labels = load_images(dataset, split, root, folder=folder, download=download)
     return TensorDataset(images.float().div_(255.0), labels)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,9 @@ REPO = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 os.environ.setdefault("WANDB_MODE", "disabled")  # tests never create wandb runs (tracking tests set it themselves)
+# The per-user folder of imported models (platformdirs honours XDG_DATA_HOME on Linux): a fresh one per session, so
+# tests neither see the user's own imported models nor leave theirs behind.
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="controversial-tests-data-")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

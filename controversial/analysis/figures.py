@@ -22,6 +22,9 @@ from controversial.analysis.error_consistency import kappa_bounds
 from controversial.analysis.results import AnalysisResults, ConsistencyBlock, SubsetResult
 from controversial.figure_style import DOUBLE_COLUMN, SINGLE_COLUMN, save, styled
 
+KAPPA_CMAP = "RdBu_r"  # diverging: blue below chance, red above, white at 0
+NA_COLOUR = "0.55"  # undefined cells, named in the legend
+
 
 def _save(fig: plt.Figure, path: str | Path) -> Path:
     """The PNG at ``path`` and a PDF beside it (``figure_style.save``)."""
@@ -134,7 +137,9 @@ def subset_comparison(prediction: dict[str, SubsetResult], path: str | Path, sub
     )
     for ax, name in zip(axes.ravel(), subsets):
         _bars(ax, prediction[name], order, dots=False)
-        ax.set_title(f"{name} ({prediction[name].n_stimuli} stimuli, {prediction[name].n_participants} people)")
+        no_ci = "" if prediction[name].bootstrap or prediction[name].not_scored else "; no CI: not resampled"
+        ax.set_title(f"{name} ({prediction[name].n_stimuli} stimuli, {prediction[name].n_participants} people{no_ci})")
+        ax.tick_params(labelbottom=True)  # shared x: every panel keeps its scale (one above an empty slot too)
     for ax in axes.ravel()[len(subsets) :]:
         ax.axis("off")
     handles, labels = next(
@@ -152,17 +157,24 @@ def kappa_heatmap(kappa: list, names: list[str], path: str | Path, title: str) -
     Tick labels shrink with the number of decision makers, never below 5 pt at print size."""
     k = np.array(kappa, dtype=float)
     np.fill_diagonal(k, np.nan)
-    finite = k[np.isfinite(k)]
     size = min(DOUBLE_COLUMN, max(SINGLE_COLUMN, 0.12 * len(names) + 1.2))
     fontsize = max(5.0, min(7.0, 72 * (size - 1.2) / max(len(names), 1) * 0.8))
     fig, ax = plt.subplots(figsize=(size + 0.6, size))
-    image = ax.imshow(
-        k, cmap="viridis", vmin=finite.min() if finite.size else 0, vmax=finite.max() if finite.size else 1
-    )
+    # Kappa's own range on a diverging map centred at 0 (chance agreement): the same colour means the same
+    # kappa in every figure, and a spread of -0.05..0 stays pale instead of filling the scale.
+    cmap = plt.get_cmap(KAPPA_CMAP).with_extremes(bad=NA_COLOUR)
+    image = ax.imshow(k, cmap=cmap, vmin=-1, vmax=1)
     ax.set_xticks(range(len(names)), names, rotation=90, fontsize=fontsize)
     ax.set_yticks(range(len(names)), names, fontsize=fontsize)
     ax.tick_params(length=0)
-    fig.colorbar(image, ax=ax, label="kappa", fraction=0.046, pad=0.02)
+    fig.colorbar(image, ax=ax, label="kappa (0: chance agreement)", fraction=0.046, pad=0.02)
+    ax.legend(
+        handles=[Patch(color=NA_COLOUR, label="n/a: the diagonal, or kappa undefined (c_exp = 1 or no shared trials)")],
+        loc="upper left",
+        bbox_to_anchor=(0.0, -0.02 - 0.03 * max(len(n) for n in names) * fontsize / 7),
+        fontsize=5.5,
+        frameon=False,
+    )
     ax.set_title(title)
     return _save(fig, path)
 

@@ -11,13 +11,16 @@ from typing import Literal
 from pydantic import Field
 
 from controversial.analysis.correlation import MEASURES, Measure
+from controversial.analysis.reliability import ReliabilityOptions
 from controversial.options import Count, Options, Seed
 
 
 class BootstrapOptions(Options):
     n_resamples: int = Field(100_000, ge=0, description="participant x stimulus resamples (0: no inference)")
     subset_resamples: int = Field(10_000, ge=0, description="for the natural-only and controversial-only subsets")
-    other_subset_resamples: int = Field(0, ge=0, description="for every targeted-pair and targeted-model subset")
+    other_subset_resamples: int = Field(
+        1000, ge=0, description="for every targeted-pair and targeted-model subset (the CIs of fig_subsets' panels)"
+    )
     chunk_size: Count = Field(
         10_000, description="resamples per matrix product (memory bound; results do not depend on it)"
     )
@@ -49,6 +52,7 @@ class AnalysisOptions(Options):
     c_exp_one: Literal["nan", "one"] = Field("nan", description='kappa when c_exp = 1: "nan" | "one"')
     bootstrap: BootstrapOptions = Field(default_factory=BootstrapOptions)
     error_consistency: ErrorConsistencyOptions = Field(default_factory=ErrorConsistencyOptions)
+    reliability: ReliabilityOptions = Field(default_factory=ReliabilityOptions)
 
     @property
     def ec_resamples(self) -> int:

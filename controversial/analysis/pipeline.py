@@ -9,6 +9,7 @@ downstream notebooks read one typed structure.
 from __future__ import annotations
 
 import logging
+import warnings
 from dataclasses import replace
 from typing import Sequence
 
@@ -339,7 +340,8 @@ def analyze_ratings_consistency(study: Study, options: AnalysisOptions) -> Ratin
         d = decisions[:, controversial]
         pooled = categorical_kappa(d)
         per = [categorical_kappa(d[:, conditions[controversial] == c]) for c in sorted(set(conditions[controversial]))]
-        with np.errstate(invalid="ignore"):
+        with warnings.catch_warnings():  # a pair undefined in every condition stays NaN, without numpy's warning
+            warnings.simplefilter("ignore", RuntimeWarning)
             per_mean = np.nanmean(np.stack(per), axis=0) if len(per) else pooled
         controversial_block = CategoricalConsistency(
             names=list(names),

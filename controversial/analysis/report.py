@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -21,7 +23,10 @@ from controversial.analysis.results import (
     CategoricalConsistency,
     ConsistencyBlock,
     GroupMean,
+    Inputs,
+    PredictionResults,
     RatingsConsistency,
+    ReliabilityResult,
     SubsetResult,
 )
 from controversial.atomic import atomic_write_text
@@ -32,8 +37,60 @@ def write_results(path: str | Path, results: AnalysisResults) -> None:
     atomic_write_text(path, json.dumps(to_json(results), indent=1, allow_nan=False) + "\n")
 
 
+def write_analysis(
+    results: AnalysisResults | PredictionResults,
+    out_dir: str | Path,
+    *,
+    figures: bool = True,
+    header: Sequence[str] = (),
+    config: dict[str, Any] | None = None,
+) -> AnalysisResults:
+    """Figures (optional), ``results.json`` and ``report.md`` into ``out_dir`` as ``analyze.py`` writes them, for
+    what ``analyze_study`` returned in a notebook (``config``: the options to record, e.g. ``options.model_dump()``)
+    or a whole ``AnalysisResults``; returns the results with their figures."""
+    from dataclasses import replace
+
+    from controversial.analysis import figures as drawing  # matplotlib only when drawing
+
+    if isinstance(results, PredictionResults):
+        inputs = Inputs(simulated=False, config=config or {})
+        results = AnalysisResults(
+            study=results.study, ranking=results.ranking, prediction=results.prediction, inputs=inputs
+        )
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results = replace(results, figures=drawing.draw_all(results, out) if figures else {})
+    write_results(out / "results.json", results)
+    write_report(out / "report.md", results, results.figures, list(header))
+    return results
+
+
 def _f(x: float | None, digits: int = 3) -> str:
-    return "n/a" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+    """A number as printed: n/a where undefined, never ``-0.000`` (a tiny negative rounds to an unsigned 0)."""
+    if x is None or not math.isfinite(x):
+        return "n/a"
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and float(text) == 0 else text
+
+
+fmt = _f  # the same rule for the console summaries
+
+# Below this many participants the participant bootstrap has few distinct resamples (C(2N-1, N): 10 for N = 3,
+# 92,378 for N = 10) and percentile CIs run into the range's ends; the report says so.
+MIN_BOOTSTRAP_PARTICIPANTS = 10
+
+
+def few_participants_note(n_participants: int) -> str | None:
+    """The warning for a participant bootstrap on too few people; None when there are enough."""
+    if n_participants >= MIN_BOOTSTRAP_PARTICIPANTS:
+        return None
+    distinct = math.comb(2 * n_participants - 1, n_participants)
+    return (
+        f"**Only {n_participants} participants**: the participant bootstrap has {distinct} distinct resamples of "
+        f"them, so its CIs and p-values are coarse and often reach the ends of the range (read them as a pilot's "
+        f"check that the analysis runs, not as inference; at least {MIN_BOOTSTRAP_PARTICIPANTS} participants for "
+        "intervals worth reading)."
+    )
 
 
 def _p(p: float | None, n_resamples: int) -> str:
@@ -185,6 +242,8 @@ def write_report(path: str | Path, results: AnalysisResults, figures: dict[str, 
     lines = ["# Model comparison report", ""] + header + [""]
     if results.prediction is not None:
         lines += _prediction_sections(results)
+    if results.reliability:
+        lines += reliability_section(results.reliability)
     if results.error_consistency:
         lines += consistency_section(results.error_consistency, "Error consistency (from ratings)") + [""]
     if results.benchmark:
@@ -194,6 +253,38 @@ def write_report(path: str | Path, results: AnalysisResults, figures: dict[str, 
     if figures:
         lines += ["## Figures", ""] + [f"![{k}]({v})" for k, v in figures.items()] + [""]
     atomic_write_text(path, "\n".join(lines))
+
+
+def reliability_section(reliability: dict[str, ReliabilityResult]) -> list[str]:
+    """Test-retest (repeated presentations) and split-half (Spearman-Brown) reliability, per replication."""
+    lines = ["## Reliability of the human ratings", ""]
+    rows = []
+    for name, block in reliability.items():
+        retest, half = block.test_retest, block.split_half
+        rows.append(
+            [
+                name,
+                "no repeated presentations"
+                if retest is None
+                else f"{_f(retest.median)} [{_f(retest.quartiles[0])}, {_f(retest.quartiles[1])}]; pooled "
+                f"{_f(retest.pooled)} ({retest.n_participants} participants, {retest.n_repeated_images} images each)",
+                f"{_f(half.mean)} [{_f(half.ci_low)}, {_f(half.ci_high)}] ({half.n_participants} participants, "
+                f"{half.n_splits} splits)",
+            ]
+        )
+    lines += _table(["replication", "test-retest r: median [quartiles]", "split-half r (Spearman-Brown)"], rows)
+    for name, block in reliability.items():
+        if block.test_retest is not None:
+            each = ", ".join(f"{p} {_f(r, 2)}" for p, r in block.test_retest.per_participant.items())
+            lines += ["", f"Test-retest r per participant ({name}): {each}."]
+    return lines + [
+        "",
+        "Test-retest: per participant, Pearson r between the first and second presentation of the repeated images "
+        "(all categories); per-participant values in `results.json`. Split-half: participants split at random "
+        "into halves, r of the halves' mean ratings corrected by Spearman-Brown (2r / (1 + r)); mean and "
+        "percentile interval over the splits.",
+        "",
+    ]
 
 
 def _prediction_sections(results: AnalysisResults) -> list[str]:
@@ -216,6 +307,8 @@ def _prediction_sections(results: AnalysisResults) -> list[str]:
     if rank_measures:
         lines += ["### The same ranking under rank measures", ""] + rank_measures + [""]
     boot = prediction["all"].bootstrap
+    if boot and (note := few_participants_note(prediction["all"].n_participants)):
+        lines += [note, ""]
     if boot:
         copies = "include" if boot.lower_ceiling_includes_own_copies else "exclude"
         lines += [

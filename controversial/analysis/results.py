@@ -178,6 +178,38 @@ class RatingsConsistency:
     controversial: CategoricalConsistency | None = _optional()
 
 
+@dataclass(frozen=True)
+class TestRetestResult:
+    """Per participant, r between first and second presentations of the repeated images (all categories)."""
+
+    __test__ = False  # not a pytest class, despite its name
+
+    n_participants: int  # analysed participants who saw repeats
+    n_repeated_images: int  # per participant (the median)
+    per_participant: dict[str, float]
+    median: float
+    quartiles: list[float]  # 25th and 75th percentiles over participants
+    pooled: float  # r over every participant's pairs together
+
+
+@dataclass(frozen=True)
+class SplitHalfResult:
+    """Spearman-Brown corrected split-half r of the participants' mean ratings, over random splits."""
+
+    n_participants: int
+    n_splits: int
+    mean: float
+    ci_low: float  # percentile interval over the splits
+    ci_high: float
+    ci_level: float
+
+
+@dataclass(frozen=True)
+class ReliabilityResult:
+    test_retest: TestRetestResult | None  # None: no image was presented twice
+    split_half: SplitHalfResult
+
+
 @dataclass(frozen=True, kw_only=True)
 class Inputs:
     """What was analysed: the ratings and model responses (a path, a list of paths, or a replication -> path(s)
@@ -206,4 +238,5 @@ class AnalysisResults:
     error_consistency: RatingsConsistency | None = _optional()
     choices: dict[str, ConsistencyBlock] | None = _optional()
     benchmark: BenchmarkResults | None = _optional()  # the model-vs-human benchmark on the choices
+    reliability: dict[str, ReliabilityResult] | None = _optional()  # of the human ratings, per replication
     figures: dict[str, str] = field(default_factory=dict)

@@ -51,6 +51,8 @@ class Study:
     human: np.ndarray  # (S, N, K)
     model: np.ndarray  # (M, N, K)
     exclusions: tuple[Exclusion, ...] = field(default=())
+    # participant -> (first, second) presentation ratings of their repeated images, flattened (test-retest)
+    retest: Mapping[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     @property
     def conditions(self) -> np.ndarray:
@@ -87,6 +89,46 @@ def _category_order(categories: Sequence[str]) -> tuple[str, ...]:
     return tuple(unique)
 
 
+def _retest_pairs(
+    repeats: Sequence[Rating],
+    ratings: np.ndarray,
+    subject_index: Mapping[str, int],
+    images: Mapping[str, int],
+    cat_index: Mapping[str, int],
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The second presentations (image_repetition 1) of the analysed participants beside their first ones."""
+    second: dict[str, dict[tuple[int, int], float]] = {}
+    for r in repeats:
+        if r.repetition == 1 and r.subject in subject_index and r.image in images and r.category in cat_index:
+            second.setdefault(r.subject, {})[(images[r.image], cat_index[r.category])] = r.rating
+    pairs = {}
+    for subject, entries in second.items():
+        where = sorted(entries)
+        first = np.array([ratings[subject_index[subject], n, k] for n, k in where])
+        pairs[subject] = (first, np.array([entries[key] for key in where]))
+    return pairs
+
+
+def _unused_files(
+    attention: Mapping[str, tuple[int, int]] | None,
+    min_attention_passed: float | None,
+    quality_flags: Mapping[str, Sequence[str]] | None,
+    exclude_flags: Sequence[str],
+) -> None:
+    """An attention or quality file given without the policy that uses it: refused, naming the option to add."""
+    if attention is not None and min_attention_passed is None:
+        raise InputError(
+            "attention_checks is given but min_attention_passed is not, so the file would exclude nobody: pass "
+            "min_attention_passed=<fraction of checks passed> (e.g. 1.0: every check) or leave attention_checks out"
+        )
+    if quality_flags is not None and not exclude_flags:
+        raise InputError(
+            "quality_flags is given but exclude_flags is empty, so the file would exclude nobody: pass "
+            "exclude_flags=[<flag>,...] (e.g. [attention_failed,too_fast]; the study server's flags) or leave "
+            "quality_flags out"
+        )
+
+
 def build_study(
     human: RatingTable,
     models: ModelTable,
@@ -109,8 +151,10 @@ def build_study(
     checks (``attention``: subject -> (passed, total), see ``records.study.read_attention``) is below it;
     ``exclude_flags`` drops participants carrying any of these study-server quality flags
     (``quality_flags``: subject -> flags, see ``records.study.read_quality_flags``), one exclusion per flag.
-    Each is recorded as an ``Exclusion``.
+    Each is recorded as an ``Exclusion``. A file given without its threshold or flags would exclude nobody
+    in silence, so it is refused (``_unused_files``).
     """
+    _unused_files(attention, min_attention_passed, quality_flags, exclude_flags)
     exclusions: list[Exclusion] = []
     rows = list(human.rows)
     repeats = [r for r in rows if r.repetition > 0]
@@ -212,7 +256,10 @@ def build_study(
             Exclusion("model rows", "image not rated by any participant", len(unused), f"{len(unused)} images")
         )
 
-    study = Study(participants, model_names, tuple(stimuli), categories, ratings, probabilities, tuple(exclusions))
+    retest = _retest_pairs(repeats, ratings, subject_index, images, cat_index)
+    study = Study(
+        participants, model_names, tuple(stimuli), categories, ratings, probabilities, tuple(exclusions), retest
+    )
     if min_natural_accuracy is not None:
         study = _exclude_inaccurate(study, min_natural_accuracy, tie_rule, seed)
     _check_variable(study.human, study.participants, "participant", human.path, "exclude_participants=[...]")

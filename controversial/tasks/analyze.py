@@ -17,14 +17,14 @@ from typing import Any
 
 from pydantic import Field, field_validator, model_validator
 
-from controversial.analysis import figures
 from controversial.analysis.benchmark.options import BenchmarkOptions
 from controversial.analysis.benchmark.report import console_table
 from controversial.analysis.benchmark.scores import OVERALL, BenchmarkResults, run_benchmark
 from controversial.analysis.error_consistency import decisions_from_trials
 from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
-from controversial.analysis.report import write_report, write_results
+from controversial.analysis.reliability import reliability
+from controversial.analysis.report import few_participants_note, fmt, write_analysis
 from controversial.analysis.results import AnalysisResults, ConsistencyBlock, Inputs
 from controversial.analysis.simulate import (
     ParticipantNoise,
@@ -318,10 +318,9 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
         error_consistency=ratings_consistency,
         choices=choices,
         benchmark=benchmark,
+        reliability={name or "study": reliability(s, cfg) for name, s in studies.items()},
     )
-    results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
-    write_results(out / "results.json", results)
-    write_report(out / "report.md", results, results.figures, header)
+    results = write_analysis(results, out, figures=cfg.figures, header=header)
     _print_summary(results, out, time.perf_counter() - start)
     return results
 
@@ -333,10 +332,8 @@ def _run_choices_only(cfg: AnalyzeSettings, out: Path, start: float, command: st
         choices=analyze_choice_files(cfg),
         benchmark=benchmark_choice_files(cfg),
     )
-    results = replace(results, figures=figures.draw_all(results, out) if cfg.figures else {})
-    write_results(out / "results.json", results)
     header = [f"- trial-level choices: `{cfg.choices}`", f"- command: `{command}`"]
-    write_report(out / "report.md", results, results.figures, header)
+    results = write_analysis(results, out, figures=cfg.figures, header=header)
     elapsed = time.perf_counter() - start
     print(f"{'dataset':<14} {'observers':>9} {'trials':>6}  {'human-human kappa (whole)':>26}  {'(per condition)':>15}")
     nan = float("nan")
@@ -360,10 +357,12 @@ def _print_summary(results: AnalysisResults, out: Path, elapsed: float) -> None:
     ci = all_.bootstrap.ci if all_.bootstrap else {}
     if results.inputs.simulated:
         print("SIMULATED STUDY (no human_ratings given) -- not human data")
+    if all_.bootstrap and (note := few_participants_note(all_.n_participants)):
+        print(note.replace("**", ""))
     print(f"{'rank':>4}  {'model':<28} {'mean r':>7}  CI")
     for i, m in enumerate(results.ranking, start=1):
-        interval = "[{:.3f}, {:.3f}]".format(*ci[m]) if m in ci else ""
-        print(f"{i:>4}  {m:<28} {mean[m]:7.3f}  {interval}")
+        interval = "[{}, {}]".format(*map(fmt, ci[m])) if m in ci else ""
+        print(f"{i:>4}  {m:<28} {fmt(mean[m]):>7}  {interval}")
     ceiling = all_.noise_ceiling["pearson"]
-    print(f"      {'noise ceiling (lower, upper)':<28} {ceiling.lower:.3f}, {ceiling.upper:.3f}")
+    print(f"      {'noise ceiling (lower, upper)':<28} {fmt(ceiling.lower)}, {fmt(ceiling.upper)}")
     print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  ({elapsed:.1f} s)")

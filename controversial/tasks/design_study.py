@@ -49,7 +49,9 @@ class DesignStudySettings(BundleOptions):
 
     sweep_dir: str = Field(description="a synthesize run dir or sweep: its accepted cells are the candidates")
     models: list[str] = Field(min_length=2, description="the models to compare (trained names or .pt paths)")
-    models_dir: str | None = Field(None, description="default: the repository's models/")
+    models_dir: str | None = Field(
+        None, description="searched first; the repository's models/ and your models folder always"
+    )
     budget: DesignBudget = Field(default_factory=DesignBudget)
     plan: DesignPlan = Field(default_factory=DesignPlan)
     adaptive: AdaptiveSettings = Field(default_factory=AdaptiveSettings)

@@ -27,6 +27,7 @@ from controversial.tasks import Invocation
 from controversial.zoo.bundled import load_model
 
 log = logging.getLogger(__name__)
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 
 class EvaluateSettings(Options):
@@ -34,9 +35,13 @@ class EvaluateSettings(Options):
         default_factory=list, min_length=1, description="trained model names (models/<dataset>/<name>.pt) or .pt paths"
     )
     dataset: str | None = Field(None, description="needed only when a model name exists for several datasets")
-    models_dir: str | None = Field(None, description="default: the repository's models/")
+    models_dir: str | None = Field(
+        None, description="searched first; the repository's models/ and your models folder always"
+    )
     images: str | None = Field(
-        None, description="folder of PNG stimuli; targets parsed from the file names (see naming)"
+        None,
+        description="folder of PNG stimuli; targets parsed from the file names (see naming); with "
+        "decisions.enabled: one dataset's folder, or a folder of dataset folders (the benchmark's layout)",
     )
     naming: Scheme = Field(
         "project", description="file-name scheme of images: project | pnas2020 (the PNAS 2020 release)"
@@ -121,17 +126,42 @@ def run(cfg: EvaluateSettings, invocation: Invocation) -> Path:
     return path
 
 
+def dataset_folders(images: str | Path, name: str | None) -> dict[str, Path]:
+    """The datasets of ``images=``: the folder itself when it holds images (named ``name`` or after the folder),
+    else each subfolder that holds images, as the benchmark's ``raw-data``-like tree of datasets."""
+    folder = Path(images)
+    if not folder.is_dir():
+        raise UserError(f"images={images}: not a folder")
+    if any(p.suffix.lower() in IMAGE_SUFFIXES for p in folder.iterdir()):
+        return {name or folder.resolve().name: folder}
+    found = {
+        sub.name: sub
+        for sub in sorted(folder.iterdir())
+        if sub.is_dir() and any(p.suffix.lower() in IMAGE_SUFFIXES for p in sub.iterdir())
+    }
+    if not found:
+        raise UserError(f"images={images}: no PNG or JPEG images in it or in its subfolders (one per dataset)")
+    if name is not None:
+        raise UserError(
+            f"decisions.dataset={name} names one dataset, but images={images} holds {len(found)} dataset folders "
+            f"({', '.join(found)}), each named after its folder: leave decisions.dataset out"
+        )
+    return found
+
+
 def _decisions(cfg: EvaluateSettings, out: Path) -> Path:
-    """Decisions on labelled images in the benchmark's raw-data format, one CSV per model."""
+    """Decisions on labelled images in the benchmark's raw-data format, one CSV per model and dataset: one
+    dataset folder, or a folder of them (every dataset in one call, into ``out/<dataset>/``)."""
     assert cfg.images is not None  # checked by EvaluateSettings
-    images = labelled_images(cfg.images, cfg.decisions.label_pattern)
-    dataset = cfg.decisions.dataset or Path(cfg.images).resolve().name
+    datasets = dataset_folders(cfg.images, cfg.decisions.dataset)
     models = [load_model(ref, cfg.dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
-    start = time.perf_counter()
-    paths, convention = write_decisions(
-        out, models, images, dataset, cfg.decisions.readout, cfg.batch_size, _inversion(cfg.invert)
-    )
-    print(f"display convention: {convention.note}")
-    print(f"{len(models)} models x {len(images)} images -> {out / dataset} ({time.perf_counter() - start:.1f} s)")
+    for dataset, folder in datasets.items():
+        images = labelled_images(folder, cfg.decisions.label_pattern)
+        start = time.perf_counter()
+        paths, convention = write_decisions(
+            out, models, images, dataset, cfg.decisions.readout, cfg.batch_size, _inversion(cfg.invert)
+        )
+        print(f"{dataset}: display convention: {convention.note}")
+        print(f"{len(models)} models x {len(images)} images -> {out / dataset} ({time.perf_counter() - start:.1f} s)")
     print(f"into the benchmark: python analyze.py 'choices=[<humans raw-data folder>,{out}]'")
-    return out / dataset
+    return out / next(iter(datasets)) if len(datasets) == 1 else out

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pydantic import Field
 
-from controversial.config import REPO_ROOT, models_dirs
+from controversial.config import models_dirs
 from controversial.tasks import Invocation
 from controversial.zoo.checkpoints import read_checkpoint
 from controversial.zoo.importing import ImportOptions, import_model
@@ -52,7 +52,7 @@ def usage_hint(name: str, models_dir: Path, code: Path | None = None, module: st
     trust = f"{TRUSTED_MODULES_ENV}={module} " if module and not module_trusted(module) else ""
     python_path = trust + ("" if code is None else f"PYTHONPATH={shlex.quote(str(code))} ")
     models_env = "" if models_dir.resolve() in searched else f"CONTROVERSIAL_MODELS_DIR={shlex.quote(str(models_dir))} "
-    evaluate_dir = "" if models_dir.resolve() == (REPO_ROOT / "models").resolve() else f" models_dir={models_dir}"
+    evaluate_dir = "" if models_dir.resolve() in searched else f" models_dir={models_dir}"
     return (
         f"  {models_env}{python_path}python synthesize.py model_a={name} model_b=<another model of the dataset>\n"
         f"  {python_path}python evaluate.py models=[{name},...]{evaluate_dir} images=<folder>"
@@ -73,8 +73,9 @@ def run(settings: ImportModelSettings, invocation: Invocation) -> Path:
         + (" (float16 weights, as stored)" if settings.float16 else "")
         + f"\ncalibration: {c.method}, slope {c.slope:.4g}, intercept {c.intercept:.4g}, fitted on "
         f"{m['calibrated_on']}; test NLL {m['test_nll_uncalibrated']:.4g} -> {m['test_nll_calibrated']:.4g}\n"
-        f"preprocessing: {m['preprocessing']}\n"
+        f"preprocessing: {m['preprocessing']}\nweights: {m['weights']}\n"
         f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB) and {path.with_suffix('.yaml')}\n"
         f"use it:\n{usage_hint(info.name, models_dir, code_folder(settings.source), python_module(settings.source))}"
+        + "".join(f"\nwarning: {w}" for w in m.get("warnings", []))
     )
     return path

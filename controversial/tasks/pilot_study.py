@@ -33,7 +33,9 @@ class PilotStudySettings(Options):
         None, description="models to evaluate and compare; null: the models the bundle's stimuli target"
     )
     dataset: str | None = Field(None, description="null: the bundle's dataset")
-    models_dir: str | None = Field(None, description="default: the repository's models/")
+    models_dir: str | None = Field(
+        None, description="searched first; the repository's models/ and your models folder always"
+    )
     data: ModelDataOptions = Field(default_factory=ModelDataOptions)
     noise_sd: tuple[float, float] = Field((0.8, 1.6), description="per-participant logit noise, drawn from this range")
     gain: tuple[float, float] = Field((0.7, 1.3), description="per-participant gain, drawn from this range")
@@ -82,7 +84,11 @@ def run(cfg: PilotStudySettings, invocation: Invocation) -> AnalysisResults:
         human_ratings=str(out / "responses.csv"),
         model_responses=str(out / "model_responses.csv"),
         rating_scale=[v / 100 for v in bundle.spec.rating_levels],
-        bootstrap=BootstrapOptions(n_resamples=cfg.resamples, subset_resamples=min(cfg.resamples, 10_000)),
+        bootstrap=BootstrapOptions(
+            n_resamples=cfg.resamples,
+            subset_resamples=min(cfg.resamples, 10_000),
+            other_subset_resamples=min(cfg.resamples, 1000),
+        ),
         error_consistency=ErrorConsistencyOptions(n_resamples=min(cfg.resamples, 1000)),
         seed=cfg.seed,
     )

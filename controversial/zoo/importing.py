@@ -21,7 +21,7 @@ from pydantic import Field, field_validator, model_validator
 from torch import nn
 
 from controversial.atomic import atomic_write_text
-from controversial.config import REPO_ROOT, SIDECAR_DATASET_KEY, ModelOptions
+from controversial.config import SIDECAR_DATASET_KEY, ModelOptions, user_models_dirs
 from controversial.datasets import (
     DataOptions,
     DatasetInfo,
@@ -33,6 +33,13 @@ from controversial.datasets import (
 from controversial.errors import UserError
 from controversial.options import DEVICE_PATTERN, Count, Options, Seed
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.zoo.import_checks import (
+    check_target,
+    missing_preprocessing_message,
+    probe,
+    quality_warnings,
+    upsampling_warning,
+)
 from controversial.zoo.preprocessing import Imported, Preprocess
 from controversial.zoo.readout import IDENTITY, fit_calibration, sigmoid_nll
 from controversial.zoo.sources import IMAGENET16_READOUT, build_network, parse_source, readout_module
@@ -40,6 +47,8 @@ from controversial.zoo.train_options import CALIBRATIONS, CalibrationName
 from controversial.zoo.weights import load_weights, read_weights, sha256_file
 
 log = logging.getLogger(__name__)
+RANDOM_WEIGHTS = "random"  # weights=random: the architecture as initialised, for a dry run
+RANDOM_NOTE = "random initialisation (weights=random: a dry run, at chance)"
 
 # ---------------------------------------------------------------- the command's options
 
@@ -56,7 +65,8 @@ class ImportOptions(Options):
     weights: str | None = Field(
         None,
         description="state dict file (.pt/.pth/.bin, or a checkpoint with 'state_dict'/'model'; .safetensors); "
-        "null: the source's pretrained download (needs a network)",
+        f"'{RANDOM_WEIGHTS}': the architecture's random initialisation (seeded by calibration_seed; a dry run "
+        "of the whole path, at chance); null: the source's pretrained download (needs a network)",
     )
     arch_kwargs: dict[str, Any] | None = Field(
         None, description="keyword arguments of the model's builder, e.g. arch_kwargs={drop_rate:0.1}"
@@ -75,10 +85,12 @@ class ImportOptions(Options):
     calibration_seed: Seed = 0
     description: str = Field("", description="one paragraph for the model card")
     models_dir: str = Field(
-        default_factory=lambda: str(REPO_ROOT / "models"),
-        description="writes <models_dir>/<dataset>/<name>.pt and <name>.yaml; outside the repository's models/, "
-        "set CONTROVERSIAL_MODELS_DIR to it for model_a=<name>",
+        default_factory=lambda: str(user_models_dirs()[0]),
+        description="writes <models_dir>/<dataset>/<name>.pt and <name>.yaml; default: the first folder of "
+        "$CONTROVERSIAL_MODELS_DIR, else the per-user data folder, both searched by every command (another folder: "
+        "set CONTROVERSIAL_MODELS_DIR to it); never the repository's models/",
     )
+    overwrite: bool = Field(False, description="replace an imported model of this name (a bundled one never)")
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
     batch_size: Count = Field(256, description="images per forward pass")
     float16: bool = Field(True, description="store weights in float16 (accuracy is measured after the round trip)")
@@ -130,12 +142,7 @@ def preprocessing(settings: ImportOptions, net: nn.Module, info: DatasetInfo) ->
     taken = [k for k, v in values.items() if v is None and k in config]
     missing = [k for k, v in values.items() if v is None and k not in config]
     if missing:
-        raise UserError(
-            f"source={settings.source} has no pretrained configuration to take {', '.join(missing)} from: pass "
-            f"input_size=[C,H,W] mean=[...] std=[...] as the model was trained (e.g. for a CIFAR-10 model at its "
-            f"own size: input_size={list(info.image_shape)} mean=[0.4914,0.4822,0.4465] std=[0.247,0.2435,0.2616]; "
-            "mean=[0,0,0] std=[1,1,1] if it takes images in [0, 1])"
-        )
+        raise UserError(missing_preprocessing_message(settings.source, missing, info))
     chosen: dict[str, list[Any]] = {k: list(v) if v is not None else list(config[k]) for k, v in values.items()}
     origin = f"{', '.join(taken)} from timm's pretrained config of {name}" if taken else "given"
     return Preprocessing(
@@ -171,14 +178,15 @@ def _float16_round_trip(net: nn.Module) -> None:
     net.load_state_dict({k: v.half().to(v.dtype) if v.is_floating_point() else v for k, v in state.items()})
 
 
-def _no_weights_file(kind: str) -> str:
+def _no_weights_file(kind: str, random_init: bool) -> str:
+    if random_init:
+        return RANDOM_NOTE
     return "the factory's own (no weights= file)" if kind == "python" else f"{kind}'s pretrained download"
 
 
 def _check_outputs(net: nn.Module, info: DatasetInfo, n_outputs: int, source: str) -> None:
-    probe = torch.rand(2, *info.image_shape)
     with torch.no_grad():
-        logits = net(probe)
+        logits = net(torch.rand(2, *info.image_shape))
     if logits.ndim != 2 or logits.shape[1] != n_outputs:
         raise UserError(
             f"source={source} gives outputs of shape {tuple(logits.shape)} for 2 images of {info.name}; "
@@ -221,15 +229,23 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
     from controversial.zoo.loading import resolve_device
 
     info = describe_dataset(settings.dataset, settings.folder)
+    check_target(settings.name, info.name, Path(settings.models_dir), settings.overwrite)
     _same_description_as_its_neighbours(info, Path(settings.models_dir), settings.name)
     readout = IMAGENET16_READOUT if info.source.startswith("imagenet16:") else ""
     n_outputs = 1000 if readout else len(info.class_names)
-    weights = Path(settings.weights).expanduser() if settings.weights is not None else None
+    random_init = settings.weights == RANDOM_WEIGHTS
+    weights = Path(settings.weights).expanduser() if settings.weights is not None and not random_init else None
     state = read_weights(weights) if weights is not None else None  # a bad file fails before any model is built
-    net = build_network(settings.source, n_outputs, settings.arch_kwargs or {}, pretrained=weights is None, named=True)
+    with torch.random.fork_rng(devices=[]):  # weights=random: the same initialisation every time
+        torch.manual_seed(settings.calibration_seed)
+        pretrained = weights is None and not random_init
+        net = build_network(settings.source, n_outputs, settings.arch_kwargs or {}, pretrained=pretrained, named=True)
     if weights is not None and state is not None:
         load_weights(net, state, weights, settings.source)
     chosen = preprocessing(settings, net, info)
+    probe(net, chosen.input_size)
+    if (warning := upsampling_warning(chosen.input_size, info, chosen.origin)) is not None:
+        log.warning(warning)
     model = Imported(net, Preprocess(chosen.input_size, chosen.mean, chosen.std), readout_module(readout)).eval()
     _check_outputs(model, info, len(info.class_names), settings.source)
     if settings.float16:
@@ -254,11 +270,19 @@ def import_model(settings: ImportOptions, command: str = "") -> Path:
         "n_test": len(test_y),
         "calibrated_on": cal_note,
         "parameters": sum(p.numel() for p in net.parameters()),
-        "weights": weights.name if weights else _no_weights_file(kind),  # the sha256 below identifies the file
+        "weights": weights.name if weights else _no_weights_file(kind, random_init),  # + its sha256 below
         "preprocessing": f"input_size={chosen.input_size} mean={chosen.mean} std={chosen.std} ({chosen.origin})",
     }
     if weights is not None:
         metrics["weights_sha256"] = sha256_file(weights)
+    nll = (metrics["test_nll_uncalibrated"], metrics["test_nll_calibrated"])
+    found = quality_warnings(metrics["test_accuracy"], len(test_y), len(info.class_names), calibration.slope, nll)
+    if random_init:  # chance is what a dry run is for; the rest still tells
+        found = [w for w in found if not w.startswith("test accuracy")]
+    if found:
+        metrics["warnings"] = found
+    for warning in found:
+        log.warning(warning)
     arch_kwargs = {
         "source": settings.source,
         "num_classes": n_outputs,

@@ -6,7 +6,7 @@ the normalisation it trained with, and its test accuracy (to compare with the ac
 
     python docs/examples/train_timm_cifar10.py --data /path/to/cifar10 --epochs 3 --out resnet18_cifar10.pt
 
-``--data`` holds ``train/<class>/*.jpg`` and ``test/<class>/*.jpg`` (the layout of shared/data/cifar10).
+``--data`` holds ``train/<class>/*.jpg`` and ``test/<class>/*.jpg`` (the data root's ``cifar10/`` layout).
 """
 
 from __future__ import annotations

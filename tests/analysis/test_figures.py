@@ -16,7 +16,7 @@ def test_every_figure_has_a_pdf_beside_its_png(tmp_path):
     human, model = write_study(tmp_path, models, ratings)
     study = build_study(read_human_ratings(human), read_model_responses(model))
     options = AnalysisOptions(
-        bootstrap={"n_resamples": 200, "subset_resamples": 100},
+        bootstrap={"n_resamples": 200, "subset_resamples": 100, "other_subset_resamples": 50},
         error_consistency={"n_resamples": 20, "null_band_grid": 10},
     )
     prediction = analyze_study(study, options)

@@ -310,6 +310,18 @@ def test_attention_check_file_policy(tmp_path, files):
         read_attention(bad)
 
 
+def test_a_file_given_without_its_policy_is_refused(files):
+    """attention_checks= without min_attention_passed, quality_flags= without exclude_flags: the file would
+    exclude nobody in silence (issue 60, item 6)."""
+    human, model = read_human_ratings(files[0]), read_model_responses(files[1])
+    with pytest.raises(InputError, match="attention_checks is given but min_attention_passed is not.*nobody"):
+        build_study(human, model, attention={"s1": (2, 2), "s2": (0, 2)})
+    with pytest.raises(InputError, match=r"quality_flags is given but exclude_flags is empty.*exclude_flags=\["):
+        build_study(human, model, quality_flags={"s1": (), "s2": ("too_fast",)})
+    flagged = build_study(human, model, quality_flags={"s1": (), "s2": ("too_fast",)}, exclude_flags=("too_fast",))
+    assert flagged.participants == ("s1",)
+
+
 def test_constant_participant_is_an_error(tmp_path, files):
     rows = [[*r[:8], 0.0 if r[0] == "s2" else r[8], *r[9:]] for r in human_rows()]
     path = write_csv(tmp_path / "h.csv", HUMAN_COLUMNS, rows)

@@ -20,7 +20,10 @@ def test_pairwise_table_names_models_and_gives_the_difference_with_its_ci(tmp_pa
     )
     results = analyze_study(
         study,
-        AnalysisOptions(bootstrap={"n_resamples": 400, "subset_resamples": 0}, error_consistency={"enabled": False}),
+        AnalysisOptions(
+            bootstrap={"n_resamples": 400, "subset_resamples": 0, "other_subset_resamples": 0},
+            error_consistency={"enabled": False},
+        ),
     )
     boot = results.prediction["all"].bootstrap
     table = significance_table(boot)

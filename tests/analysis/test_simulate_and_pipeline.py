@@ -26,7 +26,7 @@ from controversial.analysis.study import build_study
 from controversial.records.responses import RATING_SCALE, read_human_ratings, read_model_responses
 
 FAST = AnalysisOptions(
-    bootstrap={"n_resamples": 500, "subset_resamples": 200},
+    bootstrap={"n_resamples": 500, "subset_resamples": 200, "other_subset_resamples": 0},
     error_consistency={"n_resamples": 50, "null_band_grid": 30, "null_band_repeats": 2},
 )
 

@@ -16,7 +16,7 @@ from controversial.analysis.study import build_study
 from controversial.records.responses import read_human_ratings, read_model_responses
 
 FAST = AnalysisOptions(
-    bootstrap={"n_resamples": 300, "subset_resamples": 200},
+    bootstrap={"n_resamples": 300, "subset_resamples": 200, "other_subset_resamples": 0},
     error_consistency={"enabled": False},
     measures=["pearson", "spearman"],
 )

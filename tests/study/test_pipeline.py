@@ -98,7 +98,10 @@ def test_scripted_participants_yield_ratings_the_analysis_accepts(small_bundle, 
     assert {s.true_class for s in study.stimuli if s.targeted_models is None} == {str(d) for d in range(10)}
     assert {s.condition for s in study.stimuli} == {"natural", "abs|vgg", "kde|vgg"}
     results = analyze_study(
-        study, AnalysisOptions(bootstrap={"n_resamples": 200, "subset_resamples": 0}, measures=["pearson"])
+        study,
+        AnalysisOptions(
+            bootstrap={"n_resamples": 200, "subset_resamples": 0, "other_subset_resamples": 0}, measures=["pearson"]
+        ),
     )
     assert set(results.ranking) == {"model_x", "model_y"}
 

@@ -72,3 +72,33 @@ def test_missing_data_root_is_not_created_by_a_download_attempt(tmp_path):
     with pytest.raises(DatasetNotFoundError, match="does not exist"):
         load_uint8("mnist", "test", root, download=True)
     assert not (tmp_path / "nonexistent").exists()
+
+
+def test_the_public_loader_gives_the_tensors_the_commands_use(tmp_path, monkeypatch):
+    """``controversial.load_images``/``load_dataset`` (issue 60, item 5): MNIST from the root's ``.gz`` files and a
+    folder dataset read with its options, exactly as ``train.py`` and ``import_model.py`` read them."""
+    from PIL import Image
+
+    import controversial as cv
+    from controversial.data import CACHE_DIR_ENV
+    from controversial.datasets import DATASETS, FolderOptions
+
+    images = np.random.default_rng(1).integers(0, 256, size=(5, 28, 28))
+    _write_idx(tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte", images, True)
+    _write_idx(tmp_path / "MNIST" / "raw" / "train-labels-idx1-ubyte", np.arange(5), True)
+    x, y = cv.load_images("mnist", "train", tmp_path)
+    assert torch.equal(x, load_uint8("mnist", "train", tmp_path, download=False)[0]) and y.tolist() == [0, 1, 2, 3, 4]
+    floats = cv.load_dataset("mnist", "train", tmp_path)
+    assert torch.equal(floats.tensors[0], x.float() / 255) and floats.tensors[0].shape == (5, 1, 28, 28)
+
+    monkeypatch.setenv(CACHE_DIR_ENV, "off")
+    monkeypatch.setattr("controversial.datasets.DATASETS", dict(DATASETS))
+    for k, shape in enumerate(("circle", "square")):
+        for i in range(4):
+            (tmp_path / "shapes" / shape).mkdir(parents=True, exist_ok=True)
+            Image.new("L", (16, 16), 40 * k + i).save(tmp_path / "shapes" / shape / f"{i}.png")
+    options = FolderOptions(image_size=8, channels=1, test_fraction=0.25)
+    fx, fy = cv.load_images(f"folder:{tmp_path / 'shapes'}", "test", folder=options)
+    assert fx.shape == (2, 1, 8, 8) and sorted(fy.tolist()) == [0, 1]
+    same = cv.load_dataset(f"folder:{tmp_path / 'shapes'}", "test", folder=options)
+    assert torch.equal(same.tensors[0], fx.float() / 255) and torch.equal(same.tensors[1], fy)

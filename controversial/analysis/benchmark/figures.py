@@ -107,7 +107,20 @@ def metric_bars(rows: Sequence[BenchmarkRow], colours: dict[str, tuple], path: P
             shown = order + [baseline]
             values = [getattr(r, field) for r in shown]
             y = np.arange(len(shown))
-            ax.barh(y, values, color=[colours.get(r.name, HUMAN_COLOUR) for r in shown], height=0.7)
+            bounds = [r.ci[field] if r.ci else [v, v] for r, v in zip(shown, values)]
+            err = (
+                np.abs(np.array(bounds, dtype=float).T - np.array(values, dtype=float))
+                if any(r.ci for r in shown)
+                else None
+            )
+            ax.barh(
+                y,
+                values,
+                xerr=err,
+                color=[colours.get(r.name, HUMAN_COLOUR) for r in shown],
+                height=0.7,
+                error_kw={"lw": 0.8, "capsize": 2},
+            )
             ax.axvline(getattr(baseline, field), color=HUMAN_COLOUR, ls="--", lw=1.2)
             ax.axvline(0, color="0.3", lw=0.8)
             ax.set_yticks(y, [r.name for r in shown])
@@ -247,7 +260,11 @@ def draw_benchmark(results: BenchmarkResults, out: Path) -> dict[str, str]:
         add(
             "benchmark metrics",
             metric_bars(
-                results.tables[OVERALL], colours, out / "fig_mvh_metrics.png", f"over {len(results.datasets)} datasets"
+                results.tables[OVERALL],
+                colours,
+                out / "fig_mvh_metrics.png",
+                f"over the {len(results.overall_datasets)} datasets that hold every model"
+                + (f" ({100 * results.level:g}% CIs: humans resampled)" if results.overall_resamples else ""),
             ),
         )
     return made

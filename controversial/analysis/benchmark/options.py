@@ -42,3 +42,6 @@ class BenchmarkOptions(Options):
         "fixed", description="fixed: inference about these humans; random: humans as a sample of people"
     )
     alpha: float = Field(0.05, gt=0, lt=1, description="level of the paired kappa tests")
+    overall_resamples: int = Field(
+        1000, ge=0, description="bootstrap of each dataset's humans for the overall table's CIs (0: none)"
+    )

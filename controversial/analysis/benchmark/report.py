@@ -22,6 +22,15 @@ def _p(p: float, n_resamples: int | None) -> str:
     return f"{p:.3f}" if p >= 0.001 else f"{p:.1e}"
 
 
+def _with_ci(row: BenchmarkRow, metric: str) -> str:
+    """A value, and its interval where the row has one (the overall table)."""
+    value = _f(getattr(row, metric))
+    if row.ci is None or metric not in row.ci:
+        return value
+    low, high = row.ci[metric]
+    return f"{value} [{_f(low)}, {_f(high)}]"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
@@ -36,7 +45,8 @@ def rows_table(rows: list[BenchmarkRow], overall: bool) -> list[str]:
     for r in rows:
         name = f"**{r.name}**" if r.name == HUMANS else r.name
         line = ["" if r.mean_rank is None else f"{r.mean_rank:.2f}", name] + ([str(r.datasets)] if overall else [])
-        line += [_f(r.ood_accuracy), _f(r.accuracy_difference), _f(r.observed_consistency), _f(r.error_consistency)]
+        line += [_with_ci(r, m) for m in ("ood_accuracy", "accuracy_difference", "observed_consistency")]
+        line += [_with_ci(r, "error_consistency")]
         line += [_f(r.shape_bias)] if bias else []
         body.append(line)
     return _table(header, body)
@@ -87,7 +97,20 @@ def benchmark_section(results: BenchmarkResults) -> list[str]:
     ]
     lines += [f"Not in the benchmark: {name}: {why}." for name, why in results.skipped.items()]
     if OVERALL in results.tables:
-        lines += ["", "### Over all datasets", ""] + rows_table(results.tables[OVERALL], overall=True)
+        names = results.overall_datasets
+        rows = results.tables[OVERALL]
+        lines += ["", f"### Over the {len(names)} dataset(s) that hold every model: {', '.join(names)}", ""]
+        lines += [
+            "Models and the human baseline are averaged over the same datasets"
+            + (
+                f"; [brackets]: {100 * results.level:g}% percentile intervals from resampling each dataset's "
+                f"humans ({results.overall_resamples} resamples; a model's OOD accuracy involves no human)."
+                if any(r.ci for r in rows)
+                else "."
+            ),
+            "",
+        ]
+        lines += rows_table(rows, overall=True)
     lines.append("")
     for name, block in results.datasets.items():
         lines += [f"### {name} ({block.n_trials} trials, conditions {', '.join(block.conditions)})", ""]
@@ -125,7 +148,7 @@ def benchmark_section(results: BenchmarkResults) -> list[str]:
 def console_table(rows: list[BenchmarkRow]) -> list[str]:
     """The overall table as plain text for the terminal."""
     head = f"{'rank':>5}  {'decision maker':<24} {'OOD acc':>7} {'acc diff':>8} {'obs cons':>8} {'err cons':>8}"
-    lines = ["model-vs-human benchmark, over all datasets:", head]
+    lines = ["model-vs-human benchmark, over the datasets that hold every model:", head]
     for r in rows:
         rank = "" if r.mean_rank is None else f"{r.mean_rank:.2f}"
         lines.append(

@@ -18,11 +18,12 @@ from __future__ import annotations
 import re
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from scipy.stats import rankdata
 
+from controversial.analysis.benchmark.intervals import with_intervals
 from controversial.analysis.benchmark.kappa_inference import KappaInference, infer_dataset
 from controversial.analysis.benchmark.options import BenchmarkOptions
 from controversial.analysis.benchmark.shape_bias import ShapeBias, shape_bias, shape_bias_of
@@ -54,6 +55,10 @@ class DatasetBenchmark:
     kappa: Matrix
     human_baseline: dict[str, float]  # metric -> mean over the humans' rows
     shape_bias: list[float] | None = None  # cue-conflict only
+    # the pair matrices behind accuracy difference and observed consistency (``kappa`` is error consistency's),
+    # which the observer bootstrap of the overall table resamples
+    accuracy_difference_pairs: Matrix | None = None
+    observed_consistency_pairs: Matrix | None = None
 
 
 @dataclass(frozen=True)
@@ -67,7 +72,8 @@ class BenchmarkRow:
     observed_consistency: float
     error_consistency: float
     shape_bias: float | None
-    mean_rank: float | None  # None for the human baseline (models are ranked)
+    mean_rank: float | None  # None for the human baseline, and for a model ranked alone
+    ci: dict[str, list[float]] | None = None  # metric -> [low, high] (overall table: human-observer bootstrap)
 
 
 def condition_order(labels: Sequence[str]) -> list[str]:
@@ -167,6 +173,8 @@ def dataset_benchmark(
         kappa=e_pair.tolist(),
         human_baseline=baseline,
         shape_bias=bias,
+        accuracy_difference_pairs=a_pair.tolist(),
+        observed_consistency_pairs=o_pair.tolist(),
     )
 
 
@@ -178,8 +186,8 @@ def rank_models(rows: Sequence[BenchmarkRow]) -> list[BenchmarkRow]:
     human baseline keeps ``mean_rank`` None. Rows come back best first, the human baseline last."""
     models = [r for r in rows if r.name != HUMANS]
     others = [r for r in rows if r.name == HUMANS]
-    if not models:
-        return list(others)
+    if len(models) < 2:  # a rank among one says nothing
+        return [replace(r, mean_rank=None) for r in models] + others
     a = rankdata([r.accuracy_difference for r in models])
     o = rankdata([-r.observed_consistency for r in models])
     e = rankdata([-r.error_consistency for r in models])
@@ -210,14 +218,33 @@ def dataset_rows(block: DatasetBenchmark) -> list[BenchmarkRow]:
 def _baseline_row(blocks: Sequence[DatasetBenchmark]) -> BenchmarkRow:
     values = {k: float(np.mean([b.human_baseline[k] for b in blocks])) for k in METRICS}
     biases = [b.human_baseline["shape_bias"] for b in blocks if "shape_bias" in b.human_baseline]
+    return _summary_row(HUMANS, len(blocks), values, biases)
+
+
+def _summary_row(name: str, datasets: int, values: Mapping[str, float], biases: Sequence[float]) -> BenchmarkRow:
+    """A row of means over datasets (``values``: metric -> mean), unranked."""
     return BenchmarkRow(
-        HUMANS, len(blocks), **values, shape_bias=float(np.mean(biases)) if biases else None, mean_rank=None
+        name,
+        datasets,
+        values["ood_accuracy"],
+        values["accuracy_difference"],
+        values["observed_consistency"],
+        values["error_consistency"],
+        shape_bias=float(np.mean(biases)) if biases else None,
+        mean_rank=None,
     )
 
 
+def common_datasets(blocks: Sequence[DatasetBenchmark]) -> list[DatasetBenchmark]:
+    """The datasets that hold every model: models and humans are compared over the same ones (a model averaged
+    over 3 datasets against humans over 8 would mix dataset difficulty into the comparison)."""
+    models = {n for b in blocks for n, h in zip(b.names, b.is_human) if not h}
+    return [b for b in blocks if models <= {n for n, h in zip(b.names, b.is_human) if not h}]
+
+
 def overall_rows(blocks: Sequence[DatasetBenchmark]) -> list[BenchmarkRow]:
-    """Each model averaged over the datasets it appears in (the count is in ``datasets``), ranked; the human
-    baseline is the mean over datasets of each dataset's human baseline."""
+    """Each model averaged over ``blocks`` (the common datasets: the count is in ``datasets``), ranked; the
+    human baseline is the mean over the same datasets of each dataset's human baseline."""
     per_model: dict[str, list[tuple[DatasetBenchmark, int]]] = {}
     for block in blocks:
         for i, (name, human) in enumerate(zip(block.names, block.is_human)):
@@ -227,11 +254,7 @@ def overall_rows(blocks: Sequence[DatasetBenchmark]) -> list[BenchmarkRow]:
     for name, entries in per_model.items():
         values = {k: float(np.mean([getattr(b, k)[i] for b, i in entries])) for k in METRICS}
         biases = [b.shape_bias[i] for b, i in entries if b.shape_bias is not None]
-        rows.append(
-            BenchmarkRow(
-                name, len(entries), **values, shape_bias=float(np.mean(biases)) if biases else None, mean_rank=None
-            )
-        )
+        rows.append(_summary_row(name, len(entries), values, biases))
     return rank_models(rows + [_baseline_row(blocks)])
 
 
@@ -247,6 +270,9 @@ class BenchmarkResults:
     shape_bias: dict[str, dict[str, ShapeBias]]  # cue-conflict dataset -> decision maker, and HUMANS_POOLED
     kappa_tests: dict[str, KappaInference]  # datasets with at least one model; empty when not resampled
     skipped: dict[str, str]  # dataset -> why it is not in the benchmark
+    overall_datasets: list[str] = field(default_factory=list)  # the datasets of the overall table
+    overall_resamples: int = 0  # of the overall table's intervals (0: none)
+    level: float = 0.95  # of every interval
 
 
 OVERALL = "overall"
@@ -299,6 +325,14 @@ def run_benchmark(
             if test is not None:
                 tests[name] = test
     tables = {name: dataset_rows(block) for name, block in blocks.items()}
-    if blocks:
-        tables[OVERALL] = overall_rows(list(blocks.values()))
-    return BenchmarkResults(humans, c_exp_one, blocks, tables, biases, tests, skipped)
+    common = common_datasets(list(blocks.values()))
+    if common:
+        rows = overall_rows(common)
+        if options.overall_resamples:
+            rows = with_intervals(rows, common, options.overall_resamples, seed, level, HUMANS)
+        tables[OVERALL] = rows
+    elif blocks:
+        skipped[OVERALL] = "no dataset holds every model, so models cannot be compared on the same datasets"
+    overall = [b.dataset for b in common]
+    resamples = options.overall_resamples if common else 0
+    return BenchmarkResults(humans, c_exp_one, blocks, tables, biases, tests, skipped, overall, resamples, level)

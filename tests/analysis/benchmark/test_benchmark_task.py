@@ -67,9 +67,9 @@ def test_benchmark_tables_json_and_figures(tmp_path):
     assert bench.kappa_tests["cue-conflict"].n_resamples == 60
 
     report = (out / "report.md").read_text()
-    assert "## Model-vs-human benchmark" in report and "### Over all datasets" in report
+    assert "## Model-vs-human benchmark" in report and "### Over the 2 dataset(s) that hold every model" in report
     assert "Left out of the numbers (the benchmark's rule): c100." in report
-    assert f"| {texture.mean_rank:.2f} | texture-net | 2 | {texture.ood_accuracy:.3f} |" in report
+    assert f"| {texture.mean_rank:.2f} | texture-net | 2 | {texture.ood_accuracy:.3f} [" in report
     saved = json.loads((out / "results.json").read_text())["benchmark"]
     row = next(r for r in saved["tables"][OVERALL] if r["name"] == "texture-net")
     assert row["error_consistency"] == pytest.approx(texture.error_consistency)

@@ -48,6 +48,20 @@ def test_decisions_are_the_argmax_in_the_benchmarks_format(tmp_path):
         assert {t.subject for t in trials} == {model_name}
 
 
+def test_a_folder_of_datasets_is_evaluated_in_one_call(tmp_path):
+    """The benchmark's layout (one folder per dataset) in one call, each dataset into its own folder of ``out``."""
+    models = write_tiny_checkpoints(tmp_path / "models", ["tiny_a"], "mnist")
+    digits(tmp_path / "benchmark" / "edges", 4)
+    digits(tmp_path / "benchmark" / "sketch", 6)
+    args = [f"models=[{models / 'tiny_a.pt'}]", f"images={tmp_path / 'benchmark'}", "decisions.enabled=true"]
+    folder = run_task("evaluate", [*args, "invert=false"], tmp_path / "out")
+    assert folder == tmp_path / "out"
+    assert len(read_trials([folder / "edges" / "edges_tiny_a_session_1.csv"])) == 4
+    assert len(read_trials([folder / "sketch" / "sketch_tiny_a_session_1.csv"])) == 6
+    with pytest.raises(ValueError, match="decisions.dataset=x names one dataset.*2 dataset folders"):
+        run_task("evaluate", [*args, "invert=false", "decisions.dataset=x"], tmp_path / "out2")
+
+
 def test_a_model_enters_the_benchmark_in_one_command(tmp_path):
     models = write_tiny_checkpoints(tmp_path / "models", ["tiny_a"], "mnist")
     made = digits(tmp_path / "digits")
