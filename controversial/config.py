@@ -76,6 +76,12 @@ class ModelOptions(Options):
         "gradient leads nowhere from uniform noise (the JEM)",
     )
     train: TrainOptions = Field(default_factory=TrainOptions)
+    purpose: Literal["classifier", "features"] = Field(
+        "classifier",
+        description="classifier: a model of synthesis pairs (models/<dataset>/<name>.pt); features: the dataset's "
+        "fixed feature network of the naturalness measure (KID), never a model of a pair: conf/model/features/, "
+        "written to models/features/<dataset>.pt with the features of a sample of test images",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -187,6 +193,8 @@ def register_model_options(conf_dir: Path = CONF_DIR, dirs: Sequence[Path] | Non
     configs = [(path, load_model_config(path)) for path in model_config_files(conf_dir)]
     sidecars = [(path, load_sidecar(path)) for path in sidecar_files(models_dirs() if dirs is None else dirs)]
     for path, node in configs + sidecars:
+        if node.purpose == "features":  # a feature network (KID) is never a model of a pair
+            continue
         if path.stem in origin:
             raise UserError(
                 f"two model files are named '{path.stem}': {origin[path.stem]} and {path}; model_a={path.stem} "

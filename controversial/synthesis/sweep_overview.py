@@ -20,11 +20,19 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from controversial.datasets import DatasetInfo
 from controversial.errors import UserError
 from controversial.figure_style import DOUBLE_COLUMN, SINGLE_COLUMN, styled
 from controversial.records.manifest import ManifestRow, read_manifest
 from controversial.records.runs import attempt_key, find_manifests, newest_rows, row_image
 from controversial.synthesis.grids import image_matrix, plot_stimulus_grid, save_figure, show_image
+from controversial.synthesis.naturalness import (
+    Naturalness,
+    NaturalnessOptions,
+    NaturalnessUnavailable,
+    naturalness,
+    stimulus_images,
+)
 from controversial.synthesis.runstate import best_rows
 from controversial.synthesis.stimuli import load_png
 from controversial.untrusted import inside
@@ -112,6 +120,37 @@ def summarize_pairs(rows: Sequence[ManifestRow]) -> dict[Pair, PairSummary]:
         accepted = {(r.class_a, r.class_b) for r in pair_rows if r.accepted}
         summaries[(a, b)] = PairSummary(a, b, len(best), len(accepted), statistics.median(best.values()))
     return summaries
+
+
+def pair_naturalness(
+    rows: Sequence[ManifestRow], out_dir: Path, dataset: DatasetInfo, options: NaturalnessOptions
+) -> dict[Pair, Naturalness | NaturalnessUnavailable]:
+    """Each pair's KID x 10^3 of its accepted stimuli (their PNGs, relative to ``out_dir``), or why there is none."""
+    by_pair: dict[Pair, list[ManifestRow]] = {}
+    for row in rows:
+        by_pair.setdefault((row.model_a, row.model_b), []).append(row)
+    measured: dict[Pair, Naturalness | NaturalnessUnavailable] = {}
+    for pair, pair_rows in by_pair.items():
+        try:
+            images = stimulus_images(out_dir, [r for r in pair_rows if r.accepted])
+            measured[pair] = naturalness(images, dataset, options)
+        except NaturalnessUnavailable as reason:
+            measured[pair] = reason
+    return measured
+
+
+def naturalness_markdown(measured: dict[Pair, Naturalness | NaturalnessUnavailable], dataset: DatasetInfo) -> str:
+    """One line per pair: its accepted stimuli's KID x 10^3 (+- its std over subsets), or why there is none;
+    the header says what real test images and uniform noise score."""
+    found = [m for m in measured.values() if isinstance(m, Naturalness)]
+    header = f"KID x 10^3 of each pair's accepted stimuli against {dataset.display_name}'s reference test images " + (
+        f"(real test images score {found[0].floor:.1f}, uniform noise {found[0].ceiling:.0f})" if found else ""
+    )
+    lines = [header.rstrip(), "", "| pair | KID x 10^3 |", "|---|---|"]
+    for (a, b), m in measured.items():
+        shown = f"{m.kid:.0f} +- {m.kid_std:.0f}" if isinstance(m, Naturalness) else f"unavailable: {m}"
+        lines.append(f"| {a} vs {b} | {shown} |")
+    return "\n".join(lines) + "\n"
 
 
 def _oriented(summaries: dict[Pair, PairSummary], a: str, b: str) -> PairSummary | None:

@@ -10,12 +10,14 @@ from omegaconf import DictConfig, OmegaConf
 from pydantic import Field
 
 from controversial.atomic import atomic_write_text
+from controversial.datasets import dataset_info
 from controversial.errors import UserError
 from controversial.options import Options
 from controversial.progress import Progress
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, write_manifest
-from controversial.records.runs import OVERVIEW_MARK
+from controversial.records.runs import OVERVIEW_MARK, run_classes
 from controversial.synthesis import sweep_overview as overview
+from controversial.synthesis.naturalness import NaturalnessOptions
 from controversial.tasks import Invocation
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ class OverviewSettings(Options):
         description="class a (row model) and class b (column model) of each Fig. 2; null: (7, 3) as in the paper, "
         "or the sweep's first two classes where it has no classes 7 and 3",
     )
+    naturalness: NaturalnessOptions = Field(default_factory=NaturalnessOptions)
     progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
 
 
@@ -86,6 +89,7 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
             )
             bar.update()
     overview.plot_pair_grids(rows, out_dir)
+    kid_table = _naturalness(cfg, manifests, rows, out_dir)
     accepted = sum(s.n_accepted for s in summaries.values())
     cells = sum(s.n_cells for s in summaries.values())
     pairs = f"{len(summaries)} model pair{'' if len(summaries) == 1 else 's'}"
@@ -94,3 +98,16 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
         f"{len(rows)} rows -> {out_dir}"
     )
     print(table, end="")
+    if kid_table:
+        print(kid_table, end="")
+
+
+def _naturalness(cfg: OverviewSettings, manifests: list[Path], rows: list[ManifestRow], out_dir: Path) -> str:
+    """Each pair's KID of its accepted stimuli, written to naturalness.md (nothing with naturalness.measure=false)."""
+    if not cfg.naturalness.measure:
+        return ""
+    classes = run_classes(manifests, rows)
+    dataset = classes.described or dataset_info(classes.dataset)
+    table = overview.naturalness_markdown(overview.pair_naturalness(rows, out_dir, dataset, cfg.naturalness), dataset)
+    atomic_write_text(out_dir / "naturalness.md", table)
+    return table

@@ -13,6 +13,7 @@ folder (a sweep, or ``output_dir=``) resumes: see :mod:`controversial.synthesis.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import shlex
 import statistics
@@ -24,6 +25,7 @@ from typing import Literal
 import torch
 from pydantic import Field, model_validator
 
+from controversial.atomic import atomic_write_text
 from controversial.config import ModelOptions, check_pair, register_model_options
 from controversial.datasets import DataOptions, DatasetInfo, dataset_info
 from controversial.errors import UserError
@@ -39,6 +41,7 @@ from controversial.synthesis.engine import (
     score_images,
 )
 from controversial.synthesis.grids import plot_stimulus_grid
+from controversial.synthesis.naturalness import NATURALNESS_NAME, NaturalnessOptions, stimulus_images, summarise
 from controversial.synthesis.options import (
     METHODS,
     DiffusionOptions,
@@ -78,6 +81,7 @@ class SynthesizeSettings(Options):
     diffusion: DiffusionOptions = Field(default_factory=DiffusionOptions)
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     data: DataOptions = Field(default_factory=DataOptions)
+    naturalness: NaturalnessOptions = Field(default_factory=NaturalnessOptions)
     progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
     output_dir: str | None = Field(None, description="re-enter a run dir to resume it; default: a new timestamped one")
     sweep_dir: str | None = Field(None, description="the multirun folder; set it so a re-run resumes the sweep")
@@ -472,13 +476,22 @@ def _finish(
         )
     accepted_cells = {(r.class_a, r.class_b) for r in rows if r.accepted}
     best_scores = [max(r.hard_score for r in rows if r.cell == p) for p in pairs]
-    tracker.summary({"cells_accepted": len(accepted_cells), "median_best_hard_score": statistics.median(best_scores)})
+    kid_text, kid_record = summarise(stimulus_images(out_dir, [r for r in rows if r.accepted]), info, cfg.naturalness)
+    atomic_write_text(out_dir / NATURALNESS_NAME, json.dumps(kid_record, indent=2, sort_keys=True) + "\n")
+    tracker.summary(
+        {
+            "cells_accepted": len(accepted_cells),
+            "median_best_hard_score": statistics.median(best_scores),
+            **({"kid_x1000": kid_record["kid_x1000"]} if kid_record["available"] else {}),
+        }
+    )
     tracker.log_image("grid", grid_path)
     wall = time.perf_counter() - start
     summary = (
         f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold "
         f"{cfg.synthesis.threshold}, median best hard score {statistics.median(best_scores):.3f}, "
-        f"wall time {wall:.0f} s -> {out_dir}"
+        + (f"{kid_text}, " if kid_text else "")
+        + f"wall time {wall:.0f} s -> {out_dir}"
     )
     log.info(summary)
     print(summary)

@@ -15,8 +15,10 @@ from controversial.data import load_uint8
 from controversial.datasets import DataOptions
 from controversial.errors import UserError
 from controversial.options import Options, one_of
+from controversial.synthesis.naturalness import reference_statistics
 from controversial.tasks import Invocation
 from controversial.zoo.attacks import module_device
+from controversial.zoo.bundled import feature_network_path
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
 from controversial.zoo.model_card import write_model_card
 from controversial.zoo.readout import MirrorAveraged
@@ -185,8 +187,20 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
         metrics["test_nll_calibrated"],
     )
 
+    naturalness = None
+    if model_cfg.purpose == "features":  # the reference statistics of the naturalness measure (KID)
+        if cfg.float16:  # the reference features of the weights as a load will see them (rounded, as stored)
+            net.half().float()
+        naturalness = reference_statistics(net.eval(), test_x, settings.seed)
+        metrics.update(kid_floor_x1000=naturalness["floor"], kid_ceiling_x1000=naturalness["ceiling"])
+        log.info("KID x 10^3: real test images %.1f, uniform noise %.1f", naturalness["floor"], naturalness["ceiling"])
+
     out = Path(cfg.models_dir)
-    path = out / model_cfg.dataset / f"{model_cfg.name}.pt"
+    path = (
+        feature_network_path(model_cfg.dataset, out)
+        if model_cfg.purpose == "features"
+        else out / model_cfg.dataset / f"{model_cfg.name}.pt"
+    )
     info = CheckpointInfo(
         name=model_cfg.name,
         arch=model_cfg.arch,
@@ -202,6 +216,7 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
             "description": model_cfg.description,
             "differences": model_cfg.differences,
         },
+        naturalness=naturalness,
     )
     save_checkpoint(path, net, info, float16=cfg.float16)
     log.info("wrote %s (%.2f MB)", path, path.stat().st_size / 1e6)

@@ -11,6 +11,9 @@ from controversial.zoo.readout import CalibratedModel
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 MODELS_DIR = PROJECT_ROOT / "models"
+# models/features/<dataset>.pt: the datasets' fixed feature networks of the naturalness measure (KID). They are
+# not models of synthesis pairs, so the folder is not a dataset's folder of checkpoints.
+FEATURES_FOLDER = "features"
 
 
 def checkpoint_path(name: str, dataset: str, models_dir: str | Path | None = None) -> Path:
@@ -18,11 +21,17 @@ def checkpoint_path(name: str, dataset: str, models_dir: str | Path | None = Non
     return Path(models_dir or MODELS_DIR) / dataset / f"{name}.pt"
 
 
+def feature_network_path(dataset: str, models_dir: str | Path | None = None) -> Path:
+    """Where ``train.py model=features/<dataset>`` writes a dataset's feature network: models/features/<dataset>.pt."""
+    return Path(models_dir or MODELS_DIR) / FEATURES_FOLDER / f"{dataset}.pt"
+
+
 def list_checkpoints(models_dir: str | Path | None = None) -> dict[str, list[Path]]:
-    """Bundled checkpoints by model name (a name may exist for several datasets)."""
+    """Bundled checkpoints by model name (a name may exist for several datasets); feature networks are not models."""
     found: dict[str, list[Path]] = {}
     for path in sorted(Path(models_dir or MODELS_DIR).glob("*/*.pt")):
-        found.setdefault(path.stem, []).append(path)
+        if path.parent.name != FEATURES_FOLDER:
+            found.setdefault(path.stem, []).append(path)
     return found
 
 

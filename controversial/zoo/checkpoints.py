@@ -44,6 +44,9 @@ class CheckpointInfo:
     # The dataset's description, for one that is not built in (an imported model's folder): reading the
     # checkpoint registers it, so the file alone says which classes its outputs are.
     dataset_info: DatasetInfo | None = None
+    # A feature network's reference statistics (``synthesis.naturalness.reference_statistics``): the features of
+    # a fixed sample of test images, the floor and the ceiling of its KID; None for a classifier.
+    naturalness: dict[str, Any] | None = None
 
 
 def code_version() -> str:
@@ -86,6 +89,8 @@ def save_checkpoint(path: str | Path, net: nn.Module, info: CheckpointInfo, floa
     }
     if info.dataset_info is not None:
         payload["dataset_info"] = info.dataset_info.to_dict()
+    if info.naturalness is not None:
+        payload["naturalness"] = info.naturalness
     buffer = io.BytesIO()
     torch.save(payload, buffer)
     atomic_write_bytes(path, buffer.getvalue())
@@ -118,6 +123,7 @@ def read_checkpoint(path: str | Path) -> tuple[CheckpointInfo, dict[str, torch.T
         dataset_info=register_dataset(DatasetInfo.from_dict(payload["dataset_info"]))
         if "dataset_info" in payload
         else None,
+        naturalness=payload.get("naturalness"),
     )
     return info, payload["state_dict"]
 

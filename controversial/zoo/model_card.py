@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 from controversial.atomic import atomic_write_text
+from controversial.zoo.bundled import FEATURES_FOLDER
 from controversial.zoo.checkpoints import read_checkpoint
 
 HEADER = """# Model card
@@ -81,9 +82,35 @@ def _prior_section(models_dir: Path) -> str:
     return text
 
 
+FEATURES_NOTE = """
+## Feature networks of the naturalness measure
+
+Not models of synthesis pairs: one fixed classifier per dataset whose penultimate features the Kernel Inception
+Distance (KID x 10^3, docs/synthesis.md) is measured in, `models/features/<dataset>.pt`. Each holds the features
+of 2,000 seeded test images (the reference) and what 90 held-out real test images (floor) and 90 uniform-noise
+images (ceiling) score against them.
+
+| feature network | parameters | test accuracy | KID floor (real) | KID ceiling (noise) | training time |
+|---|---|---|---|---|---|
+"""
+
+
+def _feature_row(path: Path) -> tuple[str, str]:
+    """A feature network's line in its own table, and its details (as a model's)."""
+    info, _ = read_checkpoint(path)
+    m = info.metrics
+    table = (
+        f"| {FEATURES_FOLDER}/{path.stem} | {m['parameters']:,} | {100 * m['test_accuracy']:.2f}% | "
+        f"{m['kid_floor_x1000']:.1f} | {m['kid_ceiling_x1000']:.0f} | {m['train_time_s']:.0f} s |"
+    )
+    return table, _row(path)[1]
+
+
 def write_model_card(models_dir: str | Path) -> Path:
     models_dir = Path(models_dir)
-    rows = [_row(p) for p in sorted(models_dir.glob("*/*.pt"))]
+    paths = sorted(models_dir.glob("*/*.pt"))
+    rows = [_row(p) for p in paths if p.parent.name != FEATURES_FOLDER]
+    features = [_feature_row(p) for p in paths if p.parent.name == FEATURES_FOLDER]
     table = (
         "| model | paper handle | parameters | test accuracy | slope | intercept | NLL before | NLL after "
         "| training time |\n"
@@ -96,6 +123,11 @@ def write_model_card(models_dir: str | Path) -> Path:
         + table
         + "\n\n"
         + "\n".join(r[1] for r in rows)
+        + (
+            FEATURES_NOTE + "\n".join(r[0] for r in features) + "\n\n" + "\n".join(r[1] for r in features)
+            if features
+            else ""
+        )
         + _prior_section(models_dir)
     )
     out = models_dir / "README.md"

@@ -38,6 +38,7 @@ def test_full_matrix_outputs_and_byte_identical_reruns(tmp_path, tiny_checkpoint
     first = _synthesize(tmp_path / "one", *_tiny(tiny_checkpoints))
     assert first.returncode == 0, first.stderr
     assert "/90 cells accepted at threshold 0.75" in first.stdout and "wall time" in first.stdout
+    assert ", KID " in first.stdout and ", noise " in first.stdout  # the bundled MNIST feature network's
     rows = read_manifest(tmp_path / "one" / "manifest.csv")
     assert {(r.class_a, r.class_b) for r in rows} == {(a, b) for a in range(10) for b in range(10) if a != b}
     assert (tmp_path / "one" / "manifest.csv").read_text().splitlines()[0] == ",".join(MANIFEST_COLUMNS)

@@ -94,6 +94,8 @@ def test_overview_command_writes_manifest_and_figures(sweep):
     ):
         assert (out / name).stat().st_size > 5_000, name
     assert len(overview.pair_manifests(sweep, exclude=out)) == 3  # a re-run ignores the overview's own manifest
+    kid = (out / "naturalness.md").read_text()  # each pair's KID, measured by the bundled MNIST feature network
+    assert kid.startswith("KID x 10^3 of each pair's accepted stimuli") and "| abs vs vgg | " in kid
 
 
 def test_fig2_takes_the_mirrored_cell_from_the_other_orientation(sweep, monkeypatch):
