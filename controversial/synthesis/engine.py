@@ -34,7 +34,15 @@ import torch
 
 from controversial.errors import UserError
 from controversial.synthesis.objectives import hard_score, worst_case_probabilities
-from controversial.synthesis.options import OBJECTIVES, Objective, OptimizerFactory, OptimizerOptions, SynthesisOptions
+from controversial.synthesis.options import (
+    METHODS,
+    OBJECTIVES,
+    DiffusionOptions,
+    Objective,
+    OptimizerFactory,
+    OptimizerOptions,
+    SynthesisOptions,
+)
 from controversial.synthesis.parametrization import Parametrization, jitter, level_change, parametrization, quantize
 from controversial.zoo.protocol import SynthesisModel, scoring
 
@@ -354,6 +362,28 @@ def synthesize_batch(
     return _result(models, targets, options, records, model_seconds, start_time, groups)
 
 
+@METHODS.register("gradient")
+def gradient_ascent(
+    models: Sequence[SynthesisModel],
+    targets: torch.Tensor,
+    initial_images: torch.Tensor,
+    options: SynthesisOptions,
+    *,
+    seed: int,
+    optimizer: OptimizerOptions,
+    diffusion: DiffusionOptions,
+    dataset: str,
+    on_step: Callable[[int, int], None] | None = None,
+    on_scores: Callable[[int, torch.Tensor], None] | None = None,
+    on_finished: Callable[[int, Finished], None] | None = None,
+    groups: Sequence[int] | None = None,
+) -> BatchResult:
+    """``synthesis.method=gradient``, the paper's: :func:`synthesize_batch` with the ``optimizer:`` group."""
+    return synthesize_batch(
+        models, targets, initial_images, options, seed, on_step, on_scores, optimizer.factory(), on_finished, groups
+    )
+
+
 def _result(
     models: Sequence[SynthesisModel],
     targets: torch.Tensor,
@@ -415,12 +445,17 @@ def noise_images(cells: Sequence[tuple[int, ...]], seeds: Sequence[int], shape: 
     A cell's generator key is its classes as digits (``a + 10 b``), as for every run of a 10-class dataset;
     a cell with a class index of 10 or more takes a key of its own from 100 on (base-1000 digits), so cells of
     datasets with up to 999 classes never share a start."""
-    images = []
-    for cell, seed in zip(cells, seeds):
-        if all(c < 10 for c in cell):
-            offset = sum(c * 10**i for i, c in enumerate(cell))
-        else:
-            offset = 100 + sum(c * 1000**i for i, c in enumerate(cell))
-        key = seed * 1_000_003 + offset
-        images.append(torch.rand(shape, generator=torch.Generator().manual_seed(key)))
-    return torch.stack(images)
+    return torch.stack([torch.rand(shape, generator=_start_generator(c, s)) for c, s in zip(cells, seeds)])
+
+
+def gaussian_noise(cells: Sequence[tuple[int, ...]], seeds: Sequence[int], shape: tuple[int, int, int]) -> torch.Tensor:
+    """Standard normal noise (a diffusion sampler's start), one generator per (cell, seed) as in ``noise_images``."""
+    return torch.stack([torch.randn(shape, generator=_start_generator(c, s)) for c, s in zip(cells, seeds)])
+
+
+def _start_generator(cell: tuple[int, ...], seed: int) -> torch.Generator:
+    if all(c < 10 for c in cell):
+        offset = sum(c * 10**i for i, c in enumerate(cell))
+    else:
+        offset = 100 + sum(c * 1000**i for i, c in enumerate(cell))
+    return torch.Generator().manual_seed(seed * 1_000_003 + offset)

@@ -77,6 +77,7 @@ ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {
     "classes": None,
     "precision": "fp32",
     "torch_compile": False,
+    "method": "gradient",
 }
 # Run settings added after runs were recorded; they follow from the checkpoints (hashed), so a run recorded
 # without them resumes as if it had recorded the current values.

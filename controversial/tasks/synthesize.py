@@ -19,7 +19,6 @@ import shlex
 import statistics
 import sys
 import time
-import zlib
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +27,6 @@ from pydantic import Field, model_validator
 
 from controversial.atomic import atomic_write_text
 from controversial.config import ModelOptions, check_pair, register_model_options
-from controversial.data import load_uint8
 from controversial.datasets import DataOptions, DatasetInfo, dataset_info
 from controversial.errors import UserError
 from controversial.options import DEVICE_PATTERN, Count, Options, Seed
@@ -39,15 +37,20 @@ from controversial.synthesis import runstate
 from controversial.synthesis.engine import (
     BatchResult,
     Finished,
-    noise_images,
     ordered_class_pairs,
-    synthesize_batch,
 )
 from controversial.synthesis.grids import plot_stimulus_grid
 from controversial.synthesis.instances import PairInstances, load_pair_instances, with_instances
 from controversial.synthesis.naturalness import NATURALNESS_NAME, NaturalnessOptions, stimulus_images, summarise
-from controversial.synthesis.options import OptimizerOptions, SynthesisOptions, chosen_classes
+from controversial.synthesis.options import (
+    METHODS,
+    DiffusionOptions,
+    OptimizerOptions,
+    SynthesisOptions,
+    chosen_classes,
+)
 from controversial.synthesis.runstate import Element, manifest_row
+from controversial.synthesis.starts import initial_images
 from controversial.synthesis.stimuli import load_png
 from controversial.synthesis.sweep_overview import transfer_text
 from controversial.synthesis.sweeps import register_pair_options
@@ -75,6 +78,7 @@ class SynthesizeSettings(Options):
     )
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
     synthesis: SynthesisOptions = Field(default_factory=SynthesisOptions)
+    diffusion: DiffusionOptions = Field(default_factory=DiffusionOptions)
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     data: DataOptions = Field(default_factory=DataOptions)
     heldout: bool = Field(True, description="score every stimulus under the models' other trained instances too")
@@ -89,12 +93,24 @@ class SynthesizeSettings(Options):
     @model_validator(mode="after")
     def _a_pair(self) -> SynthesizeSettings:
         check_pair(self.model_a, self.model_b)
+        if self.synthesis.method == "diffusion" and self.init != "auto":
+            raise UserError(f"init={self.init} is for gradient ascent; synthesis.method=diffusion starts from noise")
         chosen_classes(self.synthesis.classes, dataset_info(self.model_a.dataset).class_names)  # names checked early
         return self
 
     @property
-    def start(self) -> Literal["noise", "test_image"]:
-        """The initialisation this run uses: ``init`` itself, or under ``auto`` what the models declare."""
+    def steps(self) -> int:
+        """Steps per attempt: the optimiser's at most, or the sampler's."""
+        if self.synthesis.method == "diffusion":
+            return self.diffusion.sampling_steps * self.diffusion.recurrence
+        return self.synthesis.max_steps
+
+    @property
+    def start(self) -> Literal["noise", "test_image", "gaussian"]:
+        """The initialisation this run uses: ``init`` itself, or under ``auto`` what the models declare (the
+        diffusion method: Gaussian noise)."""
+        if self.synthesis.method == "diffusion":
+            return "gaussian"
         if self.init != "auto":
             return self.init
         declared = {self.model_a.synthesis_init, self.model_b.synthesis_init}
@@ -141,45 +157,23 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
             "classes": None if len(classes) == len(info.class_names) else list(classes),
         },
         "optimizer": cfg.optimizer.model_dump(by_alias=True),
+        **({"diffusion": _prior_settings(cfg)} if cfg.synthesis.method == "diffusion" else {}),
         "dataset": info.name,
         "class_names": list(info.class_names),
         **({"dataset_info": info.to_dict()} if info.source else {}),  # a folder: where export finds its images
     }
 
 
+def _prior_settings(cfg: SynthesizeSettings) -> dict:
+    """The ``diffusion:`` options and the digest of the prior's weights."""
+    from controversial.synthesis.diffusion_model import weights_sha256
+
+    return {**cfg.diffusion.model_dump(), "weights_sha256": weights_sha256(cfg.diffusion.model, cfg.model_a.dataset)}
+
+
 def _row_context(cfg: SynthesizeSettings) -> tuple[DatasetInfo, tuple[str, str], float]:
     """What every manifest row of this pair shares: the dataset, the model names, the acceptance threshold."""
     return dataset_info(cfg.model_a.dataset), (cfg.model_a.name, cfg.model_b.name), cfg.synthesis.threshold
-
-
-def _start_seed(element: Element, pair_names: tuple[str, str]) -> int:
-    """The seed of a cell's test-image start: its seed, its classes and the model pair, so that one cell
-    starts from different photos in different pairs (a study would otherwise show near-duplicates).
-    A 32-bit hash, because torch's CPU generator keeps only the low 32 bits of a seed."""
-    key = f"{element.seed}:{element.class_a}:{element.class_b}:{pair_names[0]}:{pair_names[1]}"
-    return zlib.crc32(key.encode())
-
-
-def _initial_images(
-    elements: list[Element],
-    shape: tuple[int, int, int],
-    init: str,
-    dataset: str,
-    data_cfg: DataOptions,
-    pair_names: tuple[str, str],
-) -> tuple[torch.Tensor, list[str]]:
-    if init == "noise":
-        return noise_images([(c.class_a, c.class_b) for c in elements], [c.seed for c in elements], shape), [
-            "noise"
-        ] * len(elements)
-    if init == "test_image":
-        images, _ = load_uint8(dataset, "test", data_cfg.root, data_cfg.download)
-        picks = [
-            int(torch.randint(len(images), (1,), generator=torch.Generator().manual_seed(_start_seed(c, pair_names))))
-            for c in elements
-        ]
-        return images[picks].float() / 255, [f"test_image:{i}" for i in picks]
-    raise UserError(f"init={init!r} is not known; allowed: noise, test_image")
 
 
 def _callbacks(bar: Progress, tracker: Tracker, attempt: int, step_offset: int):
@@ -256,6 +250,10 @@ class _Interrupted(KeyboardInterrupt):
 def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
+    if cfg.synthesis.method == "diffusion":  # a prior that does not fit the dataset is refused before models load
+        from controversial.synthesis.diffusion_model import load_prior
+
+        load_prior(cfg.diffusion.model, cfg.model_a.dataset)
     specs, roles = [cfg.model_a, cfg.model_b], ["model_a", "model_b"]
     models = load_pair_instances(specs, cfg.data.root, roles, cfg.heldout).to(device)
     if cfg.synthesis.torch_compile:
@@ -321,7 +319,7 @@ def _synthesize_pair(
             if stop.kept:
                 write_manifest(out_dir / MANIFEST_NAME, rows + stop.kept)
             raise
-        global_step += cfg.synthesis.max_steps
+        global_step += cfg.steps
         rows = rows + new_rows
         n_new_rows += len(new_rows)
         write_manifest(out_dir / MANIFEST_NAME, rows)
@@ -344,25 +342,25 @@ def _attempt(
     """One batch: its starts, the synthesis, and the PNGs and manifest rows of its elements."""
     info = dataset_info(cfg.model_a.dataset)
     names = (cfg.model_a.name, cfg.model_b.name)
-    initial, inits = _initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data, names)
+    initial, inits = initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data, names)
     targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
-    bar = Progress(
-        cfg.synthesis.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress
-    )
+    bar = Progress(cfg.steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress)
     on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
     base = cfg.seed + attempt * cfg.seeds_per_cell
     finished: dict[int, Finished] = {}
     batch_start = time.perf_counter()
     try:
-        result = synthesize_batch(
+        result = METHODS.get(cfg.synthesis.method)(
             models.models,
             targets,
             initial.to(device),
             cfg.synthesis,
             seed=base,
+            optimizer=cfg.optimizer,
+            diffusion=cfg.diffusion,
+            dataset=info.name,
             on_step=on_step,
             on_scores=on_scores,
-            optimizer=cfg.optimizer.factory(),
             on_finished=finished.__setitem__,
             groups=models.groups,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from controversial.atomic import atomic_write_text
@@ -99,6 +100,23 @@ def _card_order(path: Path, models_dir: Path) -> tuple[str, str, int]:
     return path.parts[-2], path.stem, -1
 
 
+def _prior_section(models_dir: Path) -> str:
+    """The diffusion priors of ``synthesis.method=diffusion`` (``diffusion/<dataset>/<name>/card.json``)."""
+    cards = sorted(models_dir.glob("diffusion/*/*/card.json"))
+    if not cards:
+        return ""
+    text = "\n## Diffusion priors (synthesis.method=diffusion)\n"
+    for path in cards:
+        card = json.loads(path.read_text(encoding="utf-8"))
+        size = sum(f.stat().st_size for f in path.parent.rglob("*.safetensors"))
+        text += (
+            f"\n### {path.parent.relative_to(models_dir).as_posix()}\n\n{card.get('description', '')}\n\n"
+            + "".join(f"- **{k}:** {v}\n" for k, v in card.items() if k != "description")
+            + f"- **Weights:** {size / 1e6:.2f} MB (float16 safetensors)\n"
+        )
+    return text
+
+
 FEATURES_NOTE = """
 ## Feature networks of the naturalness measure
 
@@ -146,6 +164,7 @@ def write_model_card(models_dir: str | Path) -> Path:
             if features
             else ""
         )
+        + _prior_section(models_dir)
     )
     out = models_dir / "README.md"
     atomic_write_text(out, text)
