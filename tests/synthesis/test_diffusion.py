@@ -230,3 +230,15 @@ def test_the_bundled_prior_is_no_classifier_and_fits_mnist():
     assert card["dataset"] == "mnist" and "diffusion_training" in card["command"]
     size = sum(p.stat().st_size for p in (prior_dir / "mnist" / "ddpm").rglob("*.safetensors"))
     assert size < 10e6
+
+
+def test_an_ensemble_is_sampled_and_scored_on_every_instance(prior_folder):
+    """With groups (trained instances of a model), the sampler's scores are the worst over each model's instances,
+    as gradient ascent's are."""
+    prior = load_prior(str(prior_folder), "mnist")
+    targets, noise = _cells(6)
+    models = [make_tiny_model(1), make_tiny_model(3), make_tiny_model(2)]
+    options = DiffusionOptions(guidance_scale=0.1, sampling_steps=6)
+    result = sample_batch(models, targets, noise, SynthesisOptions(), options, prior, groups=[0, 0, 1])
+    pairwise = [score_images([a, models[2]], result.images, targets, SynthesisOptions())[0] for a in models[:2]]
+    assert torch.allclose(result.hard, torch.minimum(*pairwise))
