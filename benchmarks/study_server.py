@@ -2,6 +2,9 @@
 
     python benchmarks/study_server.py                      # human pace (default)
     python benchmarks/study_server.py --mode saturate      # no think time
+    python benchmarks/study_server.py --monitor-every 5    # with the researcher's monitor page open
+    source .ci/postgres.sh && start_postgres && \
+        python benchmarks/study_server.py --database-url "$STUDY_TEST_DATABASE_URL"; stop_postgres  # PostgreSQL 15
 
 Both export a synthetic study (random stimuli, ``--pairs`` model pairs x 20 + 100 natural + 42
 repeats + 4 attention checks per participant), start ``serve_study.py`` on 127.0.0.1 with SQLite
@@ -14,7 +17,8 @@ as the page does.
 ``human``: ``--participants`` (1,000) arrive over ``--ramp`` seconds and each answers one trial every
 3-8 s (uniform) until ``--duration`` ends; an admin export of ``responses.csv`` (incomplete sessions
 included) streams at mid-run and SIGKILL comes at ``--kill-at`` of the duration. Reports answer
-latency p50/p95/p99 in steady state, while the export streams, and across the outage.
+latency p50/p95/p99 in steady state, while the export streams, and across the outage. ``--monitor-every 5``
+keeps the researcher's monitor page open meanwhile (its figures fetched every 5 s, as the page does).
 
 ``saturate``: ``--participants`` (50) scripted participants take the whole study concurrently with no
 think time; SIGKILL when ``--kill-at`` of all answers are acknowledged. Reports throughput.
@@ -386,6 +390,23 @@ async def admin_export(base: str, at: float) -> tuple[float, float, int]:
     raise AssertionError("unreachable")
 
 
+async def monitor(base: str, every: float, stop_at: float) -> tuple[list[float], int]:
+    """The researcher's monitor page left open: ``/admin/monitor.json`` every ``every`` seconds, as its script
+    asks; returns the latencies of the answered requests and the number that failed (the outage included)."""
+    latencies, failed = [], 0
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        while time.monotonic() + every < stop_at:
+            await asyncio.sleep(every)
+            began = time.monotonic()
+            try:
+                reply = await client.get("/admin/monitor.json", headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+                reply.raise_for_status()
+                latencies.append(time.monotonic() - began)
+            except (httpx.TransportError, httpx.HTTPStatusError):
+                failed += 1
+    return latencies, failed
+
+
 async def loop_lag(stop_at: float, tick: float = 0.01) -> list[tuple[float, float]]:
     """(time, seconds late) of a 10 ms timer in the load generator's own event loop: how much of a measured
     latency can be the generator's delay in noticing a reply rather than the server's."""
@@ -422,6 +443,7 @@ async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> 
     lag = asyncio.create_task(loop_lag(stop_at))
     export = asyncio.create_task(admin_export(server.base, t0 + args.duration / 2))
     kill = asyncio.create_task(killer(server, t0 + args.kill_at * args.duration))
+    watch = asyncio.create_task(monitor(server.base, args.monitor_every, stop_at)) if args.monitor_every else None
     await asyncio.gather(*tasks)
     lags = await lag
     export_began, export_ended, export_bytes = await export
@@ -433,6 +455,7 @@ async def human_load(server: Server, bundle: Path, args: argparse.Namespace) -> 
         "killed": killed,
         "up": up,
         "lags": [late for at, late in lags if at > t0 + args.ramp],
+        "monitor": await watch if watch else None,
     }
     return run, marks
 
@@ -475,6 +498,12 @@ def report_human(args: argparse.Namespace, run: HumanRun, marks: dict, database_
         f"{' '.join(Path('/proc/loadavg').read_text().split()[:3])}"
     )
     print(f"load generator's event-loop lag (10 ms timer), p50/p95/p99 ms: {percentiles(marks['lags'])}")
+    if marks["monitor"] is not None:
+        latencies, failed = marks["monitor"]
+        print(
+            f"monitor page open, /admin/monitor.json every {args.monitor_every:g} s: {len(latencies)} answered "
+            f"({failed} failed, around the SIGKILL), p50/p95/p99 ms: {percentiles(latencies)}"
+        )
     for error in run.errors[:5]:
         print("  error:", error)
     ok = exact == acknowledged == rows and not run.errors and run.started == args.participants
@@ -594,6 +623,9 @@ def main() -> int:
         type=float,
         default=None,
         help="SIGKILL at this fraction of the duration (human, default 0.75) or of all answers (saturate, default 0.4)",
+    )
+    parser.add_argument(
+        "--monitor-every", type=float, default=0, help="human: poll the monitor page's figures this often (s); 0: off"
     )
     parser.add_argument("--port", type=int, default=8791)
     parser.add_argument(

@@ -76,6 +76,11 @@ class ModelOptions(Options):
         "gradient leads nowhere from uniform noise (the JEM)",
     )
     train: TrainOptions = Field(default_factory=TrainOptions)
+    instances: list[int] | None = Field(
+        None,
+        description="synthesize against these trained instances (seeds) together, each of which must see its "
+        "target (docs/synthesis.md, Instances); default: the checkpoint alone",
+    )
     purpose: Literal["classifier", "features"] = Field(
         "classifier",
         description="classifier: a model of synthesis pairs (models/<dataset>/<name>.pt); features: the dataset's "

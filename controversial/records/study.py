@@ -69,6 +69,8 @@ PARTICIPANT_COLUMNS: tuple[str, ...] = (
     "attention_total",
     "created_utc",
     "completed_utc",
+    "px_per_degree",  # a study sized in degrees (display.degrees): the participant's screen calibration
+    "viewing_distance_mm",
     *QUALITY_COLUMNS,
 )
 QUALITY_REQUIRED: tuple[str, ...] = ("subject", "flags")  # what the analysis reads of participants.csv

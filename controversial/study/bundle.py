@@ -80,6 +80,7 @@ class StudySpec:
     # recorded). stimuli/ holds the rated images as the models see them; images/ holds what participants saw.
     stimuli_invert: bool | None = None  # must stimuli/ be inverted (1 - x) before a model sees it?
     display_inverted: bool | None = None  # are the display images inverted (MNIST dark on light)?
+    display_degrees: float | None = None  # stimuli sized in degrees of visual angle (calibration.py); None: pixels
 
 
 @dataclass(frozen=True)

@@ -78,6 +78,11 @@ class Participant(Base):
     n_browser_changes: Mapped[int] = mapped_column(Integer, default=0)  # resumed from another browser
     n_refused: Mapped[int] = mapped_column(Integer, default=0)  # answers refused as conflicting with stored ones
     n_answered: Mapped[int] = mapped_column(Integer, default=0)  # stored responses, kept with each insert
+    # Stimuli at a visual angle (display.degrees): the virtual chinrest's measurements, and why the participant
+    # was screened out (``calibration.SCREENED_OUT``), if they were; null when the study is sized in pixels.
+    px_per_degree: Mapped[float | None] = mapped_column(Float, nullable=True)
+    viewing_distance_mm: Mapped[float | None] = mapped_column(Float, nullable=True)
+    screened_out: Mapped[str | None] = mapped_column(String(32), nullable=True)
 
 
 class Response(Base):

@@ -224,3 +224,10 @@ class DisplayOptions(Options):
     size: int = Field(224, ge=8, le=4096, description="displayed image size in pixels")
     resample: Literal["nearest", "bilinear", "bicubic", "lanczos"] = Field("bicubic", description="upsampling filter")
     invert_mnist: bool = Field(True, description="dark digit on light background, as in the paper")
+    degrees: float | None = Field(
+        None,
+        gt=0,
+        le=60,
+        description="show stimuli at this visual angle (deg), measured per participant by a virtual chinrest "
+        "before the practice; null: at `size` CSS pixels whatever the screen",
+    )

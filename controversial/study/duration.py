@@ -18,6 +18,10 @@ eleven responses, and the median time of one speeded categorisation response in 
 Reading: 238 words a minute, the average silent reading rate of non-fiction in English (Brysbaert 2019, J. Mem.
 Lang. 109:104047).
 
+Screen calibration (a study sized in degrees, ``display.degrees``): ``calibration_seconds``, 120 s by default, an
+allowance for reading its instructions, sizing a card on screen and five blind-spot measurements, not a measured
+time; a pilot tells (the chinrest's own ``rt`` is in the browser's data).
+
 No published Prolific limit on study length was found (searched its researcher help centre); ``max_minutes``
 (60) is this project's default for the warning: one sitting of a repetitive rating task longer than an hour invites
 fatigue and drop-out, and the pay, set per hour, grows with it. Set it to your ethics approval's limit.
@@ -54,6 +58,11 @@ class DurationOptions(Options):
         description="responses.csv of a pilot that people took (serve_study.py mode=export): its median trial time",
     )
     max_minutes: float = Field(60, gt=0, description="warn when the estimate is longer than this")
+    calibration_seconds: float = Field(
+        120,
+        ge=0,
+        description="the virtual chinrest (card sizing, five blind-spot measurements) of a study sized in degrees",
+    )
 
 
 @dataclass(frozen=True)
@@ -63,12 +72,14 @@ class DurationEstimate:
     seconds_per_trial: float
     reading_minutes: float
     source: str  # where the time per trial came from
+    calibration_minutes: float = 0.0  # the screen calibration (display.degrees), 0 without one
     doubt: str | None = None  # why the pilot's times may not be people's, if they look implausible
 
     def summary(self) -> str:
         return (
             f"estimated duration: about {self.minutes} min ({self.trials} trials incl. practice x "
-            f"{self.seconds_per_trial:.1f} s per trial ({self.source}) + {self.reading_minutes:.1f} min of reading)"
+            f"{self.seconds_per_trial:.1f} s per trial ({self.source}) + {self.reading_minutes:.1f} min of reading"
+            + (f" + {self.calibration_minutes:.1f} min of screen calibration)" if self.calibration_minutes else ")")
         )
 
     def warning(self, max_minutes: float) -> str | None:
@@ -124,8 +135,11 @@ def words(texts: list[str]) -> int:
     return sum(len(_TAG.sub(" ", text).split()) for text in texts)
 
 
-def estimate_duration(options: DurationOptions, trials: int, texts: list[str]) -> DurationEstimate:
-    """The estimate for ``trials`` trials (practice included) and these consent/instruction texts."""
+def estimate_duration(
+    options: DurationOptions, trials: int, texts: list[str], calibrated: bool = False
+) -> DurationEstimate:
+    """The estimate for ``trials`` trials (practice included), these consent/instruction texts and, when
+    ``calibrated``, the screen calibration (``calibration_seconds``)."""
     doubt = None
     if options.seconds_per_trial is not None:
         per_trial, source = options.seconds_per_trial, "duration.seconds_per_trial"
@@ -141,8 +155,9 @@ def estimate_duration(options: DurationOptions, trials: int, texts: list[str]) -
     else:
         per_trial, source = DEFAULT_SECONDS_PER_TRIAL, "default; set duration.pilot_responses after a pilot"
     reading = words(texts) / READING_WORDS_PER_MINUTE
-    minutes = math.ceil(trials * per_trial / 60 + reading)
-    return DurationEstimate(minutes, trials, per_trial, reading, source, doubt)
+    calibration = options.calibration_seconds / 60 if calibrated else 0.0
+    minutes = math.ceil(trials * per_trial / 60 + reading + calibration)
+    return DurationEstimate(minutes, trials, per_trial, reading, source, calibration, doubt)
 
 
 def fill_duration(text: str, estimate: DurationEstimate) -> str:

@@ -293,7 +293,9 @@ def write_selection(
     trials += [TrialSpec(sid, "stimulus", 1) for sid in repeats]
     trials += [TrialSpec(e.stimulus_id, "attention", 0) for e in key if e.kind == "attention"]
     trials += [TrialSpec(e.stimulus_id, "demo", 0) for e in key if e.kind == "demo"]
-    estimate = study_duration(settings.duration, len(trials), web_source)
+    estimate = study_duration(
+        settings.duration, len(trials), web_source, calibrated=settings.display.degrees is not None
+    )
     spec = StudySpec(
         name=settings.name,
         dataset=dataset,
@@ -304,6 +306,7 @@ def write_selection(
         pilot=settings.pilot,
         stimuli_invert=False,  # originals are the native stimuli, as synthesised and as the test set stores them
         display_inverted=invert,
+        display_degrees=settings.display.degrees,
         created_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         provenance={
             "sweep_dir": str(Path(sweep_dir).resolve()),
@@ -328,11 +331,13 @@ def write_selection(
         )
 
 
-def study_duration(options: DurationOptions, trials: int, web_source: str | Path) -> DurationEstimate:
-    """The estimate for ``trials`` trials (practice included) and the web source's texts; logged, with a one-
-    paragraph warning when it is longer than ``options.max_minutes``."""
+def study_duration(
+    options: DurationOptions, trials: int, web_source: str | Path, calibrated: bool = False
+) -> DurationEstimate:
+    """The estimate for ``trials`` trials (practice included), the web source's texts and, for a study sized in
+    degrees, the screen calibration; logged, with a one-paragraph warning when longer than ``options.max_minutes``."""
     texts = [(Path(web_source) / n).read_text(encoding="utf-8") for n in TEXT_FILES if (Path(web_source) / n).is_file()]
-    estimate = estimate_duration(options, trials, texts)
+    estimate = estimate_duration(options, trials, texts, calibrated)
     log.info("%s", estimate.summary())
     if not any(BLANK in text for text in texts):
         log.info("the consent text has no %s blank: check that it states about %d minutes", BLANK, estimate.minutes)

@@ -20,6 +20,7 @@ import time
 from typing import Any, Awaitable, Callable, MutableMapping
 
 from controversial.errors import UserError
+from controversial.study.csp_styles import STYLE_SRC_ATTR
 
 # An ASGI scope or message is a dict whose values' types depend on their keys (bytes pairs under "headers",
 # an int under "status"), which a Mapping type cannot say: Any, as in asgiref's and Starlette's own aliases.
@@ -37,8 +38,9 @@ _SESSION_PATH = re.compile(r"(/api/sessions/)[^/?\s\"]+")
 # either: the pages style elements through classes in human_study/src/style.css or through the CSSOM
 # (element.style.x = ..., which style-src does not govern), and use no jsPsych plugin in a way that writes a
 # style="" attribute (experiment.js); tests/study/test_browser_csp.py visits every page and counts violations.
+# The one exception: the exact style attributes of the screen calibration's plugin, by hash (``csp_styles.py``).
 CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    f"default-src 'none'; script-src 'self'; style-src 'self'; {STYLE_SRC_ATTR}; img-src 'self' data:; "
     "connect-src 'self'; font-src 'self' data:; base-uri 'none'; form-action 'none'; "
     "frame-ancestors 'none'"
 )

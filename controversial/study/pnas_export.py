@@ -48,7 +48,12 @@ def snapshot(database_url: str) -> Iterator[Session]:
 
 def subject_code(participant: Participant, batch: int = 1) -> str:
     """``P0001``; later batches of an adaptive study ``B2_P0001``, so their exports pool as batches."""
-    return f"P{participant.id:04d}" if batch == 1 else f"B{batch}_P{participant.id:04d}"
+    return subject_for_id(participant.id, batch)
+
+
+def subject_for_id(participant_id: int, batch: int = 1) -> str:
+    """``subject_code`` of the participant row with this id (for readers that select ids, not rows)."""
+    return f"P{participant_id:04d}" if batch == 1 else f"B{batch}_P{participant_id:04d}"
 
 
 def _rating(value: int) -> str:
@@ -167,7 +172,6 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
         )
     )
     for participant, answered in _answers(session, bundle):
-        complete = participant.completed_at is not None
         q = assess(
             _records(bundle, answered),
             quality,
@@ -180,13 +184,15 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
             Text(participant.prolific_pid),  # ids stay text: a pilot's "-1e5" is no number
             Text(participant.prolific_study_id),
             Text(participant.prolific_session_id),
-            "completed" if complete else ("in_progress" if participant.consented_at else "not_consented"),
+            _status(participant),
             len(answered),
             participant.n_trials,
             q.attention_passed,
             q.attention_total,
             _utc(participant.created_at),
             _utc(participant.completed_at),
+            _number(participant.px_per_degree),
+            _number(participant.viewing_distance_mm),
             "" if q.median_rt_ms is None else _ms(q.median_rt_ms),
             q.n_fast,
             q.longest_identical_run,
@@ -194,6 +200,21 @@ def participant_rows(session: Session, bundle: StudyBundle, quality: QualitySett
             participant.n_browser_changes,
             ";".join(q.flags),
         ]
+
+
+STATUSES = ("completed", "in_progress", "not_consented", "screened_out")  # participants.csv's status
+
+
+def _status(participant: Participant) -> str:
+    if participant.completed_at is not None:
+        return "completed"
+    if participant.screened_out is not None:
+        return "screened_out"  # told that the screen calibration does not allow the study; never completes
+    return "in_progress" if participant.consented_at else "not_consented"
+
+
+def _number(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}"
 
 
 # name -> (columns, rows(session, bundle, include_incomplete, quality)); the columns are records.study's

@@ -65,6 +65,16 @@ def is_fast(trial: TrialRecord, settings: QualitySettings) -> bool:
     )
 
 
+def too_fast(n_fast: int, n_trials: int, settings: QualitySettings) -> bool:
+    """The ``too_fast`` rule, shared by the export and the live monitor (``monitor.py``), which counts in SQL."""
+    return n_trials > 0 and n_fast / n_trials > settings.max_fast_fraction
+
+
+def attention_failed(passed: int, total: int, settings: QualitySettings) -> bool:
+    """The ``attention_failed`` rule, shared likewise."""
+    return total > 0 and passed / total < settings.min_attention_passed
+
+
 def longest_identical_run(ratings: Sequence[Sequence[int]]) -> int:
     """Longest stretch of consecutive trials with exactly the same ratings (0 for no trials)."""
     longest = run = 0
@@ -90,8 +100,8 @@ def assess(
     run = longest_identical_run([t.ratings for t in rated])
     passed = sum(bool(t.attention_passed) for t in checks)
     raised = {
-        "attention_failed": bool(checks) and passed / len(checks) < settings.min_attention_passed,
-        "too_fast": bool(trials) and n_fast / len(trials) > settings.max_fast_fraction,
+        "attention_failed": attention_failed(passed, len(checks), settings),
+        "too_fast": too_fast(n_fast, len(trials), settings),
         "straight_lining": run >= settings.max_identical_run,
         "answers_refused": n_refused > 0,
         "browser_changed": n_browser_changes > 0,

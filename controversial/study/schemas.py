@@ -56,3 +56,12 @@ class ResponseRequest(_Strict):
     ratings: dict[Key, StrictInt] = Field(max_length=MAX_CATEGORIES)
     rt_ms: StrictFloat | StrictInt = Field(ge=0, le=MAX_RT_MS)
     first_reaction_rt_ms: StrictFloat | StrictInt = Field(ge=0, le=MAX_RT_MS)
+
+
+class CalibrationRequest(_Strict):
+    """The virtual chinrest's measurements (``calibration.py``) and the window the study runs in, in CSS pixels."""
+
+    px_per_degree: StrictFloat | StrictInt = Field(gt=0, le=10000)
+    viewing_distance_mm: StrictFloat | StrictInt = Field(gt=0, le=100000)
+    window_width: StrictInt = Field(ge=0, le=100000)
+    window_height: StrictInt = Field(ge=0, le=100000)

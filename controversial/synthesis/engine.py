@@ -33,8 +33,16 @@ from dataclasses import dataclass
 import torch
 
 from controversial.errors import UserError
-from controversial.synthesis.objectives import hard_score
-from controversial.synthesis.options import OBJECTIVES, Objective, OptimizerFactory, OptimizerOptions, SynthesisOptions
+from controversial.synthesis.objectives import hard_score, worst_case_probabilities
+from controversial.synthesis.options import (
+    METHODS,
+    OBJECTIVES,
+    DiffusionOptions,
+    Objective,
+    OptimizerFactory,
+    OptimizerOptions,
+    SynthesisOptions,
+)
 from controversial.synthesis.parametrization import Parametrization, level_change, parametrization, quantize
 from controversial.synthesis.transforms import transform
 from controversial.zoo.protocol import SynthesisModel, scoring
@@ -44,7 +52,8 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class BatchResult:
-    """Per-element outcome; ``probabilities[n, i, j]`` is model i's p(target j) on the 8-bit image."""
+    """Per-element outcome; ``probabilities[n, i, j]`` is model i's p(target j) on the 8-bit image (with
+    ``groups``: its worst instance's, see ``objectives.worst_case_probabilities``)."""
 
     images: torch.Tensor
     hard: torch.Tensor
@@ -103,18 +112,46 @@ def _model_logits(
     return logits
 
 
+def evaluate_objective(
+    objective: Objective,
+    logits: list[torch.Tensor],
+    targets: torch.Tensor,
+    options: SynthesisOptions,
+    groups: Sequence[int] | None = None,
+) -> torch.Tensor:
+    """The objective's values; ``groups`` (ensembles of instances, see ``objectives.py``) is passed only when
+    given, so an objective written for single checkpoints keeps working for them."""
+    if groups is None:
+        return objective(logits, targets, options)
+    try:
+        return objective(logits, targets, options, groups=groups)  # type: ignore[call-arg]
+    except TypeError as error:
+        if "groups" not in str(error):
+            raise
+        raise UserError(
+            f"synthesis.objective={options.objective} takes no groups= argument, so it cannot synthesize against "
+            "ensembles of instances; use objective=lse or one instance per model"
+        ) from None
+
+
 @scoring()
 def score_images(
-    models: Sequence[SynthesisModel], images: torch.Tensor, targets: torch.Tensor, options: SynthesisOptions
+    models: Sequence[SynthesisModel],
+    images: torch.Tensor,
+    targets: torch.Tensor,
+    options: SynthesisOptions,
+    groups: Sequence[int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Hard score, objective and the (N, m, m) target probabilities of fixed images, in float32 (autocast
-    off, whatever the caller has on): the scores acceptance rests on."""
+    off, whatever the caller has on): the scores acceptance rests on. With ``groups`` each model's
+    probabilities are its worst instance's (``worst_case_probabilities``)."""
     for model in models:
         model.reset_state()
     logits = _model_logits(models, images)
     probabilities = torch.stack([torch.sigmoid(l.gather(1, targets)) for l in logits], 1)
     objective = OBJECTIVES.get(options.objective)
-    return hard_score(logits, targets), objective(logits, targets, options), probabilities
+    value = evaluate_objective(objective, logits, targets, options, groups)
+    return hard_score(logits, targets, groups), value, worst_case_probabilities(probabilities, groups)
 
 
 @dataclass
@@ -175,13 +212,14 @@ def _forward_backward(
     objective: Objective,
     generator: torch.Generator,
     bfloat16: Sequence[bool],
+    groups: Sequence[int] | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The models' forward and backward pass of one step: the objective (detached), the hard score, and
     which elements have a finite objective; the gradient of the summed finite objective is left in the
     parameters behind ``images``."""
     logits = _model_logits(models, transform(images, options, generator), bfloat16)
-    value = objective(logits, targets, options)
-    hard = hard_score([l.detach() for l in logits], targets)
+    value = evaluate_objective(objective, logits, targets, options, groups)
+    hard = hard_score([l.detach() for l in logits], targets, groups)
     finite = torch.isfinite(value)
     value[finite].sum().neg().backward()
     return value.detach(), hard, finite
@@ -267,6 +305,7 @@ def synthesize_batch(
     on_scores: Callable[[int, torch.Tensor], None] | None = None,
     optimizer: OptimizerFactory | None = None,
     on_finished: Callable[[int, Finished], None] | None = None,
+    groups: Sequence[int] | None = None,
 ) -> BatchResult:
     """Maximise the objective ``options.objective`` of every element at once.
 
@@ -277,6 +316,8 @@ def synthesize_batch(
     that step (for tracking; it costs a device sync per step, so pass it only when needed).
     ``optimizer(params)`` builds the optimiser (default: the paper's, ``OptimizerOptions()``).
     ``on_finished(index, finished)`` is called for each element as it leaves the batch early.
+    ``groups``: the models are trained instances, ``groups[i]`` the model (target column) of instance i; every
+    instance must see its model's target (``objectives.py``).
     """
     start_time = time.perf_counter()
     model_seconds = 0.0
@@ -303,7 +344,7 @@ def synthesize_batch(
         images = param.to_images(active.params)
         model_start = time.perf_counter()
         value, hard, finite = _forward_backward(
-            models, images, targets[active.rows], options, objective, generator, bfloat16
+            models, images, targets[active.rows], options, objective, generator, bfloat16, groups
         )
         model_seconds += time.perf_counter() - model_start
         with torch.no_grad():
@@ -319,7 +360,29 @@ def synthesize_batch(
             on_scores(step + 1, hard.detach().cpu())
         if on_step is not None:
             on_step(step + 1, len(active.rows))
-    return _result(models, targets, options, records, model_seconds, start_time)
+    return _result(models, targets, options, records, model_seconds, start_time, groups)
+
+
+@METHODS.register("gradient")
+def gradient_ascent(
+    models: Sequence[SynthesisModel],
+    targets: torch.Tensor,
+    initial_images: torch.Tensor,
+    options: SynthesisOptions,
+    *,
+    seed: int,
+    optimizer: OptimizerOptions,
+    diffusion: DiffusionOptions,
+    dataset: str,
+    on_step: Callable[[int, int], None] | None = None,
+    on_scores: Callable[[int, torch.Tensor], None] | None = None,
+    on_finished: Callable[[int, Finished], None] | None = None,
+    groups: Sequence[int] | None = None,
+) -> BatchResult:
+    """``synthesis.method=gradient``, the paper's: :func:`synthesize_batch` with the ``optimizer:`` group."""
+    return synthesize_batch(
+        models, targets, initial_images, options, seed, on_step, on_scores, optimizer.factory(), on_finished, groups
+    )
 
 
 def _result(
@@ -329,10 +392,11 @@ def _result(
     records: _Records,
     model_seconds: float,
     start_time: float,
+    groups: Sequence[int] | None,
 ) -> BatchResult:
     """Score exactly the 8-bit images people will see, and name the elements that failed."""
     final = quantize(records.best_images)
-    hard, value, probabilities = score_images(models, final, targets, options)
+    hard, value, probabilities = score_images(models, final, targets, options, groups)
     failures = records.failures
     for index in torch.nonzero(~torch.isfinite(hard) | ~torch.isfinite(value)).squeeze(1).tolist():
         failures[index] = failures[index] or "non-finite score of the 8-bit image"
@@ -382,12 +446,17 @@ def noise_images(cells: Sequence[tuple[int, ...]], seeds: Sequence[int], shape: 
     A cell's generator key is its classes as digits (``a + 10 b``), as for every run of a 10-class dataset;
     a cell with a class index of 10 or more takes a key of its own from 100 on (base-1000 digits), so cells of
     datasets with up to 999 classes never share a start."""
-    images = []
-    for cell, seed in zip(cells, seeds):
-        if all(c < 10 for c in cell):
-            offset = sum(c * 10**i for i, c in enumerate(cell))
-        else:
-            offset = 100 + sum(c * 1000**i for i, c in enumerate(cell))
-        key = seed * 1_000_003 + offset
-        images.append(torch.rand(shape, generator=torch.Generator().manual_seed(key)))
-    return torch.stack(images)
+    return torch.stack([torch.rand(shape, generator=_start_generator(c, s)) for c, s in zip(cells, seeds)])
+
+
+def gaussian_noise(cells: Sequence[tuple[int, ...]], seeds: Sequence[int], shape: tuple[int, int, int]) -> torch.Tensor:
+    """Standard normal noise (a diffusion sampler's start), one generator per (cell, seed) as in ``noise_images``."""
+    return torch.stack([torch.randn(shape, generator=_start_generator(c, s)) for c, s in zip(cells, seeds)])
+
+
+def _start_generator(cell: tuple[int, ...], seed: int) -> torch.Generator:
+    if all(c < 10 for c in cell):
+        offset = sum(c * 10**i for i, c in enumerate(cell))
+    else:
+        offset = 100 + sum(c * 1000**i for i, c in enumerate(cell))
+    return torch.Generator().manual_seed(seed * 1_000_003 + offset)

@@ -8,6 +8,7 @@ are chosen by name, and the names are checked before any model is loaded. :func:
 from __future__ import annotations
 
 import importlib
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Protocol
 
@@ -23,7 +24,11 @@ if TYPE_CHECKING:
 
 class Objective(Protocol):
     """What synthesis maximises: one value per batch element from the calibrated logits of the N models
-    (one (batch, classes) tensor each) and the (batch, N) target classes; the options carry its settings."""
+    (one (batch, classes) tensor each) and the (batch, N) target classes; the options carry its settings.
+
+    Synthesis against ensembles of trained instances passes ``groups=`` (the model each logits tensor is an
+    instance of, targets then having one column per model); an objective without that keyword serves pairs
+    of single checkpoints only."""
 
     def __call__(self, logits: list[torch.Tensor], targets: torch.Tensor, options: SynthesisOptions) -> torch.Tensor:
         """(batch,) values; higher is more controversial."""
@@ -41,6 +46,32 @@ class Parametrization(Protocol):
 
     def to_images(self, params: torch.Tensor) -> torch.Tensor:
         """The (N, C, H, W) images in [0, 1] of these parameters."""
+        ...
+
+
+class SynthesisMethod(Protocol):
+    """Makes one batch of stimuli from its starts (``initial_images``: the method's own kind of start, e.g.
+    uniform noise images for gradient ascent, Gaussian noise for a diffusion sampler); the task's hooks and
+    the option groups are passed by keyword. Returns an ``engine.BatchResult``."""
+
+    def __call__(
+        self,
+        models: Sequence[Any],
+        targets: torch.Tensor,
+        initial_images: torch.Tensor,
+        options: SynthesisOptions,
+        *,
+        seed: int,
+        optimizer: OptimizerOptions,
+        diffusion: DiffusionOptions,
+        dataset: str,
+        on_step: Callable[[int, int], None] | None = None,
+        on_scores: Callable[[int, torch.Tensor], None] | None = None,
+        on_finished: Callable[[int, Any], None] | None = None,
+        groups: Sequence[int] | None = None,
+    ) -> Any:
+        """The batch's ``BatchResult``; ``groups[i]``: the model (target column) of instance ``models[i]`` when
+        the models are ensembles of trained instances (``objectives.py``), None for one checkpoint each."""
         ...
 
 
@@ -87,8 +118,23 @@ class GeneratorOptions(Options):
     )
 
 
+METHODS: Registry[SynthesisMethod] = Registry(
+    "synthesis method",
+    builtins={"gradient": "controversial.synthesis.engine", "diffusion": "controversial.synthesis.diffusion"},
+)
+"""How a batch of stimuli is made, by name (``synthesis.method``): ``gradient`` ascent on the image (the paper's),
+or ``diffusion``, a guided DDIM sampler of an image prior."""
+MethodName = Annotated[str, AfterValidator(METHODS.check)]
+
+
 class SynthesisOptions(Options):
     """How one batch of stimuli is optimised; ``synthesize.py``'s ``synthesis:`` block."""
+
+    method: MethodName = Field(
+        "gradient",
+        description=f"by name: {', '.join(METHODS.names())} (gradient: ascent on the pixels, the paper's; "
+        "diffusion: a DDIM sampler steered by the objective, options in diffusion:)",
+    )
 
     objective: ObjectiveName = Field(
         "lse", description=f"what is maximised, by name: {', '.join(OBJECTIVES.names())} (lse: the paper's Eq. 4)"
@@ -198,3 +244,29 @@ class OptimizerOptions(Options):
         module, _, name = self.target.rpartition(".")
         betas = {} if self.betas is None else {"betas": self.betas}
         return partial(getattr(importlib.import_module(module), name), lr=self.lr, **betas, **(self.model_extra or {}))
+
+
+class DiffusionOptions(Options):
+    """The guided DDIM sampler of ``synthesis.method=diffusion``; ``synthesize.py``'s ``diffusion:`` block."""
+
+    model: str = Field(
+        "bundled",
+        description="the image prior: bundled (models/diffusion/<dataset>/ddpm) or the path of a diffusers folder "
+        "(a UNet2DModel saved with save_pretrained, or a pipeline folder with unet/ and scheduler/)",
+    )
+    guidance_scale: float = Field(
+        0.05,
+        ge=0,
+        description="s, how hard the objective steers (under guidance=clean: the RMS move of the clean estimate "
+        "per step, in the [-1, 1] pixel units of the prior); 0: unguided",
+    )
+    guidance: Literal["noise", "clean"] = Field(
+        "clean",
+        description="noise: classifier guidance, eps - s sqrt(1 - abar_t) grad_{x_t} f(x0_hat) through the UNet | "
+        "clean: the clean estimate moves by s times the unit-RMS gradient of f (on x0_hat) per step and the DDIM "
+        "step keeps its noise direction (manifold-preserving guidance; no UNet backward)",
+    )
+    sampling_steps: Count = Field(50, description="DDIM steps from noise to image")
+    recurrence: Count = Field(
+        1, description="universal guidance's k: each step is taken k times, re-noising to the step's level in between"
+    )

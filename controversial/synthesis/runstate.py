@@ -15,12 +15,13 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
 from PIL import Image
 
 from controversial.atomic import atomic_write_text
@@ -29,8 +30,10 @@ from controversial.errors import UserError
 from controversial.records.manifest import MANIFEST_NAME, ManifestRow, read_manifest
 from controversial.records.names import stimulus_filename
 from controversial.records.runs import RUN_SETTINGS_NAME, row_image
-from controversial.synthesis.engine import BatchResult
+from controversial.synthesis.engine import BatchResult, Finished, score_images
+from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.stimuli import save_png
+from controversial.zoo.protocol import SynthesisModel
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,7 @@ ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {
     "classes": None,
     "precision": "fp32",
     "torch_compile": False,
+    "method": "gradient",
 }
 # Run settings added after runs were recorded; they follow from the checkpoints (hashed), so a run recorded
 # without them resumes as if it had recorded the current values.
@@ -283,3 +287,35 @@ def manifest_row(
         image_file=filename,
         wall_time_s=round(per_image_time, 4),
     )
+
+
+def finished_result(
+    models: Sequence[SynthesisModel],
+    targets: torch.Tensor,
+    finished: dict[int, Finished],
+    options: SynthesisOptions,
+    seconds: float,
+    groups: Sequence[int] | None = None,
+) -> tuple[list[int], BatchResult]:
+    """The elements that finished before an interrupt, scored on their 8-bit images as a whole batch would."""
+    index = sorted(finished)
+    images = torch.stack([finished[i].image for i in index]).to(targets.device)
+    hard, smooth, probabilities = score_images(models, images, targets[index], options, groups)
+    failures = [
+        finished[i].failure
+        or ("" if torch.isfinite(h) and torch.isfinite(m) else "non-finite score of the 8-bit image")
+        for i, h, m in zip(index, hard, smooth)
+    ]
+    result = BatchResult(
+        images,
+        hard,
+        smooth,
+        probabilities,
+        torch.tensor([finished[i].steps for i in index]),
+        torch.tensor([finished[i].converged for i in index]),
+        torch.tensor([finished[i].stalled for i in index]),
+        failures,
+        0.0,
+        seconds,
+    )
+    return index, result

@@ -51,6 +51,7 @@ class PairSummary:
     n_cells: int
     n_accepted: int
     median_best_hard: float
+    transfer: tuple[int, int] | None = None  # accepted stimuli that every held-out instance accepts, of those scored
 
     @property
     def acceptance_rate(self) -> float:
@@ -118,8 +119,38 @@ def summarize_pairs(rows: Sequence[ManifestRow]) -> dict[Pair, PairSummary]:
             key = (row.class_a, row.class_b)
             best[key] = max(best.get(key, float("-inf")), row.hard_score)
         accepted = {(r.class_a, r.class_b) for r in pair_rows if r.accepted}
-        summaries[(a, b)] = PairSummary(a, b, len(best), len(accepted), statistics.median(best.values()))
+        summaries[(a, b)] = PairSummary(
+            a, b, len(best), len(accepted), statistics.median(best.values()), transfer(pair_rows)
+        )
     return summaries
+
+
+def transfer(rows: Sequence[ManifestRow]) -> tuple[int, int] | None:
+    """(accepted stimuli every held-out instance also accepts, accepted stimuli with held-out scores), or None
+    when no accepted row has a held-out score (no other trained instance, or a manifest from before)."""
+    scored = [r.heldout_accepted for r in rows if r.accepted and r.heldout_accepted is not None]
+    if not scored:
+        return None
+    return sum(scored), len(scored)
+
+
+def transfer_text(rows: Sequence[ManifestRow]) -> str:
+    """``", transfer to held-out instances 12/20 (60%)"`` for a summary line; empty without held-out scores."""
+    counts = transfer(rows)
+    if counts is None:
+        return ""
+    kept, scored = counts
+    return f", transfer to held-out instances {kept}/{scored} ({100 * kept / scored:.0f}%)"
+
+
+def transfer_markdown(summaries: dict[Pair, PairSummary]) -> str:
+    """One line per pair with held-out scores: the transfer rate to its models' other trained instances."""
+    lines = ["| pair | accepted by every held-out instance |", "|---|---|"]
+    for s in summaries.values():
+        if s.transfer is not None:
+            kept, scored = s.transfer
+            lines.append(f"| {s.model_a} vs {s.model_b} | {kept}/{scored} ({100 * kept / scored:.0f}%) |")
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
 def pair_naturalness(

@@ -21,6 +21,7 @@ from controversial.analysis.benchmark.options import BenchmarkOptions
 from controversial.analysis.benchmark.report import console_table
 from controversial.analysis.benchmark.scores import OVERALL, BenchmarkResults, run_benchmark
 from controversial.analysis.error_consistency import decisions_from_trials
+from controversial.analysis.instance_spread import instance_spread_markdown
 from controversial.analysis.options import AnalysisOptions
 from controversial.analysis.pipeline import analyze_choices, analyze_ratings_consistency, analyze_study
 from controversial.analysis.reliability import reliability
@@ -36,6 +37,7 @@ from controversial.analysis.simulate import (
     write_study,
 )
 from controversial.analysis.study import Study, build_study
+from controversial.atomic import atomic_write_text
 from controversial.errors import UserError
 from controversial.options import Fraction
 from controversial.records.choices import read_trials
@@ -321,6 +323,8 @@ def run(cfg: AnalyzeSettings, invocation: Invocation) -> AnalysisResults:
         reliability={name or "study": reliability(s, cfg) for name, s in studies.items()},
     )
     results = write_analysis(results, out, figures=cfg.figures, header=header)
+    if _instance_spread(results):  # evaluate.py instances=true: models scored as several seeds (docs/models.md)
+        atomic_write_text(out / "instances.md", _instance_spread(results))
     _print_summary(results, out, time.perf_counter() - start)
     return results
 
@@ -350,6 +354,14 @@ def _run_choices_only(cfg: AnalyzeSettings, out: Path, start: float, command: st
     return results
 
 
+def _instance_spread(results: AnalysisResults) -> str:
+    """The spread between each model's trained instances beside the noise ceiling; empty without instances."""
+    assert results.prediction is not None
+    ceiling = results.prediction["all"].noise_ceiling["pearson"]
+    mean = results.prediction["all"].measures["pearson"].mean
+    return instance_spread_markdown(mean, (ceiling.lower, ceiling.upper))
+
+
 def _print_summary(results: AnalysisResults, out: Path, elapsed: float) -> None:
     assert results.prediction is not None and results.ranking is not None
     all_ = results.prediction["all"]
@@ -365,4 +377,5 @@ def _print_summary(results: AnalysisResults, out: Path, elapsed: float) -> None:
         print(f"{i:>4}  {m:<28} {fmt(mean[m]):>7}  {interval}")
     ceiling = all_.noise_ceiling["pearson"]
     print(f"      {'noise ceiling (lower, upper)':<28} {fmt(ceiling.lower)}, {fmt(ceiling.upper)}")
+    print(_instance_spread(results), end="")
     print(f"report: {out / 'report.md'}  results: {out / 'results.json'}  ({elapsed:.1f} s)")

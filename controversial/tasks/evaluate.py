@@ -24,7 +24,8 @@ from controversial.records.names import Scheme
 from controversial.study.bundle import recorded_inversion
 from controversial.synthesis.stimuli import INVERSIONS, Inversion, parse_inversion
 from controversial.tasks import Invocation
-from controversial.zoo.bundled import load_model
+from controversial.zoo.bundled import load_model, locate_model
+from controversial.zoo.instances import instance_models
 
 log = logging.getLogger(__name__)
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
@@ -56,6 +57,11 @@ class EvaluateSettings(Options):
         description="synthesis manifest.csv files, or run/sweep folders (every run in them); their accepted images",
     )
     include_rejected: bool = Field(False, description="also evaluate manifest rows below the acceptance threshold")
+    instances: bool = Field(
+        False,
+        description="each model as the mean of its trained instances (seeds), and each instance as <name>@<seed> "
+        "(analyze.py then reports the spread between instances; docs/models.md, Instances)",
+    )
     batch_size: Count = Field(256, description="images per forward pass")
     data: ModelDataOptions = Field(default_factory=ModelDataOptions)
     decisions: DecisionsOptions = Field(
@@ -107,7 +113,11 @@ def run(cfg: EvaluateSettings, invocation: Invocation) -> Path:
         return _decisions(cfg, out)
     # the models first: the checkpoint of a model imported onto an image folder registers that dataset, whose
     # class names the stimuli's file names hold
-    models = [load_model(ref, cfg.dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
+    if cfg.instances:
+        located = [(ref, locate_model(ref, cfg.dataset, cfg.models_dir)) for ref in cfg.models]
+        models = [m for ref, path in located for m in instance_models(path, Path(ref).stem, cfg.data.root)]
+    else:
+        models = [load_model(ref, cfg.dataset, cfg.models_dir, cfg.data.root) for ref in cfg.models]
     stimuli: list[StimulusImage] = []
     if cfg.images is not None:
         stimuli += stimuli_from_folder(cfg.images, cfg.naming)

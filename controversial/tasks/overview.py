@@ -100,6 +100,10 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
     print(table, end="")
     if kid_table:
         print(kid_table, end="")
+    transfer = overview.transfer_markdown(summaries)
+    if transfer:  # some pair has held-out instances (docs/synthesis.md, Instances)
+        atomic_write_text(out_dir / "transfer.md", transfer)
+        print(transfer, end="")
 
 
 def _naturalness(cfg: OverviewSettings, manifests: list[Path], rows: list[ManifestRow], out_dir: Path) -> str:

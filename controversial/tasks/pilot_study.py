@@ -79,7 +79,7 @@ def run(cfg: PilotStudySettings, invocation: Invocation) -> AnalysisResults:
         f"pilot: {pilot.participants} scripted participants (ratings: {cfg.rater} + noise) took {bundle.label} over "
         f"{pilot.url}, {pilot.answers} answers in {pilot.seconds:.0f} s -> {database.removeprefix('sqlite:///')}"
     )
-    export_csvs(bundle.root, database, out)
+    export_csvs(bundle.root, database, out, command=invocation.command)
     analysis = analyze.AnalyzeSettings(
         human_ratings=str(out / "responses.csv"),
         model_responses=str(out / "model_responses.csv"),

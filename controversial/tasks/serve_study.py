@@ -18,6 +18,7 @@ from controversial.errors import UserError
 from controversial.records.csvfile import csv_chunks
 from controversial.study.admin_token import ENV_VAR, AdminTokenError, read_admin_token, write_admin_token
 from controversial.study.bundle import load_bundle
+from controversial.study.data_dictionary import write_description
 from controversial.study.db import default_database_url, is_in_memory
 from controversial.study.guards import MaskTokens
 from controversial.study.http_protocol import uvicorn_config
@@ -35,9 +36,12 @@ def export_csvs(
     out_dir: str | Path,
     include_incomplete: bool = False,
     quality: QualitySettings = QualitySettings(),
+    command: str = "",
 ) -> dict[str, Path]:
     """Write responses.csv (PNAS format), attention.csv and participants.csv from one database snapshot,
-    readable by the owner only (Prolific ids are personal data), and print what each holds.
+    readable by the owner only (Prolific ids are personal data), and print what each holds; then the data
+    dictionary and Psych-DS description of every CSV file in ``out_dir`` (``study/data_dictionary.py``),
+    recording ``command``.
 
     Reads through the read-only engine, so exporting next to a running server does not block it. A study that
     was never served has no database: that is an error, and nothing is created (no empty database, no
@@ -74,6 +78,8 @@ def export_csvs(
             else " (only completed participants are exported; export.include_incomplete=true adds the others)"
         )
         print(f"  no ratings yet{scope}")
+    dictionary, description = write_description(out_dir, bundle, command)
+    print(f"  every column described in {dictionary.name}; Psych-DS metadata in {description.name}")
     return written
 
 
@@ -132,6 +138,7 @@ def run(cfg: ServeStudySettings, invocation: Invocation) -> None:
             cfg.export.out_dir or invocation.out_dir,
             cfg.export.include_incomplete,
             cfg.quality,
+            invocation.command,
         )
         return
     if not cfg.completion_code:

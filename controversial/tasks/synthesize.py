@@ -19,7 +19,6 @@ import shlex
 import statistics
 import sys
 import time
-import zlib
 from pathlib import Path
 from typing import Literal
 
@@ -28,7 +27,6 @@ from pydantic import Field, model_validator
 
 from controversial.atomic import atomic_write_text
 from controversial.config import ModelOptions, check_pair, register_model_options
-from controversial.data import load_uint8
 from controversial.datasets import DataOptions, DatasetInfo, dataset_info
 from controversial.errors import UserError
 from controversial.options import DEVICE_PATTERN, Count, Options, Seed
@@ -39,22 +37,27 @@ from controversial.synthesis import runstate
 from controversial.synthesis.engine import (
     BatchResult,
     Finished,
-    noise_images,
     ordered_class_pairs,
-    score_images,
-    synthesize_batch,
 )
 from controversial.synthesis.grids import plot_stimulus_grid
+from controversial.synthesis.instances import PairInstances, load_pair_instances, with_instances
 from controversial.synthesis.naturalness import NATURALNESS_NAME, NaturalnessOptions, stimulus_images, summarise
-from controversial.synthesis.options import OptimizerOptions, SynthesisOptions, chosen_classes
+from controversial.synthesis.options import (
+    METHODS,
+    DiffusionOptions,
+    OptimizerOptions,
+    SynthesisOptions,
+    chosen_classes,
+)
 from controversial.synthesis.runstate import Element, manifest_row
+from controversial.synthesis.starts import initial_images
 from controversial.synthesis.stimuli import load_png
+from controversial.synthesis.sweep_overview import transfer_text
 from controversial.synthesis.sweeps import register_pair_options
 from controversial.tasks import Invocation
 from controversial.tracking import Tracker, WandbOptions, start_tracking
 from controversial.zoo.inference import compile_networks
-from controversial.zoo.loading import load_models, resolve_device
-from controversial.zoo.readout import CalibratedModel
+from controversial.zoo.loading import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +78,10 @@ class SynthesizeSettings(Options):
     )
     device: str = Field("auto", pattern=DEVICE_PATTERN, description="auto (GPU when present) | cpu | cuda[:k]")
     synthesis: SynthesisOptions = Field(default_factory=SynthesisOptions)
+    diffusion: DiffusionOptions = Field(default_factory=DiffusionOptions)
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     data: DataOptions = Field(default_factory=DataOptions)
+    heldout: bool = Field(True, description="score every stimulus under the models' other trained instances too")
     naturalness: NaturalnessOptions = Field(default_factory=NaturalnessOptions)
     progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
     output_dir: str | None = Field(None, description="re-enter a run dir to resume it; default: a new timestamped one")
@@ -88,12 +93,24 @@ class SynthesizeSettings(Options):
     @model_validator(mode="after")
     def _a_pair(self) -> SynthesizeSettings:
         check_pair(self.model_a, self.model_b)
+        if self.synthesis.method == "diffusion" and self.init != "auto":
+            raise UserError(f"init={self.init} is for gradient ascent; synthesis.method=diffusion starts from noise")
         chosen_classes(self.synthesis.classes, dataset_info(self.model_a.dataset).class_names)  # names checked early
         return self
 
     @property
-    def start(self) -> Literal["noise", "test_image"]:
-        """The initialisation this run uses: ``init`` itself, or under ``auto`` what the models declare."""
+    def steps(self) -> int:
+        """Steps per attempt: the optimiser's at most, or the sampler's."""
+        if self.synthesis.method == "diffusion":
+            return self.diffusion.sampling_steps * self.diffusion.recurrence
+        return self.synthesis.max_steps
+
+    @property
+    def start(self) -> Literal["noise", "test_image", "gaussian"]:
+        """The initialisation this run uses: ``init`` itself, or under ``auto`` what the models declare (the
+        diffusion method: Gaussian noise)."""
+        if self.synthesis.method == "diffusion":
+            return "gaussian"
         if self.init != "auto":
             return self.init
         declared = {self.model_a.synthesis_init, self.model_b.synthesis_init}
@@ -131,6 +148,7 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
         "model_b": cfg.model_b.name,
         "checkpoint_a_sha256": _sha256(Path(cfg.model_a.checkpoint)),
         "checkpoint_b_sha256": _sha256(Path(cfg.model_b.checkpoint)),
+        **{f"instances_{k}": m.instances for k, m in (("a", cfg.model_a), ("b", cfg.model_b)) if m.instances},
         "seed": cfg.seed,
         "seeds_per_cell": cfg.seeds_per_cell,
         "init": cfg.start,
@@ -139,45 +157,23 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
             "classes": None if len(classes) == len(info.class_names) else list(classes),
         },
         "optimizer": cfg.optimizer.model_dump(by_alias=True),
+        **({"diffusion": _prior_settings(cfg)} if cfg.synthesis.method == "diffusion" else {}),
         "dataset": info.name,
         "class_names": list(info.class_names),
         **({"dataset_info": info.to_dict()} if info.source else {}),  # a folder: where export finds its images
     }
 
 
+def _prior_settings(cfg: SynthesizeSettings) -> dict:
+    """The ``diffusion:`` options and the digest of the prior's weights."""
+    from controversial.synthesis.diffusion_model import weights_sha256
+
+    return {**cfg.diffusion.model_dump(), "weights_sha256": weights_sha256(cfg.diffusion.model, cfg.model_a.dataset)}
+
+
 def _row_context(cfg: SynthesizeSettings) -> tuple[DatasetInfo, tuple[str, str], float]:
     """What every manifest row of this pair shares: the dataset, the model names, the acceptance threshold."""
     return dataset_info(cfg.model_a.dataset), (cfg.model_a.name, cfg.model_b.name), cfg.synthesis.threshold
-
-
-def _start_seed(element: Element, pair_names: tuple[str, str]) -> int:
-    """The seed of a cell's test-image start: its seed, its classes and the model pair, so that one cell
-    starts from different photos in different pairs (a study would otherwise show near-duplicates).
-    A 32-bit hash, because torch's CPU generator keeps only the low 32 bits of a seed."""
-    key = f"{element.seed}:{element.class_a}:{element.class_b}:{pair_names[0]}:{pair_names[1]}"
-    return zlib.crc32(key.encode())
-
-
-def _initial_images(
-    elements: list[Element],
-    shape: tuple[int, int, int],
-    init: str,
-    dataset: str,
-    data_cfg: DataOptions,
-    pair_names: tuple[str, str],
-) -> tuple[torch.Tensor, list[str]]:
-    if init == "noise":
-        return noise_images([(c.class_a, c.class_b) for c in elements], [c.seed for c in elements], shape), [
-            "noise"
-        ] * len(elements)
-    if init == "test_image":
-        images, _ = load_uint8(dataset, "test", data_cfg.root, data_cfg.download)
-        picks = [
-            int(torch.randint(len(images), (1,), generator=torch.Generator().manual_seed(_start_seed(c, pair_names))))
-            for c in elements
-        ]
-        return images[picks].float() / 255, [f"test_image:{i}" for i in picks]
-    raise UserError(f"init={init!r} is not known; allowed: noise, test_image")
 
 
 def _callbacks(bar: Progress, tracker: Tracker, attempt: int, step_offset: int):
@@ -254,9 +250,14 @@ class _Interrupted(KeyboardInterrupt):
 def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
     out_dir = invocation.out_dir
     device = resolve_device(cfg.device)
-    models = [m.to(device) for m in load_models([cfg.model_a, cfg.model_b], cfg.data.root, ["model_a", "model_b"])]
+    if cfg.synthesis.method == "diffusion":  # a prior that does not fit the dataset is refused before models load
+        from controversial.synthesis.diffusion_model import load_prior
+
+        load_prior(cfg.diffusion.model, cfg.model_a.dataset)
+    specs, roles = [cfg.model_a, cfg.model_b], ["model_a", "model_b"]
+    models = load_pair_instances(specs, cfg.data.root, roles, cfg.heldout).to(device)
     if cfg.synthesis.torch_compile:
-        compile_networks(models)
+        compile_networks(models.models)
     with runstate.exclusive_run_dir(out_dir):
         runstate.remove_stale_temp_files(out_dir)
         runstate.check_run_settings(out_dir, result_settings(cfg))
@@ -277,7 +278,7 @@ def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
 
 def _synthesize_pair(
     cfg: SynthesizeSettings,
-    models: list[CalibratedModel],
+    models: PairInstances,
     device: torch.device,
     out_dir: Path,
     rows: list[ManifestRow],
@@ -318,7 +319,7 @@ def _synthesize_pair(
             if stop.kept:
                 write_manifest(out_dir / MANIFEST_NAME, rows + stop.kept)
             raise
-        global_step += cfg.synthesis.max_steps
+        global_step += cfg.steps
         rows = rows + new_rows
         n_new_rows += len(new_rows)
         write_manifest(out_dir / MANIFEST_NAME, rows)
@@ -329,7 +330,7 @@ def _synthesize_pair(
 
 def _attempt(
     cfg: SynthesizeSettings,
-    models: list[CalibratedModel],
+    models: PairInstances,
     device: torch.device,
     out_dir: Path,
     elements: list[Element],
@@ -341,32 +342,35 @@ def _attempt(
     """One batch: its starts, the synthesis, and the PNGs and manifest rows of its elements."""
     info = dataset_info(cfg.model_a.dataset)
     names = (cfg.model_a.name, cfg.model_b.name)
-    initial, inits = _initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data, names)
+    initial, inits = initial_images(elements, info.image_shape, cfg.start, info.name, cfg.data, names)
     targets = torch.tensor([[c.class_a, c.class_b] for c in elements], device=device)
-    bar = Progress(
-        cfg.synthesis.max_steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress
-    )
+    bar = Progress(cfg.steps, f"attempt {attempts}/{cfg.max_attempts} ({len(elements)} images)", cfg.progress)
     on_step, on_scores = _callbacks(bar, tracker, attempt + 1, global_step)
     base = cfg.seed + attempt * cfg.seeds_per_cell
     finished: dict[int, Finished] = {}
     batch_start = time.perf_counter()
     try:
-        result = synthesize_batch(
-            models,
+        result = METHODS.get(cfg.synthesis.method)(
+            models.models,
             targets,
             initial.to(device),
             cfg.synthesis,
             seed=base,
+            optimizer=cfg.optimizer,
+            diffusion=cfg.diffusion,
+            dataset=info.name,
             on_step=on_step,
             on_scores=on_scores,
-            optimizer=cfg.optimizer.factory(),
             on_finished=finished.__setitem__,
+            groups=models.groups,
         )
     except KeyboardInterrupt:  # keep the elements that had already finished: their 8-bit images are final
         bar.close()
         kept = []
         if finished:
-            index, partial = _finished_result(models, targets, finished, cfg, time.perf_counter() - batch_start)
+            index, partial = runstate.finished_result(
+                models.models, targets, finished, cfg.synthesis, time.perf_counter() - batch_start, models.groups
+            )
             kept = [
                 manifest_row(
                     *_row_context(cfg),
@@ -379,6 +383,7 @@ def _attempt(
                 )
                 for i, n in enumerate(index)
             ]
+            kept = with_instances(kept, models, partial.images, targets[index], cfg.synthesis.threshold)
         raise _Interrupted(kept) from None
     bar.close()
     per_image_time = result.total_seconds / len(elements)
@@ -386,38 +391,7 @@ def _attempt(
         manifest_row(*_row_context(cfg), out_dir, element, init, result, i, per_image_time)
         for i, (element, init) in enumerate(zip(elements, inits))
     ]
-    return new_rows, result
-
-
-def _finished_result(
-    models: list[CalibratedModel],
-    targets: torch.Tensor,
-    finished: dict[int, Finished],
-    cfg: SynthesizeSettings,
-    seconds: float,
-) -> tuple[list[int], BatchResult]:
-    """The elements that finished before an interrupt, scored on their 8-bit images as a whole batch would."""
-    index = sorted(finished)
-    images = torch.stack([finished[i].image for i in index]).to(targets.device)
-    hard, smooth, probabilities = score_images(models, images, targets[index], cfg.synthesis)
-    failures = [
-        finished[i].failure
-        or ("" if torch.isfinite(h) and torch.isfinite(m) else "non-finite score of the 8-bit image")
-        for i, h, m in zip(index, hard, smooth)
-    ]
-    result = BatchResult(
-        images,
-        hard,
-        smooth,
-        probabilities,
-        torch.tensor([finished[i].steps for i in index]),
-        torch.tensor([finished[i].converged for i in index]),
-        torch.tensor([finished[i].stalled for i in index]),
-        failures,
-        0.0,
-        seconds,
-    )
-    return index, result
+    return with_instances(new_rows, models, result.images, targets, cfg.synthesis.threshold), result
 
 
 def _report_attempt(
@@ -493,7 +467,7 @@ def _finish(
         f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold "
         f"{cfg.synthesis.threshold}, median best hard score {statistics.median(best_scores):.3f}, "
         + (f"{kid_text}, " if kid_text else "")
-        + f"wall time {wall:.0f} s -> {out_dir}"
+        + f"wall time {wall:.0f} s{transfer_text(rows)} -> {out_dir}"
     )
     log.info(summary)
     print(summary)

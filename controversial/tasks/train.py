@@ -20,6 +20,7 @@ from controversial.tasks import Invocation
 from controversial.zoo.attacks import module_device
 from controversial.zoo.bundled import feature_network_path
 from controversial.zoo.checkpoints import CheckpointInfo, save_checkpoint
+from controversial.zoo.instances import instance_path
 from controversial.zoo.model_card import write_model_card
 from controversial.zoo.readout import MirrorAveraged
 from controversial.zoo.registry import arch_spec
@@ -49,6 +50,12 @@ class TrainCommandSettings(Options):
     update_model_card: bool = Field(True, description="regenerate <models_dir>/README.md")
     resume: bool = Field(True, description="continue from resume_file; false: delete it and start over")
     resume_file: str = Field(description="per-epoch training state of long runs")
+    seed: int | None = Field(
+        None,
+        ge=0,
+        description="train another instance of the model from this seed, written to <models_dir>/<dataset>/<name>/"
+        "seed<K>.pt beside the bundled one (default: the model's train.seed, written to <name>.pt)",
+    )
 
     @field_validator("device")
     @classmethod
@@ -121,6 +128,16 @@ def _device(name: str, method_name: str, any_device: bool) -> torch.device:
 def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
     """Train ``cfg.model`` and write its checkpoint under ``cfg.models_dir`` (the run dir keeps only logs)."""
     model_cfg = cfg.model
+    instance_seed = None if cfg.seed is None or cfg.seed == model_cfg.train.seed else cfg.seed
+    if instance_seed is not None:  # another instance: only the seed differs from the recipe
+        model_cfg = model_cfg.model_copy(update={"train": model_cfg.train.model_copy(update={"seed": instance_seed})})
+        resume_file = Path(cfg.resume_file)
+        cfg = cfg.model_copy(
+            update={
+                "model": model_cfg,
+                "resume_file": str(resume_file.with_stem(f"{resume_file.stem}_seed{instance_seed}")),
+            }
+        )
     settings = model_cfg.train
     method = TRAINING_METHODS.get(settings.method)
     method.options(settings.extra)  # a typo in train.extra fails here, before the data is loaded
@@ -201,6 +218,8 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
         if model_cfg.purpose == "features"
         else out / model_cfg.dataset / f"{model_cfg.name}.pt"
     )
+    if instance_seed is not None:
+        path = instance_path(path, instance_seed)
     info = CheckpointInfo(
         name=model_cfg.name,
         arch=model_cfg.arch,

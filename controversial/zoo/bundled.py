@@ -43,11 +43,16 @@ def load_model(
     A name is looked up in ``models_dir`` when given, then in the repository's models/ and the folders of
     $CONTROVERSIAL_MODELS_DIR (imported models), the first folder that has it winning.
     """
+    return load_checkpoint(locate_model(name_or_path, dataset, models_dir), data_root)
+
+
+def locate_model(name_or_path: str, dataset: str | None = None, models_dir: str | Path | None = None) -> Path:
+    """The checkpoint ``load_model`` loads for ``name_or_path`` (see there)."""
     from controversial.config import models_dirs
 
     as_path = Path(name_or_path)
     if as_path.suffix == ".pt" or as_path.is_file():
-        return load_checkpoint(as_path, data_root)
+        return as_path
     folders = list(dict.fromkeys(Path(d).resolve() for d in [*([models_dir] if models_dir else []), *models_dirs()]))
     found: dict[str, Path] = {}  # dataset -> the first folder's checkpoint of this name
     known: list[str] = []
@@ -69,4 +74,4 @@ def load_model(
             f"model '{name_or_path}' exists for several datasets "
             f"({', '.join(p.parent.name for p in candidates)}); pass dataset="
         )
-    return load_checkpoint(candidates[0], data_root)
+    return candidates[0]

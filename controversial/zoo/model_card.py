@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from controversial.atomic import atomic_write_text
 from controversial.zoo.bundled import FEATURES_FOLDER
-from controversial.zoo.checkpoints import read_checkpoint
+from controversial.zoo.checkpoints import CheckpointInfo, read_checkpoint
 
 HEADER = """# Model card
 
@@ -17,6 +18,8 @@ classes, fitted on the test set (cross-entropy rule for MNIST, median 0.1/0.9 ru
 NLL is the mean over test images of the summed per-class binary cross-entropy of the sigmoid readout.
 "(flip)": the readout averages the logits of the image and its mirror image (`test_time_flip`); the
 network was trained on single views, and its single-view accuracy is listed with the model.
+"seed K": another trained instance of the model above it, the same recipe trained from seed K
+(`<dataset>/<name>/seed<K>.pt`; docs/models.md, Instances).
 """
 # Added only where imported models are listed, so the card of the trained models stays as it was.
 IMPORTED_NOTE = """
@@ -26,21 +29,47 @@ and their weights file is named with its sha256.
 """
 
 
-def _row(path: Path) -> tuple[str, str, bool]:
+def _instance_note(info: CheckpointInfo, primary: Path) -> str:
+    """An instance's description: its seed, and every training setting it changed besides the seed."""
+    seed = info.train_config.get("seed", 0)
+    if not primary.is_file():
+        return f"A trained instance of {info.dataset}/{info.name} from seed {seed} (no bundled {primary.name})."
+    recipe = read_checkpoint(primary)[0].train_config
+    differing = [
+        f"{key} {info.train_config[key]} (not {recipe.get(key)})"
+        for key in info.train_config
+        if key != "seed" and key in recipe and info.train_config[key] != recipe[key]  # older files lack new keys
+    ]
+    return (
+        f"Another trained instance of {info.dataset}/{info.name}: the same recipe trained from seed {seed} "
+        f"(the bundled {primary.name} is seed {recipe.get('seed', 0)})."
+        + (f" Unlike it: {', '.join(differing)}." if differing else "")
+    )
+
+
+def _is_instance(path: Path, models_dir: Path) -> bool:
+    """``<dataset>/<name>/seed<K>.pt`` rather than ``<dataset>/<name>.pt``."""
+    return path.parent.parent != models_dir
+
+
+def _row(path: Path, models_dir: Path) -> tuple[str, str, bool]:
     info, state = read_checkpoint(path)
+    instance = _is_instance(path, models_dir)
+    title = f"{info.dataset}/{info.name}" + (f" seed {info.train_config.get('seed', 0)}" if instance else "")
+    description = _instance_note(info, path.parent.with_suffix(".pt")) if instance else info.card.get("description")
     m = info.metrics
     n_params = m.get("parameters", sum(v.numel() for v in state.values() if v.is_floating_point()))
     readout = " (flip)" if info.test_time_flip else ""
     trained = "imported" if info.arch == "imported" else f"{m.get('train_time_s', 0):.0f} s"
     table = (
-        f"| {info.dataset}/{info.name} | {info.card.get('paper_name', '')} | {n_params:,} | "
+        f"| {title} | {info.card.get('paper_name', '')} | {n_params:,} | "
         f"{100 * m['test_accuracy']:.2f}%{readout} | {info.calibration.slope:.4g} | {info.calibration.intercept:.4g} | "
         f"{m['test_nll_uncalibrated']:.4g} | {m['test_nll_calibrated']:.4g} | {trained} |"
     )
     details = (
-        f"### {info.dataset}/{info.name}\n\n{info.card.get('description', '')}\n\n"
-        f"- **Differs from the paper:** {info.card.get('differences', '')}\n"
-        f"- **Reproduce:** `{info.command}`\n"
+        f"### {title}\n\n{description or ''}\n\n"
+        + ("" if instance else f"- **Differs from the paper:** {info.card.get('differences', '')}\n")
+        + f"- **Reproduce:** `{info.command}`\n"
         f"- **Architecture:** `{info.arch}` with `{info.arch_kwargs}`\n"
         f"- **Test accuracy:** {100 * m['test_accuracy']:.2f}% on the full test set ({m['n_test']:,} images)"
         + (" with the mirror-averaged readout (test_time_flip)" if info.test_time_flip else "")
@@ -58,10 +87,34 @@ def _row(path: Path) -> tuple[str, str, bool]:
                 "parameters",
             }
         )
-        + f"- **File:** `{path.parent.name}/{path.name}` ({path.stat().st_size / 1e6:.2f} MB), "
+        + f"- **File:** `{path.relative_to(models_dir).as_posix()}` ({path.stat().st_size / 1e6:.2f} MB), "
         f"code version {info.code_version}, created {info.created}\n"
     )
     return table, details, info.arch == "imported"
+
+
+def _card_order(path: Path, models_dir: Path) -> tuple[str, str, int]:
+    """Models by dataset and name, each model's instances after it by seed."""
+    if _is_instance(path, models_dir):
+        return path.parts[-3], path.parts[-2], int(path.stem.removeprefix("seed"))
+    return path.parts[-2], path.stem, -1
+
+
+def _prior_section(models_dir: Path) -> str:
+    """The diffusion priors of ``synthesis.method=diffusion`` (``diffusion/<dataset>/<name>/card.json``)."""
+    cards = sorted(models_dir.glob("diffusion/*/*/card.json"))
+    if not cards:
+        return ""
+    text = "\n## Diffusion priors (synthesis.method=diffusion)\n"
+    for path in cards:
+        card = json.loads(path.read_text(encoding="utf-8"))
+        size = sum(f.stat().st_size for f in path.parent.rglob("*.safetensors"))
+        text += (
+            f"\n### {path.parent.relative_to(models_dir).as_posix()}\n\n{card.get('description', '')}\n\n"
+            + "".join(f"- **{k}:** {v}\n" for k, v in card.items() if k != "description")
+            + f"- **Weights:** {size / 1e6:.2f} MB (float16 safetensors)\n"
+        )
+    return text
 
 
 FEATURES_NOTE = """
@@ -85,13 +138,14 @@ def _feature_row(path: Path) -> tuple[str, str]:
         f"| {FEATURES_FOLDER}/{path.stem} | {m['parameters']:,} | {100 * m['test_accuracy']:.2f}% | "
         f"{m['kid_floor_x1000']:.1f} | {m['kid_ceiling_x1000']:.0f} | {m['train_time_s']:.0f} s |"
     )
-    return table, _row(path)[1]
+    return table, _row(path, path.parents[1])[1]
 
 
 def write_model_card(models_dir: str | Path) -> Path:
     models_dir = Path(models_dir)
-    paths = sorted(models_dir.glob("*/*.pt"))
-    rows = [_row(p) for p in paths if p.parent.name != FEATURES_FOLDER]
+    paths = [*models_dir.glob("*/*.pt"), *(p for p in models_dir.glob("*/*/seed*.pt") if p.stem[4:].isdigit())]
+    paths.sort(key=lambda p: _card_order(p, models_dir))
+    rows = [_row(p, models_dir) for p in paths if p.parent.name != FEATURES_FOLDER]
     features = [_feature_row(p) for p in paths if p.parent.name == FEATURES_FOLDER]
     table = (
         "| model | paper handle | parameters | test accuracy | slope | intercept | NLL before | NLL after "
@@ -110,6 +164,7 @@ def write_model_card(models_dir: str | Path) -> Path:
             if features
             else ""
         )
+        + _prior_section(models_dir)
     )
     out = models_dir / "README.md"
     atomic_write_text(out, text)

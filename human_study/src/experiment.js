@@ -8,6 +8,14 @@
  * The server's session secret (token) is kept in this browser's localStorage and shown to the server
  * on every return, which is how a reload resumes. If any answer is refused, the page stops and says
  * so; it never goes on to the completion redirect.
+ *
+ * A study sized in degrees of visual angle (display_degrees in api/study) calibrates the screen with the
+ * virtual chinrest before the practice: the server decides from its measurements whether the study can go on
+ * (a failed calibration or a window too small for the stimuli ends it, with the reason shown) and the images
+ * are drawn at degrees x pixels per degree CSS pixels.
+ *
+ * ?preview=1 is the researcher's walk-through: no Prolific id, an order from api/preview that is stored
+ * nowhere, no answer sent, no redirect, and a banner on every page.
  */
 (function () {
   "use strict";
@@ -75,15 +83,77 @@
     }
   }
 
+  function calibration(jsPsych, study, url, onSize) {
+    // The blind spot is answered with the space bar, which jsPsych hears only while its container has the focus;
+    // a click on the plugin's buttons (which it then removes) would leave the focus on the page: give it back.
+    const refocus = () => setTimeout(() => jsPsych.getDisplayContainerElement().focus(), 0);
+    // Our own prompts: the plugin's defaults carry style attributes, which the Content-Security-Policy blocks.
+    const chinrest = {
+      type: jsPsychVirtualChinrest,
+      resize_units: "none",
+      blindspot_reps: 5,
+      item_path: null,
+      adjustment_prompt: "<div class='calibration-text'><p>Hold a credit card (or any card of that size: a bank, "
+        + "membership or ID card) flat against the screen, and drag the lower right corner of the grey box until "
+        + "the box has exactly the size of the card.</p></div>",
+      adjustment_button_prompt: "The box has the size of the card",
+      blindspot_prompt: "<div class='calibration-text'><p>Now we measure how far you sit from the screen.</p><ol>"
+        + "<li>Put your left hand on the <b>space bar</b>.</li><li>Cover your right eye with your right hand.</li>"
+        + "<li>With your left eye, look at the black square and keep looking at it.</li><li>The red ball moves "
+        + "to the left; press the space bar as soon as it disappears.</li></ol>"
+        + "<p>Press the space bar when you are ready.</p></div>",
+      viewing_distance_report: "<p>You sit about <span id='distance-estimate'></span> from the screen. "
+        + "Does that seem about right?</p>",
+      redo_measurement_button_label: "No, measure again",
+      blindspot_done_prompt: "Yes",
+      data: { screen: "calibration" },
+      on_load: () => jsPsych.getDisplayContainerElement().addEventListener("click", refocus),
+      on_finish: () => jsPsych.getDisplayContainerElement().removeEventListener("click", refocus),
+    };
+    const decide = {
+      type: jsPsychCallFunction,
+      async: true,
+      func: (done) => {
+        const measured = jsPsych.data.get().filter({ screen: "calibration" }).last(1).values()[0];
+        const body = {
+          px_per_degree: measured.px2deg,
+          viewing_distance_mm: measured.view_dist_mm,
+          window_width: window.innerWidth,
+          window_height: window.innerHeight,
+        };
+        StudyApi.persistent("POST", url, body, setTrouble)
+          .then((decision) => {
+            if (decision.status !== "ok") {
+              jsPsych.abortExperiment(`<p class='status-message'>${escapeHtml(decision.message)}</p>`);
+              return;
+            }
+            onSize(decision.stimulus_px);
+            done(decision);
+          })
+          .catch((error) => jsPsych.abortExperiment(`<p class='status-message'>${escapeHtml(error.message)}</p>`));
+      },
+    };
+    const intro = {
+      type: jsPsychHtmlButtonResponse,
+      stimulus: "<div class='text-page'><p>The images of this study have to be shown at a known size on your "
+        + "screen. The next two short steps measure your screen and how far you sit from it: you need a card the "
+        + `size of a credit card. Please sit as you will sit during the study.</p></div>`,
+      choices: ["Measure my screen"],
+    };
+    return [intro, chinrest, decide];
+  }
+
   async function main() {
     const params = new URLSearchParams(window.location.search);
+    const preview = params.get("preview") === "1";
+    if (preview) document.getElementById("preview-banner").hidden = false;
     const arrival = {
       prolific_pid: params.get("PROLIFIC_PID") || "",
       study_id: params.get("STUDY_ID") || "",
       session_id: params.get("SESSION_ID") || "",
       token: storedToken(params.get("PROLIFIC_PID") || ""),
     };
-    if (!arrival.prolific_pid) {
+    if (!arrival.prolific_pid && !preview) {
       showMessage("This study has to be opened from its link on Prolific (the link carries your Prolific ID).");
       return;
     }
@@ -91,7 +161,7 @@
     try {
       [study, state, consentHtml, instructionsHtml] = await Promise.all([
         StudyApi.request("GET", "api/study"),
-        StudyApi.request("POST", "api/session", arrival),
+        preview ? StudyApi.request("GET", "api/preview") : StudyApi.request("POST", "api/session", arrival),
         fetchText("static/text/consent.html"),
         fetchText("static/text/instructions.html"),
       ]);
@@ -103,6 +173,10 @@
         : `The study could not start: ${error.message}. Please reload the page in a minute.`);
       return;
     }
+    if (state.status === "screened_out") {
+      showMessage(state.message);
+      return;
+    }
     if (state.status === "completed") {
       storeToken(arrival.prolific_pid, null);
       showMessage(state.message, { href: state.redirect_url, text: "Return to Prolific" });
@@ -110,11 +184,12 @@
     }
 
     const token = state.token;
-    storeToken(arrival.prolific_pid, token);
+    if (!preview) storeToken(arrival.prolific_pid, token);
     document.getElementById("study").replaceChildren();  // drop "Loading..." before jsPsych takes over
     const jsPsych = initJsPsych({ display_element: "study" });
     let rejected = null;
-    const answers = new StudyApi.AnswerQueue(token, setTrouble, (answer, error) => {
+    const answers = preview ? { push: () => {}, drained: async () => {} }  // a preview sends no answer
+      : new StudyApi.AnswerQueue(token, setTrouble, (answer, error) => {
       if (rejected) return;  // the first refusal already stopped the study
       rejected = error.status === 404
         ? "this study was continued in another browser or window; please continue it there"
@@ -123,7 +198,17 @@
         + "Your other answers are saved. Please do not submit on Prolific; contact the researcher through "
         + "Prolific instead.</p>");
     });
+    // In degrees: the size the calibration gives (dynamic, read when each trial starts); else the plugin's default.
+    let stimulusSize = null;
     const rating = { type: jsPsychRateCategories, categories: study.categories, levels: study.rating_levels };
+    if (study.display_degrees) {
+      if (state.px_per_degree) stimulusSize = study.display_degrees * state.px_per_degree;  // calibrated before
+      rating.image_size = () => stimulusSize;
+    }
+    const calibrate = study.display_degrees && !state.px_per_degree
+      ? calibration(jsPsych, study, preview ? "api/preview/calibration" : `api/sessions/${token}/calibration`,
+        (size) => { stimulusSize = size; })
+      : [];
     const timeline = [];
 
     timeline.push({
@@ -161,6 +246,10 @@
           browser.screen_width = window.screen.width;
           browser.screen_height = window.screen.height;
           browser.device_pixel_ratio = window.devicePixelRatio;
+          if (preview) {
+            done(true);
+            return;
+          }
           StudyApi.persistent("POST", `api/sessions/${token}/consent`, { consent: true, browser }, setTrouble)
             .then(() => done(true))
             .catch((error) => jsPsych.abortExperiment(`<p class='status-message'>${escapeHtml(error.message)}</p>`));
@@ -173,6 +262,7 @@
       // instructions plugin writes three, which the server's Content-Security-Policy blocks).
       timeline.push({ type: jsPsychHtmlButtonResponse, stimulus: instructionsHtml, choices: ["Start practice"],
                       data: { screen: "instructions" } });
+      timeline.push(...calibrate);
       if (study.demo_trials.length) {
         // The preload plugin's progress bar is two style="" attributes, blocked likewise: a message instead.
         timeline.push({ type: jsPsychPreload, images: study.demo_trials.map((t) => t.image_url),
@@ -196,6 +286,7 @@
           + `${state.n_total} images; you will continue where you left off.</p></div>`,
         choices: ["Continue"],
       });
+      timeline.push(...calibrate);  // resumed before the calibration was stored
     }
 
     state.trials.forEach((trial, index) => {
@@ -224,11 +315,12 @@
         answers.drained()
           .then(() => {
             if (rejected) throw new Error(rejected);  // never complete after a refused answer
+            if (preview) return { redirect_url: state.redirect_url };
             return StudyApi.persistent("POST", `api/sessions/${token}/complete`, undefined, setTrouble);
           })
           .then((reply) => {
             redirectUrl = reply.redirect_url;
-            storeToken(arrival.prolific_pid, null);
+            if (!preview) storeToken(arrival.prolific_pid, null);
             done(true);
           })
           .catch((error) => {
@@ -239,6 +331,11 @@
     });
 
     await jsPsych.run(timeline);
+    if (preview && redirectUrl) {
+      showMessage("Preview finished: nothing was stored. A participant would now be sent back to Prolific:",
+                  { href: redirectUrl, text: redirectUrl });
+      return;
+    }
     if (redirectUrl && !rejected) {
       showMessage("All your answers are saved. Thank you! Taking you back to Prolific\u2026",
                   { href: redirectUrl, text: "Click here if nothing happens" });

@@ -23,8 +23,8 @@ var jsPsychRateCategories = (function (jspsych) {
       /** The question above the rating grid. */
       question: { type: jspsych.ParameterType.STRING,
                   default: "How likely is it that the image shows each of these?" },
-      /** Displayed image size in CSS pixels. */
-      image_size: { type: jspsych.ParameterType.INT, default: 224 },
+      /** Displayed image size in CSS pixels (fractional for a study sized in degrees: degrees x px/deg). */
+      image_size: { type: jspsych.ParameterType.FLOAT, default: 224 },
       button_label: { type: jspsych.ParameterType.STRING, default: "Continue" },
     },
     data: {
@@ -52,8 +52,10 @@ var jsPsychRateCategories = (function (jspsych) {
       const frame = element("div", { class: "rating-stimulus" });
       frame.style.width = `${trial.image_size}px`;
       frame.style.height = `${trial.image_size}px`;
-      frame.appendChild(element("img", { src: trial.image, alt: "image to rate", width: trial.image_size,
-                                         height: trial.image_size, draggable: "false" }));
+      const image = element("img", { src: trial.image, alt: "image to rate", draggable: "false" });
+      image.style.width = `${trial.image_size}px`;
+      image.style.height = `${trial.image_size}px`;
+      frame.appendChild(image);
       const body = element("div", { class: "rating-body" });
       body.appendChild(frame);
       root.appendChild(body);

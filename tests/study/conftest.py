@@ -1,12 +1,20 @@
-"""Shared fixtures: a small exported study bundle and a server app on a temporary SQLite file."""
+"""Shared fixtures: a small exported study bundle, and the database a test stores answers in.
+
+``database_url`` is a fresh SQLite file, or, when ``STUDY_TEST_DATABASE_URL`` is set (``.ci/run`` sets it to a
+throwaway PostgreSQL 15 cluster, ``.ci/postgres.sh``), that database emptied. Every test that asks for it is
+marked ``database`` here, so ``pytest -m database`` runs exactly the database-backed tests on that server.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
+from sqlalchemy import create_engine
 
+from controversial.study.db import Base
 from controversial.study.export import ExportOptions, export_study
 
 SMALL = dict(per_pair=10, natural_per_class=1, n_repeats=3, n_attention=2, n_demo=1, display={"size": 56}, pilot=True)
@@ -18,3 +26,21 @@ def small_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("study")
     sweep = make_sweep(root / "sweep")
     return export_study(sweep, root / "studies", ExportOptions(name="pilot", **SMALL), fake_mnist_test, WEB_SOURCE)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "database_url" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.database)
+
+
+@pytest.fixture
+def database_url(tmp_path: Path) -> str:
+    """A fresh SQLite file, or the database named by STUDY_TEST_DATABASE_URL (e.g. PostgreSQL), emptied."""
+    url = os.environ.get("STUDY_TEST_DATABASE_URL")
+    if not url:
+        return f"sqlite:///{tmp_path / 'responses.db'}"
+    engine = create_engine(url)
+    Base.metadata.drop_all(engine)
+    engine.dispose()
+    return url

@@ -33,8 +33,8 @@ def test_export_of_a_never_served_study_says_so_and_creates_nothing(small_bundle
     assert not (tmp_path / "typo.db").exists()
 
 
-def test_every_export_prints_its_counts(small_bundle, tmp_path, capsys):
-    database = f"sqlite:///{tmp_path / 'db.sqlite'}"
+def test_every_export_prints_its_counts(small_bundle, tmp_path, database_url, capsys):
+    database = database_url
     app = create_app(ServeStudySettings(study_dir=str(small_bundle), completion_code="X", database_url=database))
     with TestClient(app) as client:
         take_study(

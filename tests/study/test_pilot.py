@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 from helpers import run_task, write_tiny_checkpoints
 
@@ -22,5 +23,13 @@ def test_a_scripted_pilot_serves_exports_and_analyses_and_the_rater_comes_first(
     assert (out / "pilot.db").is_file()  # the pilot's own database, not the bundle's
     with (out / "participants.csv").open() as handle:
         assert [row["status"] for row in csv.DictReader(handle)] == ["completed"] * 4
-    assert (out / "analysis" / "report.md").is_file()
+    assert (out / "analysis" / "report.md").is_file()  # analyze.py read the export folder as it is
+    description = json.loads((out / "dataset_description.json").read_text())
+    assert [d["name"] for d in description["distribution"]] == [
+        "responses.csv",
+        "attention.csv",
+        "participants.csv",
+        "model_responses.csv",
+    ]
+    assert description["command"] == "python pilot_study.py rater=vgg"
     assert results.ranking[0] == "vgg"

@@ -106,8 +106,8 @@ def test_scripted_participants_yield_ratings_the_analysis_accepts(small_bundle, 
     assert set(results.ranking) == {"model_x", "model_y"}
 
 
-def test_serve_study_export_mode_writes_the_three_files(small_bundle, tmp_path):
-    database = f"sqlite:///{tmp_path / 'db.sqlite'}"
+def test_serve_study_export_mode_writes_the_three_files(small_bundle, tmp_path, database_url):
+    database = database_url
     app = create_app(ServeStudySettings(study_dir=str(small_bundle), completion_code="X", database_url=database))
     pid = prolific_like_id(random.Random(0))
     with TestClient(app) as client:

@@ -46,7 +46,7 @@ def test_a_pilot_export_escapes_formula_pids_and_the_readers_undo_it(small_bundl
     for text in (served, written["participants.csv"].read_text(encoding="utf-8")):
         raw = _cells(text, "prolific_pid")
         assert sorted(raw) == sorted(["'-1-1", "'-cmd", "pilot-anna"])  # what a spreadsheet sees: text
-        assert not [cell for cells in csv.reader(io.StringIO(text)) for cell in cells if cell[:1] in "=+-@\t\r"]
+        assert not [cell for cells in csv.reader(io.StringIO(text)) for cell in cells if cell and cell[0] in "=+-@\t\r"]
     read_back = [record["prolific_pid"] for _, record in open_rows(written["participants.csv"], ["prolific_pid"])]
     assert sorted(read_back) == sorted(PIDS)  # the project's reader returns what the participant typed
     assert set(read_quality_flags(written["participants.csv"])) == {"P0001", "P0002", "P0003"}

@@ -5,17 +5,16 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import func, select, text
 
 from controversial.records.csvfile import csv_text
 from controversial.records.responses import read_human_ratings
 from controversial.records.study import RESPONSE_COLUMNS, read_attention
 from controversial.study.bundle import load_bundle
-from controversial.study.db import Base, Response
+from controversial.study.db import Response
 from controversial.study.pnas_export import TABLES
 from controversial.study.quality import QualitySettings
 from controversial.study.scripted_participants import served_checks
@@ -24,18 +23,6 @@ from controversial.study.server import ServeStudySettings, create_app
 TOKEN = "test-admin-token-0123456789-abcdefghijkl"
 CODE = "C0DE42"
 DIGITS = [str(d) for d in range(10)]
-
-
-@pytest.fixture
-def database_url(tmp_path):
-    """A fresh SQLite file, or, with STUDY_TEST_DATABASE_URL set (e.g. PostgreSQL), that database emptied."""
-    url = os.environ.get("STUDY_TEST_DATABASE_URL")
-    if not url:
-        return f"sqlite:///{tmp_path / 'responses.db'}"
-    engine = create_engine(url)
-    Base.metadata.drop_all(engine)
-    engine.dispose()
-    return url
 
 
 @pytest.fixture

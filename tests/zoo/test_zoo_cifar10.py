@@ -150,19 +150,20 @@ def test_init_auto_starts_from_test_images_only_where_a_model_declares_it(overri
 
 
 def test_a_cells_test_image_start_depends_on_its_pair_seed_and_classes_and_nothing_else():
-    from controversial.tasks.synthesize import Element, _start_seed
+    from controversial.synthesis.runstate import Element
+    from controversial.synthesis.starts import start_seed
 
     cell = Element(3, 5, seed=0)
-    assert _start_seed(cell, ("vgg16", "jem")) == _start_seed(Element(3, 5, seed=0), ("vgg16", "jem"))
+    assert start_seed(cell, ("vgg16", "jem")) == start_seed(Element(3, 5, seed=0), ("vgg16", "jem"))
     others = [
-        _start_seed(cell, ("wrn", "jem")),  # another pair: another photo, so a study shows no near-duplicates
-        _start_seed(cell, ("jem", "vgg16")),
-        _start_seed(Element(5, 3, seed=0), ("vgg16", "jem")),
-        _start_seed(Element(3, 5, seed=1), ("vgg16", "jem")),
+        start_seed(cell, ("wrn", "jem")),  # another pair: another photo, so a study shows no near-duplicates
+        start_seed(cell, ("jem", "vgg16")),
+        start_seed(Element(5, 3, seed=0), ("vgg16", "jem")),
+        start_seed(Element(3, 5, seed=1), ("vgg16", "jem")),
     ]
-    assert len({_start_seed(cell, ("vgg16", "jem")), *others}) == 5
+    assert len({start_seed(cell, ("vgg16", "jem")), *others}) == 5
     # Every cell of a pair gets its own photo (torch's generator keeps only the seed's low 32 bits).
-    seeds = [_start_seed(Element(a, b, seed=0), ("vgg16", "jem")) for a in range(10) for b in range(10) if a != b]
+    seeds = [start_seed(Element(a, b, seed=0), ("vgg16", "jem")) for a in range(10) for b in range(10) if a != b]
     picks = {int(torch.randint(10_000, (1,), generator=torch.Generator().manual_seed(s))) for s in seeds}
     assert len(picks) >= 85
 

@@ -13,8 +13,9 @@ with the same Prolific submission (PROLIFIC_PID and SESSION_ID), which revokes t
 A PROLIFIC_PID alone never opens someone's session nor locks its owner out (``sessions.py``).
 
 Modules: ``options`` (the command's options), ``app`` (``create_app``: state and middleware),
-``state`` (what routes share, and the guards they name), ``participant``, ``admin`` and ``static`` (the
-routers), ``sessions`` (the resume policy). API and threat model: ``docs/human_study.md``.
+``state`` (what routes share, and the guards they name), ``participant``, ``calibration``, ``preview``,
+``monitor``, ``admin`` and ``static`` (the routers), ``sessions`` (the resume policy). API and threat model:
+``docs/human_study.md``.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from controversial.study.guards import BodyLimit, RateLimiter, SecurityHeaders, 
 from controversial.study.log_throttle import LogThrottle
 from controversial.study.network_limits import NetworkLimiter
 from controversial.study.presentations import PresentedImages
-from controversial.study.server import admin, participant, static
+from controversial.study.server import admin, calibration, monitor, participant, preview, static
 from controversial.study.server.options import ServeStudySettings
 from controversial.study.server.state import NO_STORE, Server
 
@@ -45,7 +45,9 @@ def create_app(settings: ServeStudySettings, admin_token: str | None = None) -> 
     app.add_middleware(SecurityHeaders)  # outermost: every response, a 500 included
     # Starlette types every handler as taking any Exception; this one is registered for its own class only.
     app.add_exception_handler(RequestValidationError, _invalid)  # type: ignore[arg-type]
-    for router in (participant.router, admin.router, static.router):
+    # monitor before admin: its /admin/monitor.json would otherwise match admin's /admin/{name}
+    routers = (participant.router, calibration.router, preview.router, monitor.router, admin.router, static.router)
+    for router in routers:
         app.include_router(router)
     static.mount_files(app, server)
     return app

@@ -52,6 +52,16 @@ class RateLimitSettings(Options):
         return [self.ipv6_prefix, *sorted({p for p in self.ipv6_wider_prefixes if p < self.ipv6_prefix}, reverse=True)]
 
 
+class MonitorSettings(Options):
+    """The researcher's live monitor page (``/monitor``, behind the admin token)."""
+
+    refresh_s: float = Field(5.0, ge=1, le=600, description="the page asks for new figures this often")
+    abandoned_after_minutes: float = Field(
+        30.0, gt=0, description="not completed and silent this long: counted as returned or abandoned"
+    )
+    window_minutes: float = Field(5.0, gt=0, description="answers per minute and time per trial over this window")
+
+
 class ServeStudySettings(Options):
     mode: Literal["serve", "export", "token"] = Field(
         "serve", description="serve the study, export the database as CSV, or write a new admin token file"
@@ -73,6 +83,7 @@ class ServeStudySettings(Options):
     min_repeat_gap: int = Field(10, ge=0, description="trials between an image and its repeat, at least")
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     quality: QualitySettings = Field(default_factory=QualitySettings)
+    monitor: MonitorSettings = Field(default_factory=MonitorSettings)
     host: str = Field("127.0.0.1", description="listen address; keep loopback behind a reverse proxy")
     port: int = Field(8000, ge=1, le=65535, description="listen port")
     forwarded_allow_ips: str = Field("127.0.0.1", description="the proxy's address, trusted for X-Forwarded-*")

@@ -64,6 +64,8 @@ def study(server: ServerDep) -> JSONResponse:
             "categories": list(spec.categories),
             "rating_levels": list(spec.rating_levels),
             "demo_trials": demos,
+            "display_degrees": spec.display_degrees,  # null: images at display_size CSS pixels
+            "display_size": spec.display_size,
         }
     )
 
@@ -174,6 +176,10 @@ async def submit(token: str, body: ResponseRequest, server: ServerDep) -> JSONRe
 def complete(token: str, server: ServerDep, session: DB) -> JSONResponse:
     """Mark the session complete only when every trial is stored; then hand out the Prolific URL."""
     participant = _participant(server, session, token)
+    if participant.screened_out is not None:
+        raise ApiError(409, f"this session was screened out ({participant.screened_out}) and cannot be completed")
+    if server.bundle.spec.display_degrees is not None and participant.px_per_degree is None:
+        raise ApiError(409, "this study needs the screen calibration before it can be completed")
     if participant.completed_at is None:
         done = set(session.scalars(select(Response.position).where(Response.participant_id == participant.id)))
         missing = [i for i in range(1, participant.n_trials + 1) if i not in done]

@@ -28,6 +28,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from controversial.study.calibration import screening
 from controversial.study.db import Participant, Response, token_digest
 from controversial.study.order import participant_order
 from controversial.study.presentations import new_order, store_presentations
@@ -46,6 +47,10 @@ def progress(server: Server, session: Session, participant: Participant, token: 
             "redirect_url": server.settings.completion_url,
             "message": "You have already completed this study. Thank you!",
         }
+    if participant.screened_out is not None:
+        degrees = server.bundle.spec.display_degrees or 0.0
+        size = degrees * (participant.px_per_degree or 0.0)
+        return screening(participant.screened_out, size, participant.viewing_distance_mm or 0.0).to_json()
     order = json.loads(participant.order_json)
     done = set(session.scalars(select(Response.position).where(Response.participant_id == participant.id)))
     remaining = [  # each place under its own id (``presentations.py``); the bundle's ids stay private
@@ -53,7 +58,7 @@ def progress(server: Server, session: Session, participant: Participant, token: 
         for i, (_, _, _, shown) in enumerate(order, start=1)
         if i not in done
     ]
-    return {
+    reply: dict[str, Any] = {
         "status": "in_progress",
         "token": token,
         "consented": participant.consented_at is not None,
@@ -61,6 +66,9 @@ def progress(server: Server, session: Session, participant: Participant, token: 
         "n_done": len(done),
         "trials": remaining,
     }
+    if server.bundle.spec.display_degrees is not None:  # a study sized in degrees: the stored calibration, if any
+        reply["px_per_degree"] = participant.px_per_degree
+    return reply
 
 
 def arrive(server: Server, session: Session, body: SessionRequest, quiet: bool) -> tuple[Participant, str | None]:
