@@ -78,6 +78,11 @@ ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {
     "precision": "fp32",
     "torch_compile": False,
     "method": "gradient",
+    "scale": 0.0,
+    "rotate": 0.0,
+    "cppn_layers": 8,
+    "cppn_width": 24,
+    "generator": {"name": None, "weights": None, "kwargs": {}, "latent_dim": None, "truncation": 2.0, "residual": 0.0},
 }
 # Run settings added after runs were recorded; they follow from the checkpoints (hashed), so a run recorded
 # without them resumes as if it had recorded the current values.

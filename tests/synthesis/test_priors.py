@@ -238,3 +238,18 @@ def test_a_users_generator_module_is_imported_only_when_allowed(tmp_path, monkey
     options = SynthesisOptions(parametrization="generator", generator={"name": "python:unvetted_generators:Make"})
     with pytest.raises(UserError, match="'unvetted_generators' is not among the modules you allow"):
         parametrization(options, MNIST)
+
+
+def test_a_run_recorded_before_the_prior_options_resumes(tmp_path) -> None:
+    import json
+
+    from controversial.records.runs import RUN_SETTINGS_NAME
+    from controversial.synthesis.runstate import check_run_settings
+
+    current = {"seed": 0, "synthesis": SynthesisOptions().model_dump()}
+    new_keys = ("scale", "rotate", "cppn_layers", "cppn_width", "generator")
+    old = {"seed": 0, "synthesis": {k: v for k, v in current["synthesis"].items() if k not in new_keys}}
+    (tmp_path / RUN_SETTINGS_NAME).write_text(json.dumps(old))
+    check_run_settings(tmp_path, current)  # no error: the keys it lacks had their defaults' behaviour
+    with pytest.raises(UserError, match="other settings"):
+        check_run_settings(tmp_path, {"seed": 0, "synthesis": SynthesisOptions(rotate=5).model_dump()})
