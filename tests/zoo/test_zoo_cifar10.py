@@ -233,9 +233,10 @@ def test_cifar10_model_configs_validate_and_fit_the_size_budget():
     assert mnist_mb + total_mb < 60, f"the CIFAR-10 zoo needs {total_mb:.1f} MB beside MNIST's {mnist_mb:.1f} MB"
 
 
-def test_the_bundled_models_stay_under_60_mb():
-    total_mb = sum(p.stat().st_size for p in MODELS_DIR.rglob("*.pt")) / MB
-    assert total_mb < 60, f"models/ holds {total_mb:.1f} MB of checkpoints"
+def test_the_bundled_models_stay_within_the_80_mb_budget():
+    """Every file under models/: classifiers, their instances, feature networks, generators, diffusion priors."""
+    total_mb = sum(p.stat().st_size for p in MODELS_DIR.rglob("*") if p.is_file()) / MB
+    assert total_mb < 80, f"models/ holds {total_mb:.1f} MB"
 
 
 # --- bundled checkpoints (need CIFAR-10 from the data root) ------------------------------------
