@@ -85,8 +85,8 @@ def train(
         "dataset": dataset,
         "description": f"DDPM prior for {dataset}: UNet2DModel {list(widths)}, no attention, EMA 0.995 of the weights. "
         f"Scaled down for a CPU: {steps} steps of batch {batch_size} ({steps * batch_size / len(data):.2f} epochs; "
-        "DDPMs on MNIST usually train for tens of epochs), so its samples are digit-like strokes, many on a grey "
-        "background, far from real digits by KID (below).",
+        "DDPMs on MNIST usually train for tens of epochs); how close its samples come to real images is the KID "
+        "below.",
         "command": "python -m controversial.synthesis.diffusion_training " + shlex.join(sys.argv[1:]),
         "train_time_s": round(train_time, 1),
         "steps": steps,
