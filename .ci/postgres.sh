@@ -2,7 +2,7 @@
 # (postgresql-15), owned by an unprivileged user, listening on a free loopback port (and a socket in its folder), and
 # exports STUDY_TEST_DATABASE_URL for the database-backed study tests (tests/study/conftest.py);
 # stop_postgres stops it and deletes it. Locally, as root or as yourself:
-#   source .ci/postgres.sh && start_postgres && pytest tests/study -m database; stop_postgres
+#   source .ci/postgres.sh && start_postgres && pytest tests/study -m database -n 0; stop_postgres
 
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 

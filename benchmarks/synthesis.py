@@ -29,7 +29,10 @@ and under bfloat16 autocast (``SynthesisOptions.precision``; a family that decla
 model's network wrapped in ``torch.compile`` (compile time included: the first synthesis of the run
 pays it). Variants are interleaved ``--repeats`` times; the table has the median time, and from the
 last repeat the accepted cells and the median hard score (both from the float32 scores of the 8-bit
-images, the acceptance rule) and the mean steps. Pairs with a model that declares
+images, the acceptance rule) and the mean steps. "bf16" is the engine's (frozen weights cast to bfloat16 once per
+batch), "bf16 autocast" the code before it (autocast casting every weight at every call). "of the per-step gain" is
+the whole pair's bf16 speed-up over the speed-up of one step of both models at batch 90 (part 5, measured in the
+same run on noise images; a family declared float32 counted as float32). Pairs with a model that declares
 ``synthesis_init: test_image`` (conf/model/) start from random test images (the data root:
 ``CONTROVERSIAL_DATA_ROOT``), others from noise. ``--cells`` takes every k-th of the 90 cells.
 
@@ -57,12 +60,14 @@ the two give bit-identical logits and gradients. Part 4 with ``--plain-autograd`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from unittest import mock
 
 import torch
 import yaml
@@ -70,14 +75,21 @@ import yaml
 from controversial.data import load_uint8  # noqa: E402
 from controversial.datasets import dataset_info  # noqa: E402
 from controversial.references.kde import full_sum_log_likelihoods  # noqa: E402
+from controversial.synthesis import engine  # noqa: E402
 from controversial.synthesis.engine import (  # noqa: E402
     BatchResult,
-    bfloat16_native,
     noise_images,
     ordered_class_pairs,
     synthesize_batch,
 )
 from controversial.synthesis.options import SynthesisOptions  # noqa: E402
+from controversial.synthesis.precision import (  # noqa: E402
+    LowPrecisionWeights,
+    bfloat16_models,
+    bfloat16_native,
+    low_precision_weights,
+    model_logits,
+)
 from controversial.zoo.bundled import load_model  # noqa: E402
 from controversial.zoo.inference import SecondOrderBatchNorm2d, SecondOrderConv2d, compile_networks  # noqa: E402
 from controversial.zoo.readout import CalibratedModel  # noqa: E402
@@ -332,6 +344,17 @@ def plain_autograd(model: CalibratedModel) -> CalibratedModel:
     return plain
 
 
+@contextlib.contextmanager
+def weights_cast(every_call: bool) -> Iterator[None]:
+    """``every_call``: the code before ``precision.low_precision_weights``, autocast casting every frozen weight at
+    every call (the engine's copies disabled); else the engine as it is, weights cast once per batch."""
+    if not every_call:
+        yield
+        return
+    with mock.patch.object(engine, "low_precision_weights", lambda model: None):
+        yield
+
+
 def compare_precision(
     pairs: list[str], n_cells: int, repeats: int, compile_too: bool, plain_too: bool, settings: SynthesisOptions
 ) -> str:
@@ -344,16 +367,22 @@ def compare_precision(
         flush=True,
     )
     header = ["pair", "variant", "time (s)", "runs (s)", "accepted", "median hard score", "mean steps", "speed-up"]
-    header += ["images as the first variant's"]
+    header += ["of the per-step gain", "images as the first variant's"]
     rows = []
     for pair in pairs:
         names = pair.split(":")
         eager = [load_model(name) for name in names]
+        per_step = [step_variants(model, compile_too=False) for model in eager]  # part 5, batch 90, this run
+        allowed = bfloat16_models(eager, "bf16", torch.device("cpu"))  # a family declared fp32 stays fp32
+        step_gain = sum(r["fp32"] for r in per_step) / sum(
+            r["bf16"] if low else r["fp32"] for r, low in zip(per_step, allowed)
+        )
+        print(f"  {pair}: one step of both models at batch 90, bf16 over fp32: {step_gain:.2f}x", flush=True)
         variants: list[tuple[str, list[CalibratedModel], str]] = []
         if plain_too:
             plain = [plain_autograd(model) for model in eager]
             variants += [("fp32 plain autograd", plain, "fp32"), ("bf16 plain autograd", plain, "bf16")]
-        variants += [("fp32", eager, "fp32"), ("bf16", eager, "bf16")]
+        variants += [("fp32", eager, "fp32"), ("bf16 autocast", eager, "bf16"), ("bf16", eager, "bf16")]
         if compile_too:
             compiled = [load_model(name) for name in names]
             compile_networks(compiled)
@@ -366,7 +395,8 @@ def compare_precision(
             for label, models, precision in variants:
                 run_settings = settings.model_copy(update={"precision": precision})
                 try:
-                    result = synthesize_batch(models, targets, initial, run_settings)
+                    with weights_cast(every_call="autocast" in label):
+                        result = synthesize_batch(models, targets, initial, run_settings)
                 except Exception as error:  # noqa: BLE001  (torch.compile refuses some models: report, go on)
                     print(f"  {pair} {label}: failed: {type(error).__name__}: {str(error).splitlines()[0]}")
                     continue
@@ -387,6 +417,7 @@ def compare_precision(
                     f"{last.hard.median():.3f}",
                     f"{last.steps.float().mean():.0f}",
                     f"{base / seconds:.2f}x",
+                    f"{base / seconds / step_gain:.2f} of {step_gain:.2f}x" if "bf16" in label else "",
                     f"{int(same.sum())}/{len(cells)}",
                 ]
             )
@@ -394,14 +425,15 @@ def compare_precision(
     return table(header, rows)
 
 
-def synthesis_step(model: CalibratedModel, images: torch.Tensor, bfloat16: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """One synthesis step's model work on fixed images: forward (under bf16 autocast or not) and backward to the
-    input; the logits and the input gradient."""
+def synthesis_step(
+    model: CalibratedModel, images: torch.Tensor, bfloat16: bool, weights: LowPrecisionWeights | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One synthesis step's model work on fixed images: forward (under bf16 autocast or not; with ``weights``, the
+    bf16 weights cast once) and backward to the input; the logits and the input gradient."""
     x = images.clone().requires_grad_(True)
     model.reset_state()
     model.set_active_rows(torch.arange(len(images)))
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bfloat16):
-        out = model(x).float()
+    (out,) = model_logits([model], x, [bfloat16], [weights])
     out.sum().backward()
     assert x.grad is not None
     return out.detach(), x.grad
@@ -416,25 +448,28 @@ def step_variants(model: CalibratedModel, compile_too: bool, repeats: int = 5) -
     eager_net = model.net
     compiled_net = torch.compile(model.net, dynamic=True) if compile_too else None
 
-    def step(net: torch.nn.Module, bfloat16: bool) -> tuple[torch.Tensor, torch.Tensor]:
-        model.net = net
-        return synthesis_step(model, images, bfloat16)
+    once = low_precision_weights(model)
 
-    variants = {"fp32": (eager_net, False), "bf16": (eager_net, True)}
+    def step(net: torch.nn.Module, bfloat16: bool, cast_once: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+        model.net = net
+        return synthesis_step(model, images, bfloat16, once if cast_once else None)
+
+    variants: dict[str, tuple] = {"fp32": (eager_net, False), "bf16": (eager_net, True)}
+    variants["bf16 cast once"] = (eager_net, True, True)
     if compiled_net is not None:
         variants |= {"fp32 compiled": (compiled_net, False), "bf16 compiled": (compiled_net, True)}
     out: dict[str, float] = {}
     try:
         outputs = {}
-        for label, (net, bfloat16) in variants.items():  # first calls: warm-up, and compilation
+        for label, variant in variants.items():  # first calls: warm-up, and compilation
             start = time.perf_counter()
-            outputs[label] = step(net, bfloat16)
+            outputs[label] = step(*variant)
             out[f"{label} first"] = time.perf_counter() - start
         times: dict[str, list[float]] = {}
         for _ in range(repeats):
-            for label, (net, bfloat16) in variants.items():
+            for label, variant in variants.items():
                 start = time.perf_counter()
-                step(net, bfloat16)
+                step(*variant)
                 times.setdefault(label, []).append(time.perf_counter() - start)
     finally:
         model.net = eager_net
@@ -453,7 +488,8 @@ def compare_steps(names: list[str], compile_too: bool) -> str:
     print(
         "\none model's forward+backward to the input at batch 90: fp32 vs bf16 autocast, eager vs compiled", flush=True
     )
-    header = ["model", "fp32 ms/step", "bf16 ms/step", "bf16 gain", "top class kept", "gradient cosine", "max dp"]
+    header = ["model", "fp32 ms/step", "bf16 ms/step", "bf16 gain", "bf16 cast once ms", "cast once gain"]
+    header += ["top class kept", "gradient cosine", "max dp"]
     if compile_too:
         header += ["compile s (fp32/bf16)", "compiled ms (fp32/bf16)", "compile gain (fp32/bf16)"]
     rows = []
@@ -464,6 +500,8 @@ def compare_steps(names: list[str], compile_too: bool) -> str:
             f"{r['fp32']:.1f}",
             f"{r['bf16']:.1f}",
             f"{r['fp32'] / r['bf16']:.2f}x",
+            f"{r['bf16 cast once']:.1f}",
+            f"{r['fp32'] / r['bf16 cast once']:.2f}x",
             f"{r['top class kept']:.2f}",
             f"{r['gradient cosine']:.3f}",
             f"{r['max probability change']:.3f}",

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+import torch
 
 from controversial.zoo.readout import CalibratedModel, Calibration
 from controversial.zoo.registry import create_arch
@@ -19,6 +20,11 @@ os.environ.setdefault("WANDB_MODE", "disabled")  # tests never create wandb runs
 # The per-user folder of imported models (platformdirs honours XDG_DATA_HOME on Linux): a fresh one per session, so
 # tests neither see the user's own imported models nor leave theirs behind.
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="controversial-tests-data-")
+# Tiny models gain nothing from intra-op threads, and pytest-xdist already runs a worker per core: one thread per
+# process (children too), and no OpenMP threads spinning while a test waits on a server or a subprocess.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+torch.set_num_threads(1)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -30,6 +36,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     run_all = IN_CI or config.getoption("--run-all")
     for item in items:
+        if "cluster" in item.keywords:  # one single-node SLURM per session: its tests share one xdist worker
+            item.add_marker(pytest.mark.xdist_group("slurm"))
         for marker in OPT_IN_MARKERS:
             if marker in item.keywords and not (run_all or config.getoption(f"--run-{marker}")):
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: pass --run-{marker} (always on in CI)"))

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from controversial.synthesis.diffusion_model import Prior, load_prior
-from controversial.synthesis.engine import BatchResult, _model_logits, evaluate_objective, score_images
+from controversial.synthesis.engine import BatchResult, evaluate_objective, score_images
 from controversial.synthesis.objectives import hard_score
 from controversial.synthesis.options import (
     METHODS,
@@ -33,6 +33,7 @@ from controversial.synthesis.options import (
     SynthesisOptions,
 )
 from controversial.synthesis.parametrization import quantize
+from controversial.synthesis.precision import model_logits
 from controversial.zoo.protocol import SynthesisModel
 
 
@@ -143,7 +144,7 @@ def _guided_noise(
     clean = (x_t - (1 - abar).sqrt() * eps) / abar.sqrt()
     started = time.perf_counter()
     images = clean.detach().clamp(-1, 1).add(1).div(2).requires_grad_(True)
-    logits = _model_logits(models, images)
+    logits = model_logits(models, images)
     value = evaluate_objective(objective, logits, targets, options, groups)
     finite = torch.isfinite(value)
     (image_grad,) = torch.autograd.grad(value[finite].sum(), images)

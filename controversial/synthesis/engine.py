@@ -20,7 +20,7 @@ hard score sits near zero for tens of steps while the objective is still climbin
 Optionally (``precision``), the models' forward and backward in the optimisation steps run under
 bfloat16 autocast, each model only if its family allows it (``bfloat16_synthesis``); the image
 parameters and the optimiser stay in float32, and the final scores, on which acceptance rests, are
-always computed in float32 on the 8-bit image.
+always computed in float32 on the 8-bit image (``precision.py``: which models, and their weights cast once).
 """
 
 from __future__ import annotations
@@ -44,6 +44,12 @@ from controversial.synthesis.options import (
     SynthesisOptions,
 )
 from controversial.synthesis.parametrization import Parametrization, level_change, parametrization, quantize
+from controversial.synthesis.precision import (
+    LowPrecisionWeights,
+    bfloat16_models,
+    low_precision_weights,
+    model_logits,
+)
 from controversial.synthesis.transforms import transform
 from controversial.zoo.protocol import SynthesisModel, scoring
 
@@ -77,39 +83,6 @@ class Finished:
     converged: bool
     stalled: bool
     failure: str
-
-
-PRECISIONS = ("fp32", "bf16", "auto")
-
-
-def bfloat16_native(device: torch.device) -> bool:
-    """Whether ``device`` has bfloat16 arithmetic in hardware (a GPU that supports it, a CPU with
-    AVX-512 BF16 or AMX); elsewhere oneDNN emulates it, slower than float32."""
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    return device.type == "cpu" and (torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
-
-
-def bfloat16_models(models: Sequence[SynthesisModel], precision: str, device: torch.device) -> list[bool]:
-    """Per model, whether its synthesis steps run under bfloat16 autocast: ``precision`` asks for it
-    (``auto``: where the device has it natively) and the model's family does not declare
-    ``bfloat16_synthesis = False`` (numerics measured to break)."""
-    if precision not in PRECISIONS:
-        raise UserError(f"precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    wanted = precision == "bf16" or (precision == "auto" and bfloat16_native(device))
-    return [wanted and getattr(getattr(model, "net", model), "bfloat16_synthesis", True) for model in models]
-
-
-def _model_logits(
-    models: Sequence[SynthesisModel], images: torch.Tensor, bfloat16: Sequence[bool] | None = None
-) -> list[torch.Tensor]:
-    """Every model's logits, in float32; ``bfloat16[i]`` runs model i under bfloat16 autocast (None: none
-    does, whatever autocast the caller has on)."""
-    logits = []
-    for model, low in zip(models, bfloat16 or [False] * len(models)):
-        with torch.autocast(images.device.type, dtype=torch.bfloat16, enabled=low):
-            logits.append(model(images).float())
-    return logits
 
 
 def evaluate_objective(
@@ -147,7 +120,7 @@ def score_images(
     probabilities are its worst instance's (``worst_case_probabilities``)."""
     for model in models:
         model.reset_state()
-    logits = _model_logits(models, images)
+    logits = model_logits(models, images)
     probabilities = torch.stack([torch.sigmoid(l.gather(1, targets)) for l in logits], 1)
     objective = OBJECTIVES.get(options.objective)
     value = evaluate_objective(objective, logits, targets, options, groups)
@@ -212,12 +185,13 @@ def _forward_backward(
     objective: Objective,
     generator: torch.Generator,
     bfloat16: Sequence[bool],
+    weights: Sequence[LowPrecisionWeights | None],
     groups: Sequence[int] | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The models' forward and backward pass of one step: the objective (detached), the hard score, and
     which elements have a finite objective; the gradient of the summed finite objective is left in the
     parameters behind ``images``."""
-    logits = _model_logits(models, transform(images, options, generator), bfloat16)
+    logits = model_logits(models, transform(images, options, generator), bfloat16, weights)
     value = evaluate_objective(objective, logits, targets, options, groups)
     hard = hard_score([l.detach() for l in logits], targets, groups)
     finite = torch.isfinite(value)
@@ -334,6 +308,7 @@ def synthesize_batch(
     quiet_steps = torch.zeros(len(targets), dtype=torch.long, device=initial_images.device)
     active = _Active(rows, params, make_optimizer([params]), records.best_images.clone(), quiet_steps)
     bfloat16 = bfloat16_models(models, options.precision, initial_images.device)
+    weights = [low_precision_weights(model) if low else None for model, low in zip(models, bfloat16)]
 
     for step in range(options.max_steps):
         if len(active.rows) == 0:
@@ -344,7 +319,7 @@ def synthesize_batch(
         images = param.to_images(active.params)
         model_start = time.perf_counter()
         value, hard, finite = _forward_backward(
-            models, images, targets[active.rows], options, objective, generator, bfloat16, groups
+            models, images, targets[active.rows], options, objective, generator, bfloat16, weights, groups
         )
         model_seconds += time.perf_counter() - model_start
         with torch.no_grad():

@@ -6,15 +6,16 @@ from conftest import make_tiny_model
 from helpers import settings_for
 from pydantic import ValidationError
 
-from controversial.synthesis import engine
+from controversial.synthesis import precision
 from controversial.synthesis.engine import (
-    bfloat16_models,
     noise_images,
     ordered_class_pairs,
     score_images,
     synthesize_batch,
 )
 from controversial.synthesis.options import SynthesisOptions
+from controversial.synthesis.precision import bfloat16_models, low_precision_weights, model_logits
+from controversial.zoo.readout import CalibratedModel, Calibration
 from controversial.zoo.inference import compile_networks
 
 FAST = dict(max_steps=30, stop_score=None)
@@ -57,12 +58,57 @@ def test_precision_choice_per_model(monkeypatch):
     cpu = torch.device("cpu")
     assert bfloat16_models(models, "fp32", cpu) == [False, False]
     assert bfloat16_models(models, "bf16", cpu) == [True, False]
-    monkeypatch.setattr(engine, "bfloat16_native", lambda device: False)
+    monkeypatch.setattr(precision, "bfloat16_native", lambda device: False)
     assert bfloat16_models(models, "auto", cpu) == [False, False]
-    monkeypatch.setattr(engine, "bfloat16_native", lambda device: True)
+    monkeypatch.setattr(precision, "bfloat16_native", lambda device: True)
     assert bfloat16_models(models, "auto", cpu) == [True, False]
     with pytest.raises(ValueError, match="precision must be one of fp32, bf16, auto"):
         bfloat16_models(models, "fp16", cpu)
+
+
+def _conv_model() -> CalibratedModel:
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(1, 8, 3, padding=1),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(),
+        torch.nn.Linear(8 * 28 * 28, 10),
+    )
+    net[1].running_mean.normal_()
+    net[1].running_var.uniform_(0.5, 2)
+    model = CalibratedModel(net, Calibration(1.3, -0.5, "identity"), "conv", "mnist", tuple("0123456789"))
+    return model.eval().requires_grad_(False)
+
+
+def _logits_and_input_gradient(model, images, weights):
+    images = images.clone().requires_grad_(True)
+    (logits,) = model_logits([model], images, [True], weights)
+    logits.sum().backward()
+    return logits, images.grad
+
+
+def test_weights_cast_once_give_autocasts_logits_and_gradients():
+    """Casting the frozen weights to bfloat16 once per batch rounds them as autocast does at every call."""
+    model = _conv_model()
+    weights = low_precision_weights(model)
+    assert set(weights) == {"net.0.weight", "net.0.bias", "net.4.weight", "net.4.bias"}  # not the batch norm's
+    assert all(w.dtype == torch.bfloat16 for w in weights.values())
+    images = torch.rand(5, 1, 28, 28, generator=torch.Generator().manual_seed(1))
+    once, once_gradient = _logits_and_input_gradient(model, images, [weights])
+    every_call, every_call_gradient = _logits_and_input_gradient(model, images, None)
+    assert torch.equal(once, every_call) and torch.equal(once_gradient, every_call_gradient)
+    full = model(images)
+    assert not torch.equal(once, full) and torch.allclose(once, full, atol=0.1)  # bfloat16 really ran
+    assert next(model.parameters()).dtype == torch.float32  # the model's own weights are untouched
+
+
+def test_a_weight_another_layer_also_uses_stays_float32():
+    model = _conv_model()
+    model.net.append(torch.nn.Module())
+    model.net[5].shared = model.net[4].weight  # a layer of another type holding the same tensor
+    assert "net.4.weight" not in low_precision_weights(model)
+    assert "net.0.weight" in low_precision_weights(model)
 
 
 def test_the_command_takes_the_precision_and_refuses_others():
