@@ -43,6 +43,7 @@ def test_explicit_inputs_and_choices(tmp_path):
         tmp_path / "b",
         SMALL
         + [
+            "figures=false",  # the figures have their own tests; this one reads the report
             f"human_ratings={human}",
             f"model_responses={model}",
             f"choices={choices}",

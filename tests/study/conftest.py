@@ -8,14 +8,19 @@ marked ``database`` here, so ``pytest -m database`` runs exactly the database-ba
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from helpers import WEB_SOURCE, fake_mnist_test, make_sweep
 from sqlalchemy import create_engine
 
 from controversial.study.db import Base
 from controversial.study.export import ExportOptions, export_study
+
+from .production_app import make_app
 
 SMALL = dict(per_pair=10, natural_per_class=1, n_repeats=3, n_attention=2, n_demo=1, display={"size": 56}, pilot=True)
 
@@ -44,3 +49,18 @@ def database_url(tmp_path: Path) -> str:
     Base.metadata.drop_all(engine)
     engine.dispose()
     return url
+
+
+@pytest.fixture
+def app(small_bundle: Path, tmp_path: Path) -> Iterator[FastAPI]:
+    """The app with production settings (``production_app.make_app``), its database closed afterwards."""
+    app = make_app(small_bundle, tmp_path)
+    yield app
+    app.state.engine.dispose()
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    """A client of ``app`` that sees a server error as the 500 a browser would get."""
+    with TestClient(app, raise_server_exceptions=False) as test_client:
+        yield test_client

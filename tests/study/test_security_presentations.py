@@ -14,7 +14,6 @@ import zlib
 
 import numpy as np
 import pytest
-from fastapi.testclient import TestClient
 from PIL import Image
 
 from controversial.study.bundle import load_bundle
@@ -23,22 +22,9 @@ from controversial.study.display import attention_png, fit_png, png_chunks, png_
 from controversial.study.presentations import stimuli_shown
 from controversial.study.scripted_participants import prolific_like_id, served_checks
 
-from .test_security_round2 import answer, arrive, make_app
+from .production_app import answer, arrive
 
 PREFIX = 32  # bytes of compressed data a match must share (a real one shares hundreds)
-
-
-@pytest.fixture
-def app(small_bundle, tmp_path):
-    app = make_app(small_bundle, tmp_path)
-    yield app
-    app.state.engine.dispose()
-
-
-@pytest.fixture
-def client(app):
-    with TestClient(app) as test_client:
-        yield test_client
 
 
 def _idat(data: bytes) -> bytes:

@@ -8,8 +8,6 @@ are tested beside the display and CSV code.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import logging
 import random
@@ -26,66 +24,11 @@ from controversial.study.bundle import load_bundle
 from controversial.study.db import Participant, Response
 from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, prolific_like_id, take_study
-from controversial.study.server import RateLimitSettings, ServeStudySettings, create_app
+from controversial.study.server import RateLimitSettings
+
+from .production_app import answer, arrive, ids, make_app, participants_csv, server_log
 
 REPO = Path(__file__).resolve().parents[2]
-ADMIN = "round-two-admin-token-0123456789abcdefghijkl"
-DIGITS = [str(d) for d in range(10)]
-
-
-def make_app(small_bundle, tmp_path, **options):
-    """The app with production settings (Prolific-format ids), ``options`` overriding them."""
-    url = f"sqlite:///{tmp_path / 'responses.db'}"
-    return create_app(
-        ServeStudySettings(study_dir=str(small_bundle), completion_code="CODE", database_url=url, **options), ADMIN
-    )
-
-
-@pytest.fixture
-def app(small_bundle, tmp_path):
-    app = make_app(small_bundle, tmp_path)
-    yield app
-    app.state.engine.dispose()
-
-
-@pytest.fixture
-def client(app):
-    with TestClient(app, raise_server_exceptions=False) as test_client:
-        yield test_client
-
-
-def ids(seed):
-    rng = random.Random(seed)
-    return prolific_like_id(rng), prolific_like_id(rng)
-
-
-def arrive(client, pid, session_id, token=None):
-    body = {"prolific_pid": pid, "study_id": "a" * 24, "session_id": session_id, **({"token": token} if token else {})}
-    return client.post("/api/session", json=body)
-
-
-def answer(client, token, trial, value=25):
-    body = {
-        "position": trial["position"],
-        "stimulus_id": trial["stimulus_id"],
-        "ratings": {d: value for d in DIGITS},
-        "rt_ms": 2500,
-        "first_reaction_rt_ms": 0,
-    }
-    return client.post(f"/api/sessions/{token}/responses", json=body)
-
-
-def server_log(caplog) -> list[logging.LogRecord]:
-    """What the server logged (the test client's own httpx log lines left out)."""
-    return [r for r in caplog.records if not r.name.startswith("httpx")]
-
-
-def participants_csv(client):
-    reply = client.get("/admin/participants.csv", headers={"Authorization": f"Bearer {ADMIN}"})
-    assert reply.status_code == 200, reply.text
-    return list(csv.DictReader(io.StringIO(reply.text)))
-
-
 # 1. PID squatting --------------------------------------------------------------------------------------------
 
 

@@ -38,22 +38,9 @@ from controversial.study.server import ServeStudySettings, create_app
 from controversial.tasks.serve_study import before_hydra
 
 from .conftest import SMALL
-from .test_security_round2 import ADMIN, answer, arrive, ids, make_app, server_log
+from .production_app import ADMIN, answer, arrive, ids, make_app, server_log
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def app(small_bundle, tmp_path):
-    app = make_app(small_bundle, tmp_path)
-    yield app
-    app.state.engine.dispose()
-
-
-@pytest.fixture
-def client(app):
-    with TestClient(app, raise_server_exceptions=False) as test_client:
-        yield test_client
 
 
 # 8. A completed row is frozen --------------------------------------------------------------------------------
