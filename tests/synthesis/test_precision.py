@@ -15,8 +15,8 @@ from controversial.synthesis.engine import (
 )
 from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.precision import bfloat16_models, low_precision_weights, model_logits
-from controversial.zoo.readout import CalibratedModel, Calibration
 from controversial.zoo.inference import compile_networks
+from controversial.zoo.readout import CalibratedModel, Calibration
 
 FAST = dict(max_steps=30, stop_score=None)
 
