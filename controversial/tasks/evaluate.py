@@ -18,6 +18,7 @@ from controversial.analysis.model_responses import (
     write_responses,
 )
 from controversial.datasets import ModelDataOptions
+from controversial.display_paths import shown
 from controversial.errors import UserError
 from controversial.options import Count, Options
 from controversial.records.names import Scheme
@@ -132,7 +133,7 @@ def run(cfg: EvaluateSettings, invocation: Invocation) -> Path:
     for line in implausible_accuracies(models, stimuli, p):
         log.warning(line)
         print(f"WARNING: {line}")
-    print(f"{len(models)} models x {len(stimuli)} images -> {path} ({elapsed:.1f} s)")
+    print(f"{len(models)} models x {len(stimuli)} images -> {shown(path)} ({elapsed:.1f} s)")
     return path
 
 
@@ -172,6 +173,7 @@ def _decisions(cfg: EvaluateSettings, out: Path) -> Path:
             out, models, images, dataset, cfg.decisions.readout, cfg.batch_size, _inversion(cfg.invert)
         )
         print(f"{dataset}: display convention: {convention.note}")
-        print(f"{len(models)} models x {len(images)} images -> {out / dataset} ({time.perf_counter() - start:.1f} s)")
+        seconds = time.perf_counter() - start
+        print(f"{len(models)} models x {len(images)} images -> {shown(out / dataset)} ({seconds:.1f} s)")
     print(f"into the benchmark: python analyze.py 'choices=[<humans raw-data folder>,{out}]'")
     return out / next(iter(datasets)) if len(datasets) == 1 else out

@@ -11,6 +11,7 @@ from pydantic import Field
 
 from controversial.atomic import atomic_write_text
 from controversial.datasets import dataset_info
+from controversial.display_paths import shown
 from controversial.errors import UserError
 from controversial.options import Options
 from controversial.progress import Progress
@@ -95,7 +96,7 @@ def run(cfg: OverviewSettings, invocation: Invocation) -> None:
     pairs = f"{len(summaries)} model pair{'' if len(summaries) == 1 else 's'}"
     print(
         f"{pairs}, {accepted}/{cells} cells accepted ({100 * accepted / max(cells, 1):.1f}%), "
-        f"{len(rows)} rows -> {out_dir}"
+        f"{len(rows)} rows -> {shown(out_dir)}"
     )
     print(table, end="")
     if kid_table:

@@ -28,6 +28,7 @@ from pydantic import Field, model_validator
 from controversial.atomic import atomic_write_text
 from controversial.config import ModelOptions, check_pair, register_model_options
 from controversial.datasets import DataOptions, DatasetInfo, dataset_info
+from controversial.display_paths import shown
 from controversial.errors import UserError
 from controversial.options import DEVICE_PATTERN, Count, Options, Seed
 from controversial.progress import Progress
@@ -467,7 +468,7 @@ def _finish(
         f"{name_a} vs {name_b}: {len(accepted_cells)}/{len(pairs)} cells accepted at threshold "
         f"{cfg.synthesis.threshold}, median best hard score {statistics.median(best_scores):.3f}, "
         + (f"{kid_text}, " if kid_text else "")
-        + f"wall time {wall:.0f} s{transfer_text(rows)} -> {out_dir}"
+        + f"wall time {wall:.0f} s{transfer_text(rows)} -> {shown(out_dir)}"
     )
     log.info(summary)
     print(summary)
