@@ -154,10 +154,13 @@ def report(runs: list[tuple[tuple[str, ...], str]], out: Path, threshold: float)
             measured = naturalness(torch.stack([outcome.best[c][1] for c in accepted]), "mnist")
             kid_text = f"{measured.kid:.0f} ± {measured.kid_std:.0f}"
             floors.add(f"real test images {measured.floor:.0f}, uniform noise {measured.ceiling:.0f}")
-        per = max(len(accepted), 1)
+        per_accepted = [
+            f"{seconds / len(accepted):.2f}" if accepted else f"none accepted in {seconds:.0f} s"
+            for seconds in (outcome.model_seconds, outcome.total_seconds)
+        ]
         lines.append(
             f"| {names[0]}–{names[1]} | {method} | {len(accepted)}/{len(cells)} | {median:.3f} | {kid_text} | "
-            f"{outcome.model_seconds / per:.2f} | {outcome.total_seconds / per:.2f} | {outcome.attempts} |"
+            f"{per_accepted[0]} | {per_accepted[1]} | {outcome.attempts} |"
         )
         failed += [
             f"{names[0]}–{names[1]} {method}: cell {a}->{b}, best hard score {outcome.best[(a, b)][0]:.3f}"
