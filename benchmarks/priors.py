@@ -19,6 +19,7 @@ Run with ``CONTROVERSIAL_DATA_ROOT`` set (the KDE and the KID need the data).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 from pathlib import Path
@@ -173,6 +174,8 @@ def print_table(results: list) -> None:
         goal = "-"
         if prior != "pixel" and pair in pixel_kid:
             goal = "yes" if share >= 0.8 and measured is not None and kid <= pixel_kid[pair] / 2 else "no"
+            if share >= 0.8 and math.isnan(pixel_kid[pair]):
+                goal = "n/a: no pixel stimuli to compare"
         bounds = f"{measured.floor:.0f} / {measured.ceiling:.0f}" if measured else "-"
         print(
             f"| {pair} | {prior} | {int(out['accepted'].sum())}/{n_cells} | "
