@@ -26,7 +26,13 @@ import yaml
 from controversial.datasets import DataOptions, dataset_info
 from controversial.synthesis.engine import BatchResult, ordered_class_pairs
 from controversial.synthesis.grids import plot_stimulus_grid
-from controversial.synthesis.options import METHODS, DiffusionOptions, OptimizerOptions, SynthesisOptions
+from controversial.synthesis.options import (
+    METHODS,
+    DiffusionOptions,
+    MethodRun,
+    OptimizerOptions,
+    SynthesisOptions,
+)
 from controversial.synthesis.runstate import Element
 from controversial.synthesis.starts import initial_images
 from controversial.zoo.bundled import load_model
@@ -65,16 +71,8 @@ def run_method(
         elements = [Element(a, b, attempt) for a, b in pending]
         starts, _ = initial_images(elements, info.image_shape, start, info.name, DataOptions(), names)
         targets = torch.tensor(pending)
-        result: BatchResult = METHODS.get(method)(
-            models,
-            targets,
-            starts,
-            synthesis,
-            seed=attempt,
-            optimizer=OptimizerOptions(),
-            diffusion=diffusion,
-            dataset=info.name,
-        )
+        run = MethodRun(seed=attempt, optimizer=OptimizerOptions(), diffusion=diffusion, dataset=info.name)
+        result: BatchResult = METHODS.get(method)(models, targets, starts, synthesis, run)
         outcome.model_seconds += result.model_seconds
         outcome.total_seconds += result.total_seconds
         outcome.attempts += 1

@@ -28,8 +28,8 @@ from controversial.synthesis.options import (
     METHODS,
     OBJECTIVES,
     DiffusionOptions,
+    MethodRun,
     Objective,
-    OptimizerOptions,
     SynthesisOptions,
 )
 from controversial.synthesis.parametrization import quantize
@@ -53,21 +53,15 @@ def guided_diffusion(
     targets: torch.Tensor,
     initial_images: torch.Tensor,
     options: SynthesisOptions,
-    *,
-    seed: int,
-    optimizer: OptimizerOptions,
-    diffusion: DiffusionOptions,
-    dataset: str,
-    on_step: Callable[[int, int], None] | None = None,
-    on_scores: Callable[[int, torch.Tensor], None] | None = None,
-    on_finished: Callable[[int, object], None] | None = None,
-    groups: Sequence[int] | None = None,
+    run: MethodRun,
 ) -> BatchResult:
-    """The registered method: the prior ``diffusion.model`` (checked against ``dataset``) sampled from the
+    """The registered method: the prior ``diffusion.model`` (checked against the dataset) sampled from the
     Gaussian starts ``initial_images``; the ``optimizer:`` group does not apply."""
-    prior = load_prior(diffusion.model, dataset)
+    prior = load_prior(run.diffusion.model, run.dataset)
     prior.unet.to(initial_images.device)
-    return sample_batch(models, targets, initial_images, options, diffusion, prior, seed, on_step, on_scores, groups)
+    return sample_batch(
+        models, targets, initial_images, options, run.diffusion, prior, run.seed, run.on_step, run.on_scores, run.groups
+    )
 
 
 def sample_batch(

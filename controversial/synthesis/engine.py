@@ -37,7 +37,7 @@ from controversial.synthesis.objectives import hard_score, worst_case_probabilit
 from controversial.synthesis.options import (
     METHODS,
     OBJECTIVES,
-    DiffusionOptions,
+    MethodRun,
     Objective,
     OptimizerFactory,
     OptimizerOptions,
@@ -344,19 +344,20 @@ def gradient_ascent(
     targets: torch.Tensor,
     initial_images: torch.Tensor,
     options: SynthesisOptions,
-    *,
-    seed: int,
-    optimizer: OptimizerOptions,
-    diffusion: DiffusionOptions,
-    dataset: str,
-    on_step: Callable[[int, int], None] | None = None,
-    on_scores: Callable[[int, torch.Tensor], None] | None = None,
-    on_finished: Callable[[int, Finished], None] | None = None,
-    groups: Sequence[int] | None = None,
+    run: MethodRun,
 ) -> BatchResult:
     """``synthesis.method=gradient``, the paper's: :func:`synthesize_batch` with the ``optimizer:`` group."""
     return synthesize_batch(
-        models, targets, initial_images, options, seed, on_step, on_scores, optimizer.factory(), on_finished, groups
+        models,
+        targets,
+        initial_images,
+        options,
+        run.seed,
+        run.on_step,
+        run.on_scores,
+        run.optimizer.factory(),
+        run.on_finished,
+        run.groups,
     )
 
 

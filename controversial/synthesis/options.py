@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Protocol
 
@@ -49,10 +50,29 @@ class Parametrization(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class MethodRun:
+    """Everything a synthesis method gets for one batch besides the models, targets, starts and ``synthesis:``
+    options: the batch's seed, the other option groups (a method uses the one that is its own), the dataset's
+    name, the task's hooks, and ``groups`` (``groups[i]``: the model, i.e. target column, of instance
+    ``models[i]`` when the models are ensembles of trained instances, see ``objectives.py``; None for one
+    checkpoint each). ``on_step(step, n_active)`` reports progress, ``on_scores(step, hard)`` the hard scores of
+    a step, ``on_finished(index, finished)`` each element that leaves the batch early."""
+
+    seed: int
+    optimizer: OptimizerOptions
+    diffusion: DiffusionOptions
+    dataset: str
+    on_step: Callable[[int, int], None] | None = None
+    on_scores: Callable[[int, torch.Tensor], None] | None = None
+    on_finished: Callable[[int, Any], None] | None = None
+    groups: Sequence[int] | None = None
+
+
 class SynthesisMethod(Protocol):
     """Makes one batch of stimuli from its starts (``initial_images``: the method's own kind of start, e.g.
-    uniform noise images for gradient ascent, Gaussian noise for a diffusion sampler); the task's hooks and
-    the option groups are passed by keyword. Returns an ``engine.BatchResult``."""
+    uniform noise images for gradient ascent, Gaussian noise for a diffusion sampler). Returns an
+    ``engine.BatchResult``."""
 
     def __call__(
         self,
@@ -60,18 +80,9 @@ class SynthesisMethod(Protocol):
         targets: torch.Tensor,
         initial_images: torch.Tensor,
         options: SynthesisOptions,
-        *,
-        seed: int,
-        optimizer: OptimizerOptions,
-        diffusion: DiffusionOptions,
-        dataset: str,
-        on_step: Callable[[int, int], None] | None = None,
-        on_scores: Callable[[int, torch.Tensor], None] | None = None,
-        on_finished: Callable[[int, Any], None] | None = None,
-        groups: Sequence[int] | None = None,
+        run: MethodRun,
     ) -> Any:
-        """The batch's ``BatchResult``; ``groups[i]``: the model (target column) of instance ``models[i]`` when
-        the models are ensembles of trained instances (``objectives.py``), None for one checkpoint each."""
+        """The batch's ``BatchResult``."""
         ...
 
 

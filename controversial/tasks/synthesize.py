@@ -46,6 +46,7 @@ from controversial.synthesis.naturalness import NATURALNESS_NAME, NaturalnessOpt
 from controversial.synthesis.options import (
     METHODS,
     DiffusionOptions,
+    MethodRun,
     OptimizerOptions,
     SynthesisOptions,
     chosen_classes,
@@ -351,11 +352,7 @@ def _attempt(
     finished: dict[int, Finished] = {}
     batch_start = time.perf_counter()
     try:
-        result = METHODS.get(cfg.synthesis.method)(
-            models.models,
-            targets,
-            initial.to(device),
-            cfg.synthesis,
+        run = MethodRun(
             seed=base,
             optimizer=cfg.optimizer,
             diffusion=cfg.diffusion,
@@ -365,6 +362,7 @@ def _attempt(
             on_finished=finished.__setitem__,
             groups=models.groups,
         )
+        result = METHODS.get(cfg.synthesis.method)(models.models, targets, initial.to(device), cfg.synthesis, run)
     except KeyboardInterrupt:  # keep the elements that had already finished: their 8-bit images are final
         bar.close()
         kept = []
