@@ -25,6 +25,16 @@ from .production_app import make_app
 SMALL = dict(per_pair=10, natural_per_class=1, n_repeats=3, n_attention=2, n_demo=1, display={"size": 56}, pilot=True)
 
 
+def one_pair_pilot(tmp_path: Path, name: str, **display) -> Path:
+    """A pilot bundle of one pair (abs vs vgg): 10 stimuli + 10 natural + 2 repeats + 1 attention check + 1 demo,
+    shown as ``display`` says (the default display when empty): what a browser test walks through."""
+    options = ExportOptions(
+        name=name, per_pair=10, natural_per_class=1, n_repeats=2, n_attention=1, n_demo=1, pilot=True, display=display
+    )
+    sweep = make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),))
+    return export_study(sweep, tmp_path / "studies", options, fake_mnist_test, WEB_SOURCE)
+
+
 @pytest.fixture(scope="session")
 def small_bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Two model pairs x 10 stimuli + 10 natural + 3 repeats + 2 attention checks = 35 trials."""

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import WEB_SOURCE, fake_mnist_test, make_sweep, study_server
+from helpers import study_server
 
-from controversial.study.export import ExportOptions, export_study
+from .conftest import one_pair_pilot
 
 pytestmark = pytest.mark.browser
 
@@ -32,23 +32,7 @@ document.addEventListener("securitypolicyviolation",
 
 @pytest.fixture
 def live(tmp_path, chromium, web_assets):
-    options = ExportOptions(
-        name="degrees",
-        per_pair=10,
-        natural_per_class=1,
-        n_repeats=2,
-        n_attention=1,
-        n_demo=1,
-        pilot=True,
-        display={"degrees": DEGREES},
-    )
-    bundle = export_study(
-        make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),)),
-        tmp_path / "studies",
-        options,
-        fake_mnist_test,
-        WEB_SOURCE,
-    )
+    bundle = one_pair_pilot(tmp_path, "degrees", degrees=DEGREES)
     with study_server(bundle, tmp_path / "run", tmp_path / "degrees.db", "DEGCODE", ADMIN) as base:
         yield base, tmp_path / "degrees.db"
 

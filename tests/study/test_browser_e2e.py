@@ -23,12 +23,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import WEB_SOURCE, fake_mnist_test, make_sweep, study_server
+from helpers import study_server
 
 from controversial.records.responses import read_human_ratings
 from controversial.study.bundle import load_bundle
-from controversial.study.export import ExportOptions, export_study
 from controversial.study.scripted_participants import instructions
+
+from .conftest import one_pair_pilot
 
 pytestmark = pytest.mark.browser
 
@@ -62,22 +63,7 @@ def _wait(predicate, timeout: float, what: str):
 
 @pytest.fixture
 def live_server(tmp_path, chromium, web_assets):
-    bundle = export_study(
-        make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),)),
-        tmp_path / "studies",
-        ExportOptions(
-            name="e2e",
-            per_pair=10,
-            natural_per_class=1,
-            n_repeats=2,
-            n_attention=1,
-            n_demo=1,
-            display={"size": 112},
-            pilot=True,
-        ),
-        fake_mnist_test,
-        WEB_SOURCE,
-    )
+    bundle = one_pair_pilot(tmp_path, "e2e", size=112)
     database = tmp_path / "e2e.db"
     with study_server(bundle, tmp_path, database, CODE, ADMIN) as base:
         yield base, database, instructions(load_bundle(bundle))

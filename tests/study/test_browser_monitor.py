@@ -12,13 +12,14 @@ from pathlib import Path
 
 import httpx
 import pytest
-from helpers import WEB_SOURCE, fake_mnist_test, make_sweep, study_server
+from helpers import study_server
 from sqlalchemy import create_engine
 
 from controversial.study.bundle import load_bundle
-from controversial.study.export import ExportOptions, export_study
 from controversial.study.presentations import resolver
 from controversial.study.scripted_participants import instructions, take_study
+
+from .conftest import one_pair_pilot
 
 pytestmark = pytest.mark.browser
 
@@ -39,15 +40,7 @@ def screenshot(page, tmp_path: Path, name: str) -> None:
 
 @pytest.fixture
 def live(tmp_path, chromium, web_assets):
-    bundle = export_study(
-        make_sweep(tmp_path / "sweep", pairs=(("abs", "vgg"),)),
-        tmp_path / "studies",
-        ExportOptions(
-            name="monitor", per_pair=10, natural_per_class=1, n_repeats=2, n_attention=1, n_demo=1, pilot=True
-        ),
-        fake_mnist_test,
-        WEB_SOURCE,
-    )
+    bundle = one_pair_pilot(tmp_path, "monitor")
     with study_server(bundle, tmp_path / "run", tmp_path / "monitor.db", "MONCODE", ADMIN) as base:
         yield base, bundle, tmp_path / "monitor.db"
 
