@@ -252,3 +252,23 @@ def study_server(bundle: Path, run_dir: Path, database: Path, completion_code: s
         finally:
             process.terminate()
             process.wait(timeout=10)
+
+
+def interrupt_synthesis(monkeypatch, at_step: int, attempt: int | None = None) -> None:
+    """Ctrl-C as the engine reports step ``at_step`` of attempt ``attempt`` of ``synthesize.py`` (None: of
+    whichever attempt first gets there), through the task's progress callbacks."""
+    import controversial.tasks.synthesize as synthesize_task
+
+    callbacks = synthesize_task._callbacks
+
+    def interrupting(bar, tracker, this_attempt, offset):
+        on_step, on_scores = callbacks(bar, tracker, this_attempt, offset)
+
+        def step(n: int, active: int) -> None:
+            if n == at_step and attempt in (None, this_attempt):
+                raise KeyboardInterrupt
+            on_step(n, active)
+
+        return step, on_scores
+
+    monkeypatch.setattr(synthesize_task, "_callbacks", interrupting)

@@ -8,9 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import make_tiny_model
-from helpers import run_task, tiny_abs_vgg_overrides
+from helpers import interrupt_synthesis, run_task, tiny_abs_vgg_overrides
 
-import controversial.tasks.synthesize as synthesize_task
 from controversial.errors import UserError
 from controversial.records.manifest import read_manifest, without_timing
 from controversial.synthesis.diffusion import sample_batch
@@ -152,28 +151,12 @@ def test_a_retry_is_a_new_noise_seed():
     assert torch.equal(gaussian_noise([(3, 5)], [0], (1, 28, 28))[0], first)  # a start does not depend on its batch
 
 
-def _interrupt_in_attempt(monkeypatch, attempt: int, at_step: int) -> None:
-    callbacks = synthesize_task._callbacks
-
-    def interrupting(bar, tracker, this_attempt, offset):
-        on_step, on_scores = callbacks(bar, tracker, this_attempt, offset)
-
-        def step(n: int, active: int) -> None:
-            if this_attempt == attempt and n == at_step:
-                raise KeyboardInterrupt
-            on_step(n, active)
-
-        return step, on_scores
-
-    monkeypatch.setattr(synthesize_task, "_callbacks", interrupting)
-
-
 @pytest.mark.slow
 def test_an_interrupted_diffusion_run_resumes_to_the_uninterrupted_result(tmp_path, pair, prior_folder, monkeypatch):
     overrides = [*pair, *SETTINGS, f"diffusion.model={prior_folder}", "synthesis.threshold=0.6", "max_attempts=3"]
     full = run_task("synthesize", overrides, tmp_path / "full")
     assert len(full) > len(CELLS)  # some cells were retried, so the interrupt below falls in a later attempt
-    _interrupt_in_attempt(monkeypatch, 2, 3)
+    interrupt_synthesis(monkeypatch, 3, attempt=2)
     with pytest.raises(SystemExit):
         run_task("synthesize", overrides, tmp_path / "run")
     kept = read_manifest(tmp_path / "run" / "manifest.csv")

@@ -5,9 +5,8 @@ leaves no folder."""
 from __future__ import annotations
 
 import pytest
-from helpers import run_task, tiny_abs_vgg_overrides
+from helpers import interrupt_synthesis, run_task, tiny_abs_vgg_overrides
 
-import controversial.tasks.synthesize as synthesize_task
 from controversial.records.manifest import read_manifest, without_timing
 
 SETTINGS = ["synthesis.max_steps=40", "synthesis.stop_score=0.4", "synthesis.threshold=0.3", "progress=false"]
@@ -18,27 +17,10 @@ def pair(tmp_path_factory) -> list[str]:
     return tiny_abs_vgg_overrides(tmp_path_factory.mktemp("checkpoints"))
 
 
-def _interrupt_at(monkeypatch, at_step: int) -> None:
-    """Ctrl-C as the engine reports step ``at_step`` of the first batch."""
-    callbacks = synthesize_task._callbacks
-
-    def interrupting(bar, tracker, attempt, offset):
-        on_step, on_scores = callbacks(bar, tracker, attempt, offset)
-
-        def step(n: int, active: int) -> None:
-            if n == at_step:
-                raise KeyboardInterrupt
-            on_step(n, active)
-
-        return step, on_scores
-
-    monkeypatch.setattr(synthesize_task, "_callbacks", interrupting)
-
-
 @pytest.mark.slow
 def test_an_interrupt_keeps_finished_cells_and_says_how_to_resume(tmp_path, pair, monkeypatch, capsys):
     full = run_task("synthesize", [*pair, *SETTINGS], tmp_path / "full")
-    _interrupt_at(monkeypatch, 5)
+    interrupt_synthesis(monkeypatch, 5)
     with pytest.raises(SystemExit) as stopped:
         run_task("synthesize", [*pair, *SETTINGS], tmp_path / "run", "python synthesize.py model_a=abs model_b=vgg")
     assert stopped.value.code == 130
@@ -62,7 +44,7 @@ def test_an_interrupt_keeps_finished_cells_and_says_how_to_resume(tmp_path, pair
 
 
 def test_an_interrupt_before_anything_finished_leaves_no_folder(tmp_path, pair, monkeypatch, capsys):
-    _interrupt_at(monkeypatch, 1)
+    interrupt_synthesis(monkeypatch, 1)
     with pytest.raises(SystemExit):
         run_task("synthesize", [*pair, "synthesis.max_steps=5", "progress=false"], tmp_path / "run")
     assert not (tmp_path / "run").exists()
