@@ -7,7 +7,7 @@
 PG_BIN="${PG_BIN:-/usr/lib/postgresql/15/bin}"
 
 _as_pg_user() {  # initdb and postgres refuse to run as root: root runs them as the package's postgres user
-    if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+    if [ "$(id -u)" = 0 ]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi  # from /: the clone may be private
 }
 
 start_postgres() {
