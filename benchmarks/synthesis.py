@@ -32,7 +32,8 @@ last repeat the accepted cells and the median hard score (both from the float32 
 images, the acceptance rule) and the mean steps. "bf16" is the engine's (frozen weights cast to bfloat16 once per
 batch), "bf16 autocast" the code before it (autocast casting every weight at every call). "of the per-step gain" is
 the whole pair's bf16 speed-up over the speed-up of one step of both models at batch 90 (part 5, measured in the
-same run on noise images; a family declared float32 counted as float32). Pairs with a model that declares
+same run on noise images; a family declared float32 counted as float32); the last column the share of the last
+run's time spent with at most two cells still running (where bf16 gains least). Pairs with a model that declares
 ``synthesis_init: test_image`` (conf/model/) start from random test images (the data root:
 ``CONTROVERSIAL_DATA_ROOT``), others from noise. ``--cells`` takes every k-th of the 90 cells.
 
@@ -355,6 +356,28 @@ def weights_cast(every_call: bool) -> Iterator[None]:
         yield
 
 
+class TailClock:
+    """Seconds of a synthesis spent while at most ``TAIL`` cells were still running (``on_step`` of
+    ``synthesize_batch``): where bf16 gains least, so what bounds a whole pair's gain."""
+
+    TAIL = 2
+
+    def __init__(self, cells: int) -> None:
+        self.live, self.last = cells, time.perf_counter()
+        self.tail = self.total = 0.0
+
+    def on_step(self, step: int, live_after: int) -> None:
+        now = time.perf_counter()
+        seconds, self.last = now - self.last, now
+        self.total += seconds
+        if self.live <= self.TAIL:  # the step just timed ran with the cells live before it
+            self.tail += seconds
+        self.live = live_after
+
+    def tail_share(self) -> float:
+        return self.tail / self.total if self.total else 0.0
+
+
 def compare_precision(
     pairs: list[str], n_cells: int, repeats: int, compile_too: bool, plain_too: bool, settings: SynthesisOptions
 ) -> str:
@@ -367,7 +390,7 @@ def compare_precision(
         flush=True,
     )
     header = ["pair", "variant", "time (s)", "runs (s)", "accepted", "median hard score", "mean steps", "speed-up"]
-    header += ["of the per-step gain", "images as the first variant's"]
+    header += ["of the per-step gain", "images as the first variant's", f"time at <= {TailClock.TAIL} live cells"]
     rows = []
     for pair in pairs:
         names = pair.split(":")
@@ -391,16 +414,19 @@ def compare_precision(
         targets = torch.tensor(cells)
         warm_up(eager, settings)
         results: dict[str, list[BatchResult]] = {}
+        tail_shares: dict[str, list[float]] = {}
         for _ in range(repeats):
             for label, models, precision in variants:
                 run_settings = settings.model_copy(update={"precision": precision})
                 try:
+                    clock = TailClock(len(cells))
                     with weights_cast(every_call="autocast" in label):
-                        result = synthesize_batch(models, targets, initial, run_settings)
+                        result = synthesize_batch(models, targets, initial, run_settings, on_step=clock.on_step)
                 except Exception as error:  # noqa: BLE001  (torch.compile refuses some models: report, go on)
                     print(f"  {pair} {label}: failed: {type(error).__name__}: {str(error).splitlines()[0]}")
                     continue
                 results.setdefault(label, []).append(result)
+                tail_shares.setdefault(label, []).append(clock.tail_share())
                 print(f"  {pair} {label}: {result.total_seconds:.1f} s", flush=True)
         first = next(iter(results.values()))
         base = statistics.median(r.total_seconds for r in first)
@@ -419,6 +445,7 @@ def compare_precision(
                     f"{base / seconds:.2f}x",
                     f"{base / seconds / step_gain:.2f} of {step_gain:.2f}x" if "bf16" in label else "",
                     f"{int(same.sum())}/{len(cells)}",
+                    f"{100 * tail_shares[label][-1]:.0f}%",
                 ]
             )
             print(table(header, rows[-1:]).splitlines()[-1], flush=True)
