@@ -2,12 +2,13 @@
 
 For each pair (three MNIST, two CIFAR-10 by default) and each parametrisation (``PRIORS`` below: the
 paper's pixels, the Fourier spectrum, the CPPN and the bundled generator's latent space) the script
-synthesizes the same cells from the same noise starts, retries failed cells with new seeds as
-``synthesize.py`` does, and prints per row: cells accepted at ``threshold`` (scored in float32 on the 8-bit
-image, as always), the median hard score, KID x 10^3 of the accepted stimuli to the test images (with
-the floor and the noise ceiling of the measure), and the seconds it took. A last column says whether a
-prior meets the issue's goal on that pair: at least 80% of the cells accepted with a KID at most half
-that of the pixel stimuli. One grid per pair and parametrisation goes to ``--grids`` (default
+synthesizes the same cells from the same noise starts (and the pixel row once more from test images, the
+start ``synthesize.py`` gives a pair whose model declares ``synthesis_init: test_image``), retries failed
+cells with new seeds as ``synthesize.py`` does, and prints per row: cells accepted at ``threshold`` (scored
+in float32 on the 8-bit image, as always), the median hard score, KID x 10^3 of the accepted stimuli to the
+test images (with the floor and the noise ceiling of the measure), and the seconds it took. A last column
+says whether a prior meets the issue's goal on that pair: at least 80% of the cells accepted with a KID at
+most half that of the pixel stimuli from noise. One grid per pair and parametrisation goes to ``--grids`` (default
 docs/img/priors/): one row per class of model A, one image per cell (model B's class in increasing order
 without A's), at twice the native size.
 
@@ -28,14 +29,17 @@ from typing import Any
 import torch
 from torchvision.utils import save_image
 
-from controversial.datasets import dataset_info
-from controversial.synthesis.engine import noise_images, ordered_class_pairs, synthesize_batch
+from controversial.datasets import DataOptions, dataset_info
+from controversial.synthesis.engine import ordered_class_pairs, synthesize_batch
 from controversial.synthesis.options import SynthesisOptions
+from controversial.synthesis.runstate import Element
+from controversial.synthesis.starts import initial_images
 from controversial.zoo.bundled import load_model
 
 PAIRS = "abs:vgg,vgg:madry_l2,kde:capsnet,vgg16:robust_l2,wrn:jem"
 PRIORS: dict[str, dict[str, Any]] = {
     "pixel": {},
+    "pixel_test_image": {"init": "test_image"},
     "fourier": {"parametrization": "fourier", "jitter": 1},
     "cppn": {"parametrization": "cppn", "jitter": 1, "scale": 0.05, "rotate": 5, "patience": 50},
     "generator": {"parametrization": "generator", "generator": {"name": "{dataset}/vae", "truncation": 4.0}},
@@ -44,19 +48,24 @@ PRIORS: dict[str, dict[str, Any]] = {
         "generator": {"name": "{dataset}/vae", "truncation": 4.0, "residual": 0.25},
     },
 }
-"""The synthesis options of each parametrisation (``{dataset}`` is the pair's); the rest are the defaults."""
+"""The synthesis options of each parametrisation (``{dataset}`` is the pair's); the rest are the defaults.
+``init`` is where a row starts (``synthesis/starts.py``; default noise): ``pixel_test_image`` is the pixel
+synthesis a pair with ``synthesis_init: test_image`` gets from ``synthesize.py``, shown beside the rows from noise
+(the goal column compares with the pixel row from noise, the start every prior shares)."""
 
 
 def prior_options(prior: str, dataset: str, max_steps: int) -> SynthesisOptions:
-    overrides = {k: v for k, v in PRIORS[prior].items() if k != "generator"}
+    overrides = {k: v for k, v in PRIORS[prior].items() if k not in ("generator", "init")}
     if "generator" in PRIORS[prior]:
         generator = PRIORS[prior]["generator"]
         overrides["generator"] = {**generator, "name": generator["name"].format(dataset=dataset)}
     return SynthesisOptions(max_steps=max_steps, **overrides)
 
 
-def synthesize_cells(models: list, cells: list[tuple[int, int]], options: SynthesisOptions, attempts: int) -> dict:
-    """Every cell from seed 0's noise, failed cells again from seeds 1, 2, ...: per cell the accepted
+def synthesize_cells(
+    models: list, cells: list[tuple[int, int]], options: SynthesisOptions, attempts: int, init: str
+) -> dict:
+    """Every cell from seed 0's start (``init``), failed cells again from seeds 1, 2, ...: per cell the accepted
     image (or the best-scoring one), its hard score, and whether it was accepted."""
     shape = dataset_info(models[0].dataset).image_shape
     images = torch.zeros(len(cells), *shape)
@@ -67,7 +76,9 @@ def synthesize_cells(models: list, cells: list[tuple[int, int]], options: Synthe
         if not todo:
             break
         chosen = [cells[i] for i in todo]
-        initial = noise_images(chosen, [attempt] * len(chosen), shape)
+        elements = [Element(a, b, attempt) for a, b in chosen]
+        names = (models[0].name, models[1].name)
+        initial, _ = initial_images(elements, shape, init, models[0].dataset, DataOptions(download=False), names)
         result = synthesize_batch(models, torch.tensor(chosen), initial, options, seed=attempt)
         for row, index in enumerate(todo):
             score = float(result.hard[row]) if not result.failures[row] else -1.0
@@ -140,11 +151,14 @@ def main() -> None:
         cells = ordered_class_pairs(classes[dataset])
         for prior in priors:
             options = prior_options(prior, dataset, args.max_steps)
+            init = PRIORS[prior].get("init", "noise")
             key = f"{pair}|{prior}|{cells}|{options.model_dump_json()}|{args.attempts}"
             if args.stored_only and not stored(Path(args.store), key):
                 print(f"  not run: {pair} {prior} (--stored-only and no stored row)", flush=True)
                 continue
-            out = run_or_reuse(Path(args.store), key, lambda: synthesize_cells(models, cells, options, args.attempts))
+            out = run_or_reuse(
+                Path(args.store), key, lambda: synthesize_cells(models, cells, options, args.attempts, init)
+            )
             print(f"  done: {pair} {prior} ({out['seconds']:.0f} s)", flush=True)
             results.append((name_a, name_b, dataset, prior, len(cells), out))
             if args.grids:
@@ -172,7 +186,7 @@ def print_table(results: list) -> None:
             pixel_kid[pair] = kid
         share = float(out["accepted"].float().mean())
         goal = "-"
-        if prior != "pixel" and pair in pixel_kid:
+        if prior not in ("pixel", "pixel_test_image") and pair in pixel_kid:
             goal = "yes" if share >= 0.8 and measured is not None and kid <= pixel_kid[pair] / 2 else "no"
             if share >= 0.8 and math.isnan(pixel_kid[pair]):
                 goal = "n/a: no pixel stimuli to compare"
