@@ -628,11 +628,18 @@ def main() -> None:
     parser.add_argument("--second-order", default="", help="comma-separated models for part 6 (e.g. jem)")
     parser.add_argument("--batches", default="1,8,32,90", help="part 6: the batch sizes")
     parser.add_argument("--max-steps", type=int, default=1000)
+    parser.add_argument(
+        "--stall-steps",
+        type=int,
+        default=None,
+        help="synthesis.stall_steps (default: none, the engine's default; conf/experiment/exp2_cifar10.yaml uses 50)",
+    )
     args = parser.parse_args()
-    settings = SynthesisOptions(max_steps=args.max_steps)
+    settings = SynthesisOptions(max_steps=args.max_steps, stall_steps=args.stall_steps)
     print(
         f"torch {torch.__version__}, {torch.get_num_threads()} threads; settings: {settings.max_steps} steps max, "
-        f"stop_score {settings.stop_score}, threshold {settings.threshold}; one attempt, no retries"
+        f"stop_score {settings.stop_score}, stall_steps {settings.stall_steps}, threshold {settings.threshold}; "
+        "one attempt, no retries"
     )
     tables = []
     if args.pairs:
