@@ -305,3 +305,23 @@ def test_bundled_robust_models_resist_their_attack_and_the_standard_model_does_n
 
     assert robust_accuracy(name) >= 0.3
     assert robust_accuracy("wrn") <= 0.1
+
+
+INSTANCE_FILES = sorted(p.relative_to(MODELS_DIR).as_posix() for p in (MODELS_DIR / "cifar10").glob("*/seed*.pt"))
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("relative", INSTANCE_FILES)
+def test_bundled_instances_reach_their_familys_floor(relative, test_slice):
+    """Another seed of a recipe is held to the bundled instance's floor: an instance that trained badly would make
+    held-out transfer look worse than the model deserves."""
+    from controversial.zoo.checkpoints import load_checkpoint
+    from controversial.zoo.instances import recorded_seed
+
+    path = MODELS_DIR / relative
+    model = load_checkpoint(path)
+    assert f"seed{recorded_seed(path)}.pt" == path.name
+    images, labels = test_slice
+    with torch.no_grad():
+        accuracy = float((model(images).argmax(1) == labels).float().mean())
+    assert accuracy >= CHECKPOINT_FLOORS[path.parent.name], f"{relative}: {accuracy:.3f} on 200 test images"
