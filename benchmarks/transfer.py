@@ -171,7 +171,7 @@ def main_run_report(run_dir: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", nargs="*", default=["madry_l2:vgg", "pcn:vgg", "vgg_neg:vgg", "wrn:vgg16"])
+    parser.add_argument("--pairs", nargs="*", default=["madry_l2:vgg", "pcn:vgg", "vgg_neg:vgg", "wrn:jem"])
     parser.add_argument("--conditions", nargs="*", default=list(CONDITIONS), choices=list(CONDITIONS))
     parser.add_argument("--classes", nargs="*", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--max-attempts", type=int, default=5)
