@@ -68,6 +68,7 @@ def synthesize_cells(
     """Every cell from seed 0's start (``init``), failed cells again from seeds 1, 2, ...: per cell the accepted
     image (or the best-scoring one), its hard score, and whether it was accepted."""
     shape = dataset_info(models[0].dataset).image_shape
+    data, names = DataOptions(download=False), (models[0].name, models[1].name)
     images = torch.zeros(len(cells), *shape)
     hard = torch.full((len(cells),), -1.0)
     accepted = torch.zeros(len(cells), dtype=torch.bool)
@@ -77,8 +78,7 @@ def synthesize_cells(
             break
         chosen = [cells[i] for i in todo]
         elements = [Element(a, b, attempt) for a, b in chosen]
-        names = (models[0].name, models[1].name)
-        initial, _ = initial_images(elements, shape, init, models[0].dataset, DataOptions(download=False), names)
+        initial, _ = initial_images(elements, shape, init, models[0].dataset, data, names)
         result = synthesize_batch(models, torch.tensor(chosen), initial, options, seed=attempt)
         for row, index in enumerate(todo):
             score = float(result.hard[row]) if not result.failures[row] else -1.0

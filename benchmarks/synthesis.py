@@ -414,7 +414,7 @@ def compare_precision(
         targets = torch.tensor(cells)
         warm_up(eager, settings)
         results: dict[str, list[BatchResult]] = {}
-        tail_shares: dict[str, list[float]] = {}
+        tail_share: dict[str, float] = {}  # of each variant's last run, as the columns beside it
         for _ in range(repeats):
             for label, models, precision in variants:
                 run_settings = settings.model_copy(update={"precision": precision})
@@ -426,7 +426,7 @@ def compare_precision(
                     print(f"  {pair} {label}: failed: {type(error).__name__}: {str(error).splitlines()[0]}")
                     continue
                 results.setdefault(label, []).append(result)
-                tail_shares.setdefault(label, []).append(clock.tail_share())
+                tail_share[label] = clock.tail_share()
                 print(f"  {pair} {label}: {result.total_seconds:.1f} s", flush=True)
         first = next(iter(results.values()))
         base = statistics.median(r.total_seconds for r in first)
@@ -445,7 +445,7 @@ def compare_precision(
                     f"{base / seconds:.2f}x",
                     f"{base / seconds / step_gain:.2f} of {step_gain:.2f}x" if "bf16" in label else "",
                     f"{int(same.sum())}/{len(cells)}",
-                    f"{100 * tail_shares[label][-1]:.0f}%",
+                    f"{100 * tail_share[label]:.0f}%",
                 ]
             )
             print(table(header, rows[-1:]).splitlines()[-1], flush=True)

@@ -268,6 +268,12 @@ def test_slice():
     return images[::50].float() / 255, labels[::50]
 
 
+def _accuracy(model, test_slice) -> float:
+    images, labels = test_slice
+    with torch.no_grad():
+        return float((model(images).argmax(1) == labels).float().mean())
+
+
 def test_every_bundled_checkpoint_has_a_floor_and_every_floor_a_checkpoint():
     """The data tests below are parametrized by CHECKPOINT_FLOORS, so a vanished checkpoint fails, never
     silently collects nothing."""
@@ -281,9 +287,8 @@ def test_bundled_checkpoint_accuracy_andinput_gradient(name, test_slice):
     from controversial.zoo.bundled import load_model
 
     model = load_model(name, dataset="cifar10")
-    images, labels = test_slice
-    with torch.no_grad():
-        accuracy = float((model(images).argmax(1) == labels).float().mean())
+    images, _ = test_slice
+    accuracy = _accuracy(model, test_slice)
     assert accuracy >= CHECKPOINT_FLOORS[name], f"{name}: {accuracy:.3f} on 200 test images"
     grad = input_gradient(model, images[:4])
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
@@ -316,12 +321,13 @@ def test_bundled_instances_reach_their_familys_floor(relative, test_slice):
     """Another seed of a recipe is held to the bundled instance's floor: an instance that trained badly would make
     held-out transfer look worse than the model deserves."""
     from controversial.zoo.checkpoints import load_checkpoint
-    from controversial.zoo.instances import recorded_seed
+    from controversial.zoo.instances import INSTANCE_PATTERN, select_instances
 
     path = MODELS_DIR / relative
-    model = load_checkpoint(path)
-    assert f"seed{recorded_seed(path)}.pt" == path.name
-    images, labels = test_slice
-    with torch.no_grad():
-        accuracy = float((model(images).argmax(1) == labels).float().mean())
-    assert accuracy >= CHECKPOINT_FLOORS[path.parent.name], f"{relative}: {accuracy:.3f} on 200 test images"
+    match = INSTANCE_PATTERN.fullmatch(path.name)
+    assert match, f"{relative}: an instance file is named seed<K>.pt"
+    name, seed = path.parent.name, int(match.group(1))
+    # the zoo's own lookup, which refuses a file whose recorded seed is not the one its name says
+    assert select_instances(name, MODELS_DIR / "cifar10" / f"{name}.pt", [seed]) == {seed: path}
+    accuracy = _accuracy(load_checkpoint(path), test_slice)
+    assert accuracy >= CHECKPOINT_FLOORS[name], f"{relative}: {accuracy:.3f} on 200 test images"
