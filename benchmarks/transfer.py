@@ -1,12 +1,14 @@
 """Do controversial stimuli tell apart models, or checkpoints? Transfer to a held-out trained instance.
 
-For each model pair, stimuli are synthesized twice: against instance 0 of each model (a single checkpoint, the
-paper's procedure), and against the ensemble of instances 0 and 1 (``model_a.instances=[0,1]``: every instance
-must see its target). Both sets are then scored under instance 2, trained from another seed and used by
-neither: the transfer rate is the share of accepted stimuli that instance 2 also accepts (the hard-score rule
-over the held-out instances of both models, each held to its own model's side). A model with fewer than three
-trained instances is used as its one checkpoint in both conditions, and only its partner is held out (the
-table says which). Also: what the main job's stimuli keep on held-out instances (``--main-run``).
+For each model pair, stimuli are synthesized three times: against instance 0 of each model (a single checkpoint,
+the paper's procedure), against the ensemble of instances 0 and 1 (``model_a.instances=[0,1]``: every instance
+must see its target), run jointly (every instance at every step) or in turn (``synthesis.ensemble=round_robin``:
+one instance per model per step, a single checkpoint's cost per step). Each set is then scored under instance
+2, trained from another seed and used by none: the transfer rate is the share of accepted stimuli that instance 2
+also accepts (the hard-score rule over the held-out instances of both models, each held to its own model's side).
+A model with fewer than three trained instances is used as its one checkpoint in every condition, and only its
+partner is held out (the table says which). Also: what the main job's stimuli keep on held-out instances
+(``--main-run``).
 
     python benchmarks/transfer.py [--pairs madry_l2:vgg pcn:vgg] [--classes 0 1 2 3 4] [--main-run DIR]
 
@@ -29,7 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 HELD_OUT = 2  # the instance neither condition is synthesized against
-CONDITIONS = {"single": [0], "ensemble": [0, 1]}
+CONDITIONS = {"single": ([0], "joint"), "ensemble": ([0, 1], "joint"), "round_robin": ([0, 1], "round_robin")}
+"""condition: (the instances synthesized against, synthesis.ensemble)"""
 
 
 @dataclass(frozen=True)
@@ -86,11 +89,13 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
     from controversial.api import run_command
 
     used = []
+    seeds, ensemble = CONDITIONS[condition]
     overrides = [f"model_a={a}", f"model_b={b}", "progress=false", "wandb.mode=disabled", "heldout=false"]
+    overrides.append(f"synthesis.ensemble={ensemble}")
     for role, name in (("model_a", a), ("model_b", b)):
         if len(bundled_instances(name)) > HELD_OUT:
-            overrides.append(f"{role}.instances=[{','.join(map(str, CONDITIONS[condition]))}]")
-            used.append(f"{name}@{'+'.join(map(str, CONDITIONS[condition]))}")
+            overrides.append(f"{role}.instances=[{','.join(map(str, seeds))}]")
+            used.append(f"{name}@{'+'.join(map(str, seeds))}" + (" in turn" if ensemble == "round_robin" else ""))
         else:
             used.append(f"{name}@0")
     overrides += [f"synthesis.classes=[{','.join(map(str, args.classes))}]", f"max_attempts={args.max_attempts}"]
@@ -128,17 +133,20 @@ def table(cells: list[Cell]) -> str:
             f"| {c.pair} | {c.synthesized_on} | {c.held_out} | {c.accepted}/{c.attempted_cells} | {rate} "
             f"| {c.median_heldout:.2f} | {c.seconds_per_accepted:.2f} |"
         )
-    ratios = ["", "| pair | transfer ensemble / single | time per accepted ensemble / single |", "|---|---|---|"]
+    ratios = ["", "| pair | ensemble | transfer / single's | time per accepted / single's |", "|---|---|---|---|"]
     by_pair: dict[str, dict[str, Cell]] = {}
     for c in cells:
         by_pair.setdefault(c.pair, {})[c.condition] = c
-    for pair, both in by_pair.items():
-        if set(both) == set(CONDITIONS):
-            single, ensemble = both["single"], both["ensemble"]
+    for pair, found in by_pair.items():
+        if "single" not in found:
+            continue
+        single = found["single"]
+        for condition in [c for c in CONDITIONS if c != "single" and c in found]:
+            ensemble = found[condition]
             rate = [c.transferred / c.accepted if c.accepted else float("nan") for c in (single, ensemble)]
             ratio = f"{rate[1] / rate[0]:.2f}x" if rate[0] > 0 else f"{100 * rate[0]:.0f}% -> {100 * rate[1]:.0f}%"
             time_ratio = ensemble.seconds_per_accepted / single.seconds_per_accepted
-            ratios.append(f"| {pair} | {ratio} | {time_ratio:.2f}x |")
+            ratios.append(f"| {pair} | {condition} | {ratio} | {time_ratio:.2f}x |")
     return "\n".join(lines + ratios)
 
 

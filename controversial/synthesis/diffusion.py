@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from controversial.errors import UserError
 from controversial.synthesis.diffusion_model import Prior, load_prior
 from controversial.synthesis.engine import BatchResult, evaluate_objective, score_images
 from controversial.synthesis.objectives import hard_score
@@ -57,6 +58,11 @@ def guided_diffusion(
 ) -> BatchResult:
     """The registered method: the prior ``diffusion.model`` (checked against the dataset) sampled from the
     Gaussian starts ``initial_images``; the ``optimizer:`` group does not apply."""
+    if options.ensemble == "round_robin" and run.groups is not None:
+        raise UserError(
+            "synthesis.ensemble=round_robin applies to synthesis.method=gradient; the diffusion sampler guides "
+            "every step by every instance (synthesis.ensemble=joint)"
+        )
     prior = load_prior(run.diffusion.model, run.dataset)
     prior.unet.to(initial_images.device)
     return sample_batch(

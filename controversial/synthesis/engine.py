@@ -21,6 +21,10 @@ Optionally (``precision``), the models' forward and backward in the optimisation
 bfloat16 autocast, each model only if its family allows it (``bfloat16_synthesis``); the image
 parameters and the optimiser stay in float32, and the final scores, on which acceptance rests, are
 always computed in float32 on the 8-bit image (``precision.py``: which models, and their weights cast once).
+
+Against ensembles of trained instances, each step runs every instance (``ensemble=joint``) or one instance per
+model in turn (``round_robin``, ``ensembles.py``: the stop and stall rules and the best image then read the
+lowest of each instance set's latest scores).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from controversial.errors import UserError
+from controversial.synthesis.ensembles import StepMembers, step_schedule
 from controversial.synthesis.objectives import hard_score, worst_case_probabilities
 from controversial.synthesis.options import (
     METHODS,
@@ -139,9 +144,11 @@ class _Records:
     best_watched: torch.Tensor  # the stall rule's best watched score ...
     last_gain: torch.Tensor  # ... and the step at which it last rose by stall_gain
     failures: list[str]
+    recent_value: torch.Tensor  # (N, steps in the ensemble's cycle): each step's objective and hard score, ...
+    recent_hard: torch.Tensor  # ... -inf until that step of the cycle has run
 
     @classmethod
-    def start(cls, images: torch.Tensor) -> _Records:
+    def start(cls, images: torch.Tensor, cycle: int) -> _Records:
         n, device = len(images), images.device
         return cls(
             images,
@@ -152,7 +159,18 @@ class _Records:
             torch.full((n,), -torch.inf, device=device),
             torch.zeros(n, dtype=torch.long, device=device),
             [""] * n,
+            torch.full((n, cycle), -torch.inf, device=device),
+            torch.full((n, cycle), -torch.inf, device=device),
         )
+
+    def lowest_over_cycle(
+        self, rows: torch.Tensor, phase: int, value: torch.Tensor, hard: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Record a step of a round-robin cycle; each element's lowest objective and hard score over the
+        cycle's latest steps, so a rule reading them holds for every instance set, not only this step's."""
+        self.recent_value[rows, phase] = value
+        self.recent_hard[rows, phase] = hard
+        return self.recent_value[rows].amin(1), self.recent_hard[rows].amin(1)
 
 
 @dataclass
@@ -186,14 +204,19 @@ def _forward_backward(
     generator: torch.Generator,
     bfloat16: Sequence[bool],
     weights: Sequence[LowPrecisionWeights | None],
-    groups: Sequence[int] | None,
+    members: StepMembers,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The models' forward and backward pass of one step: the objective (detached), the hard score, and
-    which elements have a finite objective; the gradient of the summed finite objective is left in the
-    parameters behind ``images``."""
-    logits = model_logits(models, transform(images, options, generator), bfloat16, weights)
-    value = evaluate_objective(objective, logits, targets, options, groups)
-    hard = hard_score([l.detach() for l in logits], targets, groups)
+    """The forward and backward pass of one step through the instances ``members`` names: the objective
+    (detached), the hard score, and which elements have a finite objective; the gradient of the summed finite
+    objective is left in the parameters behind ``images``."""
+    logits = model_logits(
+        [models[i] for i in members.indices],
+        transform(images, options, generator),
+        [bfloat16[i] for i in members.indices],
+        [weights[i] for i in members.indices],
+    )
+    value = evaluate_objective(objective, logits, targets, options, members.groups)
+    hard = hard_score([l.detach() for l in logits], targets, members.groups)
     finite = torch.isfinite(value)
     value[finite].sum().neg().backward()
     return value.detach(), hard, finite
@@ -303,7 +326,8 @@ def synthesize_batch(
     generator = torch.Generator().manual_seed(seed)
     for model in models:
         model.reset_state()
-    records = _Records.start(param.to_images(params.detach()))
+    schedule = step_schedule(len(models), groups, options.ensemble)
+    records = _Records.start(param.to_images(params.detach()), len(schedule))
     rows = torch.arange(len(targets), device=initial_images.device)
     quiet_steps = torch.zeros(len(targets), dtype=torch.long, device=initial_images.device)
     active = _Active(rows, params, make_optimizer([params]), records.best_images.clone(), quiet_steps)
@@ -318,11 +342,14 @@ def synthesize_batch(
         active.optimizer.zero_grad(set_to_none=False)
         images = param.to_images(active.params)
         model_start = time.perf_counter()
+        phase = step % len(schedule)
         value, hard, finite = _forward_backward(
-            models, images, targets[active.rows], options, objective, generator, bfloat16, weights, groups
+            models, images, targets[active.rows], options, objective, generator, bfloat16, weights, schedule[phase]
         )
         model_seconds += time.perf_counter() - model_start
         with torch.no_grad():
+            if len(schedule) > 1:
+                value, hard = records.lowest_over_cycle(active.rows, phase, value, hard)
             finite = _record_best(records, active, step, images, value, finite)
             active.optimizer.step()
             newly_converged = _converged(records, active, param, options, finite)

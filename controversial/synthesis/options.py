@@ -136,6 +136,7 @@ METHODS: Registry[SynthesisMethod] = Registry(
 """How a batch of stimuli is made, by name (``synthesis.method``): ``gradient`` ascent on the image (the paper's),
 or ``diffusion``, a guided DDIM sampler of an image prior."""
 MethodName = Annotated[str, AfterValidator(METHODS.check)]
+EnsembleStrategy = Literal["joint", "round_robin"]
 
 
 class SynthesisOptions(Options):
@@ -166,6 +167,11 @@ class SynthesisOptions(Options):
     stall_gain: float = Field(0.01, gt=0, description="the gain in the watched score that resets the stall count")
     stall_on: Literal["hard", "smooth"] = Field(
         "hard", description="the watched score: hard (Eq. 2, a probability) | smooth (the objective)"
+    )
+    ensemble: EnsembleStrategy = Field(
+        "joint",
+        description="with model_a/model_b.instances: joint (every instance at every step) | round_robin (one "
+        "instance per model per step, in turn: a single checkpoint's cost per step; gradient method only)",
     )
     parametrization: ParametrizationName = Field(
         "pixel",

@@ -9,6 +9,7 @@ from helpers import IMAGE_SHAPES, run_task, tiny_abs_vgg_overrides
 from controversial.errors import UserError
 from controversial.records.manifest import ManifestRow, read_manifest, write_manifest
 from controversial.synthesis.engine import noise_images, score_images, synthesize_batch
+from controversial.synthesis.ensembles import StepMembers, step_schedule
 from controversial.synthesis.objectives import controversy_terms, hard_score, worst_case_probabilities
 from controversial.synthesis.options import SynthesisOptions
 from controversial.synthesis.sweep_overview import summarize_pairs, transfer, transfer_markdown
@@ -119,6 +120,74 @@ def test_synthesis_against_an_ensemble_accepts_on_every_instance(tmp_path):
     single = synthesize_batch(models[::2], targets, start, options)  # no groups: the paper's procedure
     grouped = synthesize_batch(models[::2], targets, start, options, groups=[0, 1])
     assert torch.equal(single.images, grouped.images)
+
+
+class ConstantLogits(torch.nn.Module):
+    """A stand-in instance whose calibrated logits are fixed (the image only keeps the gradient defined), counting
+    its forward passes: what a round-robin step runs is visible."""
+
+    def __init__(self, logits: list[float]):
+        super().__init__()
+        self.logits = torch.tensor(logits)
+        self.calls = 0
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        self.calls += 1
+        return self.logits.expand(len(images), -1) + 0 * images.flatten(1).sum(1, keepdim=True)
+
+    def reset_state(self) -> None:
+        pass
+
+    def set_active_rows(self, rows: torch.Tensor) -> None:
+        pass
+
+
+def test_the_round_robin_schedule_cycles_through_every_combination():
+    assert step_schedule(3, None, "round_robin") == (StepMembers((0, 1, 2), None),)
+    assert step_schedule(3, [0, 0, 1], "joint") == (StepMembers((0, 1, 2), (0, 0, 1)),)
+    cycle = step_schedule(5, [0, 0, 1, 1, 1], "round_robin")
+    assert [m.indices for m in cycle] == [(0, 2), (1, 3), (0, 4), (1, 2), (0, 3), (1, 4)]  # lcm(2, 3) steps
+    assert {m.groups for m in cycle} == {(0, 1)}
+
+
+def test_round_robin_runs_one_instance_per_model_and_stops_only_when_every_instance_set_agrees():
+    sure, unsure, b = [4.0, -4.0], [0.0, 0.0], [-4.0, 4.0]  # instance of A: class 0 vs 1; B: class 1
+    targets, start = torch.tensor([[0, 1]]), noise_images([(0, 1)], [0], (1, 28, 28))
+    options = SynthesisOptions(max_steps=8, patience=100, ensemble="round_robin")  # stop_score 0.9
+
+    models = [ConstantLogits(sure), ConstantLogits(sure), ConstantLogits(b)]
+    result = synthesize_batch(models, targets, start, options, groups=[0, 0, 1])
+    assert int(result.steps[0]) == 2  # both instances of A seen at >= 0.9, not the first alone
+    assert [m.calls for m in models] == [1 + 1, 1 + 1, 2 + 1]  # one instance of A per step (+ the final scoring)
+
+    models = [ConstantLogits(sure), ConstantLogits(unsure), ConstantLogits(b)]
+    result = synthesize_batch(models, targets, start, options, groups=[0, 0, 1])
+    assert int(result.steps[0]) == 8  # instance 1 never agrees: no early stop
+    assert float(result.hard[0]) == pytest.approx(0.5)  # and acceptance is scored on every instance
+    assert int(synthesize_batch(models[::2], targets, start, options).steps[0]) == 1  # the sure one alone stops
+
+
+def test_round_robin_synthesis_through_the_task(tmp_path):
+    folder = tmp_path / "checkpoints"
+    overrides = tiny_abs_vgg_overrides(folder)
+    for seed in (1, 2):
+        write_instance(folder / "vgg.pt", seed)
+    quick = ["synthesis.classes=[3,7]", "synthesis.max_steps=5", "max_attempts=1", "progress=false"]
+    ensemble = ["model_b.instances=[0,1]", "synthesis.ensemble=round_robin"]
+    rows = run_task("synthesize", [*overrides, *quick, *ensemble], tmp_path / "round_robin")
+    assert {r.instances_b for r in rows} == {"0,1"}
+    assert {r.heldout_probabilities.split(":")[0] for r in rows} == {"vgg@2"}
+    assert len(rows) == 2
+
+
+def test_the_diffusion_sampler_refuses_round_robin_ensembles():
+    from controversial.synthesis.diffusion import guided_diffusion
+    from controversial.synthesis.options import DiffusionOptions, MethodRun, OptimizerOptions
+
+    options = SynthesisOptions(method="diffusion", ensemble="round_robin")
+    run = MethodRun(0, OptimizerOptions(), DiffusionOptions(), "mnist", groups=[0, 0, 1])
+    with pytest.raises(UserError, match="ensemble=round_robin applies to synthesis.method=gradient"):
+        guided_diffusion([], torch.tensor([[0, 1]]), torch.zeros(1, 1, 28, 28), options, run)
 
 
 def test_every_row_carries_the_held_out_instances(tmp_path):
