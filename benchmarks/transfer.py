@@ -41,7 +41,8 @@ class Cell:
     condition: str
     synthesized_on: str
     held_out: str
-    accepted: int
+    accepted: int  # stimuli (a retry batch may accept a cell twice: see retry_lookahead) ...
+    accepted_cells: int  # ... and the cells they cover
     attempted_cells: int
     transferred: int
     median_heldout: float
@@ -114,6 +115,7 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
         ", ".join(used),
         ", ".join(labels) or "none",
         len(accepted),
+        len({r.cell for r in accepted}),
         len({r.cell for r in rows}),
         sum(s >= 0.75 for s in scores),
         statistics.median(scores) if scores else float("nan"),
@@ -130,7 +132,7 @@ def table(cells: list[Cell]) -> str:
     for c in cells:
         rate = f"{c.transferred}/{c.accepted} ({100 * c.transferred / c.accepted:.0f}%)" if c.accepted else "-"
         lines.append(
-            f"| {c.pair} | {c.synthesized_on} | {c.held_out} | {c.accepted}/{c.attempted_cells} | {rate} "
+            f"| {c.pair} | {c.synthesized_on} | {c.held_out} | {c.accepted_cells}/{c.attempted_cells} | {rate} "
             f"| {c.median_heldout:.2f} | {c.seconds_per_accepted:.2f} |"
         )
     ratios = ["", "| pair | ensemble | transfer / single's | time per accepted / single's |", "|---|---|---|---|"]

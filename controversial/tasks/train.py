@@ -46,6 +46,9 @@ class TrainCommandSettings(Options):
         description="checkpoints go to <models_dir>/<dataset>/<name>.pt",
     )
     float16: bool = Field(True, description="store weights in float16 (half the size)")
+    overwrite: bool = Field(
+        False, description="replace a checkpoint already at the output path (a bundled one included); false: refuse"
+    )
     device: str = Field("cpu", description="cpu | cuda (a GPU; the fast CIFAR-10 recipe only, same draws)")
     update_model_card: bool = Field(True, description="regenerate <models_dir>/README.md")
     resume: bool = Field(True, description="continue from resume_file; false: delete it and start over")
@@ -125,6 +128,17 @@ def _device(name: str, method_name: str, any_device: bool) -> torch.device:
     return torch.device("cuda")
 
 
+def _checkpoint_path(cfg: TrainCommandSettings, model_cfg: ModelOptions, instance_seed: int | None) -> Path:
+    """Where the checkpoint goes: <models_dir>/<dataset>/<name>.pt, an instance's beside it, a feature network's
+    where the naturalness measure looks for it."""
+    out = Path(cfg.models_dir)
+    if model_cfg.purpose == "features":
+        path = feature_network_path(model_cfg.dataset, out)
+    else:
+        path = out / model_cfg.dataset / f"{model_cfg.name}.pt"
+    return path if instance_seed is None else instance_path(path, instance_seed)
+
+
 def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
     """Train ``cfg.model`` and write its checkpoint under ``cfg.models_dir`` (the run dir keeps only logs)."""
     model_cfg = cfg.model
@@ -137,6 +151,12 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
                 "model": model_cfg,
                 "resume_file": str(resume_file.with_stem(f"{resume_file.stem}_seed{instance_seed}")),
             }
+        )
+    path = _checkpoint_path(cfg, model_cfg, instance_seed)
+    if path.exists() and not cfg.overwrite:
+        raise UserError(
+            f"{path} already exists; train into another folder with models_dir=<folder>, or pass overwrite=true "
+            "to replace it (bundled checkpoints are part of the repository: replace one only to retrain it)"
         )
     settings = model_cfg.train
     method = TRAINING_METHODS.get(settings.method)
@@ -212,14 +232,6 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
         metrics.update(kid_floor_x1000=naturalness["floor"], kid_ceiling_x1000=naturalness["ceiling"])
         log.info("KID x 10^3: real test images %.1f, uniform noise %.1f", naturalness["floor"], naturalness["ceiling"])
 
-    out = Path(cfg.models_dir)
-    path = (
-        feature_network_path(model_cfg.dataset, out)
-        if model_cfg.purpose == "features"
-        else out / model_cfg.dataset / f"{model_cfg.name}.pt"
-    )
-    if instance_seed is not None:
-        path = instance_path(path, instance_seed)
     info = CheckpointInfo(
         name=model_cfg.name,
         arch=model_cfg.arch,
@@ -242,6 +254,6 @@ def run(cfg: TrainCommandSettings, invocation: Invocation) -> Path:
     if resume is not None:
         resume.path.unlink(missing_ok=True)  # finished: the next run of this model starts afresh
     if cfg.update_model_card:
-        log.info("model card: %s", write_model_card(out))
+        log.info("model card: %s", write_model_card(Path(cfg.models_dir)))
     print(f"{model_cfg.name}: test accuracy {100 * metrics['test_accuracy']:.2f}% -> {path}", file=sys.stderr)
     return path

@@ -89,6 +89,22 @@ def test_the_train_command_writes_another_seed_beside_the_bundled_instance(tmp_p
     assert not torch.equal(*weights)  # the seed changed the training
 
 
+def test_training_never_replaces_a_checkpoint_unless_told(tmp_path):
+    from helpers import train_in
+
+    bundled = tmp_path / "models" / "mnist" / "vgg.pt"
+    bundled.parent.mkdir(parents=True)
+    bundled.write_bytes(b"the bundled checkpoint")
+    for overrides in (["model=vgg"], ["model=vgg", "seed=0"]):  # refused before any data is read
+        with pytest.raises(UserError, match=r"vgg\.pt already exists; train into another folder with models_dir="):
+            train_in(tmp_path, overrides)
+    instance_path(bundled, 4).parent.mkdir()
+    instance_path(bundled, 4).write_bytes(b"an instance")
+    with pytest.raises(UserError, match=r"seed4\.pt already exists.*overwrite=true"):
+        train_in(tmp_path, ["model=vgg", "seed=4"])
+    assert bundled.read_bytes() == b"the bundled checkpoint"
+
+
 def test_the_ensemble_terms_hold_every_instance_to_its_model():
     a0, a1, b = torch.tensor([[2.0, -1.0]]), torch.tensor([[0.5, 0.0]]), torch.tensor([[-3.0, 1.0]])
     targets = torch.tensor([[0, 1]])
