@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--guidance-scale", type=float, default=DiffusionOptions().guidance_scale)
     parser.add_argument("--sampling-steps", type=int, default=DiffusionOptions().sampling_steps)
     parser.add_argument("--recurrence", type=int, default=DiffusionOptions().recurrence)
+    parser.add_argument("--guide-until", type=float, default=DiffusionOptions().guide_until)
     parser.add_argument("--prior", default=DiffusionOptions().model, help="diffusion.model: bundled or a folder")
     parser.add_argument("--out", type=Path, required=True, help="each run's best images, grid and figures go here")
     parser.add_argument("--report", action="store_true", help="only print the table of the runs already in --out")
@@ -108,6 +109,7 @@ def main() -> None:
         guidance_scale=args.guidance_scale,
         sampling_steps=args.sampling_steps,
         recurrence=args.recurrence,
+        guide_until=args.guide_until,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     runs = [(tuple(p.split(":")), m) for p in args.pairs.split(",") for m in args.methods.split(",")]

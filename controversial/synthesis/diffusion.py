@@ -151,6 +151,8 @@ def _guided_noise(
     image_grad = image_grad * (clean.detach().abs() <= 1) / 2  # through the clamp and the map to [0, 1]
     clock.model += time.perf_counter() - started
     hard = hard_score([l.detach() for l in logits], targets, groups)
+    if diffusion.guide_until is not None:  # controversial enough already: the prior alone takes this step
+        image_grad = image_grad * (hard < diffusion.guide_until).view(-1, *[1] * (image_grad.dim() - 1))
     if diffusion.guidance == "clean":
         rms = image_grad.flatten(1).pow(2).mean(1).sqrt().clamp_min(1e-12).view(-1, 1, 1, 1)
         return eps.detach(), diffusion.guidance_scale * torch.nan_to_num(image_grad / rms), hard

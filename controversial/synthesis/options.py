@@ -283,6 +283,11 @@ class DiffusionOptions(Options):
         "clean: the clean estimate moves by s times the unit-RMS gradient of f (on x0_hat) per step and the DDIM "
         "step keeps its noise direction (manifold-preserving guidance; no UNet backward)",
     )
+    guide_until: Probability | None = Field(
+        None,
+        description="guide an image only while the hard score of its clean estimate is below this (e.g. 0.9): once "
+        "there, the prior alone takes the step, keeping the image closer to it; null: guide every step",
+    )
     sampling_steps: Count = Field(50, description="DDIM steps from noise to image")
     recurrence: Count = Field(
         1, description="universal guidance's k: each step is taken k times, re-noising to the step's level in between"

@@ -96,6 +96,25 @@ def test_guidance_raises_the_objective_over_unguided_sampling(prior_folder, guid
     assert guided.model_seconds > unguided.model_seconds > 0  # guided, the classifiers run at every step
 
 
+def test_guide_until_lets_the_prior_take_the_steps_of_images_already_controversial(prior_folder):
+    prior = load_prior(str(prior_folder), "mnist")
+    targets, noise = _cells()
+    models = [make_tiny_model(1), make_tiny_model(2)]
+
+    def sample(scale: float, until: float | None = None):
+        options = DiffusionOptions(guidance_scale=scale, sampling_steps=10, guide_until=until)
+        return sample_batch(models, targets, noise, SynthesisOptions(), options, prior)
+
+    unguided, guided, gated = sample(0.0), sample(0.1), sample(0.1, 0.7)
+    assert torch.equal(sample(0.1, 1e-9).images, unguided.images)  # no hard score is below 1e-9: never guided
+
+    def distance(result):
+        return (result.images - unguided.images).abs().mean()
+
+    assert 0 < distance(gated) < 0.5 * distance(guided)  # guided less, closer to the prior's own samples ...
+    assert gated.hard.median() > unguided.hard.median() + 0.3  # ... and still steered
+
+
 def test_recurrence_takes_each_step_k_times_and_is_seeded(prior_folder):
     prior = load_prior(str(prior_folder), "mnist")
     targets, noise = _cells(4)
