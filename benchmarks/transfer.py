@@ -46,6 +46,7 @@ class Cell:
     attempted_cells: int
     transferred: int
     median_heldout: float
+    sides_kept: str  # per held-out instance, how many accepted stimuli keep its model's side: which side fails
     seconds_per_accepted: float
 
 
@@ -108,6 +109,11 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
     accepted = [r for r in rows if r.accepted]
     models, groups, labels = heldout_models((a, b))
     scores = heldout_hard(run_dir, accepted, models, groups) if accepted and models else []
+    sides = [
+        f"{label} {sum(s >= 0.75 for s in heldout_hard(run_dir, accepted, [model], [group]))}"
+        for model, group, label in zip(models, groups, labels)
+        if accepted and len(models) > 1
+    ]
     seconds = sum(r.wall_time_s for r in rows)
     return Cell(
         f"{a} vs {b}",
@@ -119,33 +125,36 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
         len({r.cell for r in rows}),
         sum(s >= 0.75 for s in scores),
         statistics.median(scores) if scores else float("nan"),
-        seconds / max(len(accepted), 1),
+        ", ".join(sides) or "-",
+        seconds / len(accepted) if accepted else float("nan"),
     )
 
 
 def table(cells: list[Cell]) -> str:
     lines = [
         "| pair | synthesized on | held out | cells accepted | transfer to held-out | median held-out hard "
-        "| s per accepted |",
-        "|---|---|---|---|---|---|---|",
+        "| each side kept | s per accepted |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         rate = f"{c.transferred}/{c.accepted} ({100 * c.transferred / c.accepted:.0f}%)" if c.accepted else "-"
+        median = f"{c.median_heldout:.2f}" if c.accepted else "-"
+        seconds = f"{c.seconds_per_accepted:.2f}" if c.accepted else "none accepted"
         lines.append(
             f"| {c.pair} | {c.synthesized_on} | {c.held_out} | {c.accepted_cells}/{c.attempted_cells} | {rate} "
-            f"| {c.median_heldout:.2f} | {c.seconds_per_accepted:.2f} |"
+            f"| {median} | {c.sides_kept} | {seconds} |"
         )
     ratios = ["", "| pair | ensemble | transfer / single's | time per accepted / single's |", "|---|---|---|---|"]
     by_pair: dict[str, dict[str, Cell]] = {}
     for c in cells:
         by_pair.setdefault(c.pair, {})[c.condition] = c
-    for pair, found in by_pair.items():
-        if "single" not in found:
+    for pair, found in by_pair.items():  # ratios only where both conditions accepted something
+        single = found.get("single")
+        if single is None or not single.accepted:
             continue
-        single = found["single"]
-        for condition in [c for c in CONDITIONS if c != "single" and c in found]:
+        for condition in [c for c in CONDITIONS if c != "single" and c in found and found[c].accepted]:
             ensemble = found[condition]
-            rate = [c.transferred / c.accepted if c.accepted else float("nan") for c in (single, ensemble)]
+            rate = [c.transferred / c.accepted for c in (single, ensemble)]
             ratio = f"{rate[1] / rate[0]:.2f}x" if rate[0] > 0 else f"{100 * rate[0]:.0f}% -> {100 * rate[1]:.0f}%"
             time_ratio = ensemble.seconds_per_accepted / single.seconds_per_accepted
             ratios.append(f"| {pair} | {condition} | {ratio} | {time_ratio:.2f}x |")
