@@ -183,19 +183,6 @@ def test_round_robin_runs_one_instance_per_model_and_stops_only_when_every_insta
     assert int(synthesize_batch(models[::2], targets, start, options).steps[0]) == 1  # the sure one alone stops
 
 
-def test_round_robin_synthesis_through_the_task(tmp_path):
-    folder = tmp_path / "checkpoints"
-    overrides = tiny_abs_vgg_overrides(folder)
-    for seed in (1, 2):
-        write_instance(folder / "vgg.pt", seed)
-    quick = ["synthesis.classes=[3,7]", "synthesis.max_steps=5", "max_attempts=1", "progress=false"]
-    ensemble = ["model_b.instances=[0,1]", "synthesis.ensemble=round_robin"]
-    rows = run_task("synthesize", [*overrides, *quick, *ensemble], tmp_path / "round_robin")
-    assert {r.instances_b for r in rows} == {"0,1"}
-    assert {r.heldout_probabilities.split(":")[0] for r in rows} == {"vgg@2"}
-    assert len(rows) == 2
-
-
 def test_the_diffusion_sampler_refuses_round_robin_ensembles():
     from controversial.synthesis.diffusion import guided_diffusion
     from controversial.synthesis.options import DiffusionOptions, MethodRun, OptimizerOptions
@@ -224,6 +211,10 @@ def test_every_row_carries_the_held_out_instances(tmp_path):
     assert {r.instances_b for r in ensemble} == {"0,1"}
     assert {r.heldout_probabilities.split(":")[0] for r in ensemble} == {"vgg@2"}
     assert (tmp_path / "ensemble" / "abs_3_vs_vgg_7_seed0.png").is_file()
+    in_turn = ["model_b.instances=[0,1]", "synthesis.ensemble=round_robin"]
+    rows = run_task("synthesize", [*overrides, *quick, *in_turn], tmp_path / "in_turn")
+    assert len(rows) == 2
+    assert {(r.instances_b, r.heldout_probabilities.split(":")[0]) for r in rows} == {("0,1", "vgg@2")}
 
     with pytest.raises(UserError, match="no trained instance of seed 5"):
         run_task("synthesize", [*overrides, *quick, "model_b.instances=[0,5]"], tmp_path / "missing")
