@@ -7,8 +7,9 @@ one instance per model per step, a single checkpoint's cost per step). Each set 
 2, trained from another seed and used by none: the transfer rate is the share of accepted stimuli that instance 2
 also accepts (the hard-score rule over the held-out instances of both models, each held to its own model's side).
 A model with fewer than three trained instances is used as its one checkpoint in every condition, and only its
-partner is held out (the table says which). Also: what the main job's stimuli keep on held-out instances
-(``--main-run``).
+partner is held out (the table says which). ``--conditions ... all_round_robin`` adds an ensemble of every
+trained instance but the held-out one, in turn (for models with four or more). Also: what the main job's
+stimuli keep on held-out instances (``--main-run``).
 
     python benchmarks/transfer.py [--pairs madry_l2:vgg pcn:vgg] [--classes 0 1 2 3 4] [--main-run DIR]
 
@@ -31,8 +32,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 HELD_OUT = 2  # the instance neither condition is synthesized against
-CONDITIONS = {"single": ([0], "joint"), "ensemble": ([0, 1], "joint"), "round_robin": ([0, 1], "round_robin")}
-"""condition: (the instances synthesized against, synthesis.ensemble)"""
+CONDITIONS = {
+    "single": ([0], "joint"),
+    "ensemble": ([0, 1], "joint"),
+    "round_robin": ([0, 1], "round_robin"),
+    "all_round_robin": (None, "round_robin"),
+}
+"""condition: (the instances synthesized against, None: every trained one but the held-out; synthesis.ensemble).
+``all_round_robin`` is not run by default: it differs from ``round_robin`` only for a model with four or more
+trained instances."""
+DEFAULT_CONDITIONS = ["single", "ensemble", "round_robin"]
 
 
 @dataclass(frozen=True)
@@ -91,11 +100,13 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
     from controversial.api import run_command
 
     used = []
-    seeds, ensemble = CONDITIONS[condition]
+    chosen, ensemble = CONDITIONS[condition]
     overrides = [f"model_a={a}", f"model_b={b}", "progress=false", "wandb.mode=disabled", "heldout=false"]
     overrides.append(f"synthesis.ensemble={ensemble}")
     for role, name in (("model_a", a), ("model_b", b)):
-        if len(bundled_instances(name)) > HELD_OUT:
+        trained = bundled_instances(name)
+        seeds = chosen if chosen is not None else [s for s in sorted(trained) if s != HELD_OUT]
+        if len(trained) > HELD_OUT:
             overrides.append(f"{role}.instances=[{','.join(map(str, seeds))}]")
             used.append(f"{name}@{'+'.join(map(str, seeds))}" + (" in turn" if ensemble == "round_robin" else ""))
         else:
@@ -191,7 +202,7 @@ def main_run_report(run_dir: Path) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", nargs="*", default=["madry_l2:vgg", "pcn:vgg", "vgg_neg:vgg", "wrn:jem"])
-    parser.add_argument("--conditions", nargs="*", default=list(CONDITIONS), choices=list(CONDITIONS))
+    parser.add_argument("--conditions", nargs="*", default=DEFAULT_CONDITIONS, choices=list(CONDITIONS))
     parser.add_argument("--classes", nargs="*", type=int, default=[0, 1, 2, 3, 4])
     parser.add_argument("--max-attempts", type=int, default=5)
     parser.add_argument("--max-steps", type=int, default=None)

@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -272,3 +272,19 @@ def interrupt_synthesis(monkeypatch, at_step: int, attempt: int | None = None) -
         return step, on_scores
 
     monkeypatch.setattr(synthesize_task, "_callbacks", interrupting)
+
+
+def check_bundled_instance(path: Path, floors: dict[str, float], accuracy: Callable[[Any], float]) -> None:
+    """Another trained seed of a bundled recipe (``<dataset>/<name>/seed<K>.pt``) is found by the zoo's own lookup
+    under the seed its name says, and reaches the bundled instance's accuracy floor: an instance that trained
+    badly would make held-out transfer look worse than the model deserves."""
+    from controversial.zoo.checkpoints import load_checkpoint
+    from controversial.zoo.instances import INSTANCE_PATTERN, select_instances
+
+    match = INSTANCE_PATTERN.fullmatch(path.name)
+    assert match, f"{path}: an instance file is named seed<K>.pt"
+    name, seed = path.parent.name, int(match.group(1))
+    # the lookup refuses a file whose recorded seed is not the one its name says
+    assert select_instances(name, path.parent.parent / f"{name}.pt", [seed]) == {seed: path}
+    measured = accuracy(load_checkpoint(path))
+    assert measured >= floors[name], f"{path.parent.name}/{path.name}: accuracy {measured:.3f}"

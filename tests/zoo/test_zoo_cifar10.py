@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import input_gradient
+from helpers import check_bundled_instance, input_gradient
 
 from controversial.config import load_model_config, model_config_files
 from controversial.zoo.archs.kde import GaussianKDE
@@ -318,16 +318,4 @@ INSTANCE_FILES = sorted(p.relative_to(MODELS_DIR).as_posix() for p in (MODELS_DI
 @pytest.mark.data
 @pytest.mark.parametrize("relative", INSTANCE_FILES)
 def test_bundled_instances_reach_their_familys_floor(relative, test_slice):
-    """Another seed of a recipe is held to the bundled instance's floor: an instance that trained badly would make
-    held-out transfer look worse than the model deserves."""
-    from controversial.zoo.checkpoints import load_checkpoint
-    from controversial.zoo.instances import INSTANCE_PATTERN, select_instances
-
-    path = MODELS_DIR / relative
-    match = INSTANCE_PATTERN.fullmatch(path.name)
-    assert match, f"{relative}: an instance file is named seed<K>.pt"
-    name, seed = path.parent.name, int(match.group(1))
-    # the zoo's own lookup, which refuses a file whose recorded seed is not the one its name says
-    assert select_instances(name, MODELS_DIR / "cifar10" / f"{name}.pt", [seed]) == {seed: path}
-    accuracy = _accuracy(load_checkpoint(path), test_slice)
-    assert accuracy >= CHECKPOINT_FLOORS[name], f"{relative}: {accuracy:.3f} on 200 test images"
+    check_bundled_instance(MODELS_DIR / relative, CHECKPOINT_FLOORS, lambda model: _accuracy(model, test_slice))

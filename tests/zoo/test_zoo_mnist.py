@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import input_gradient
+from helpers import check_bundled_instance, input_gradient
 
 from controversial.zoo.archs.capsnet import route, squash
 from controversial.zoo.attacks import pgd, project
+from controversial.zoo.bundled import MODELS_DIR
 from controversial.zoo.registry import create_arch
 from controversial.zoo.train_options import TrainOptions
 from controversial.zoo.training_methods import capsule_margin_loss, derive_from_checkpoint, non_digit_images
@@ -160,6 +161,7 @@ def test_non_digit_images_are_in_range_and_tiles_are_a_permutation_of_a_digit():
 
 # Floors on the first 500 test images, a little under each model's full-test-set accuracy.
 CHECKPOINT_FLOORS = {
+    "vgg": 0.97,
     "vgg_neg": 0.97,
     "capsnet": 0.97,
     "capsnet_recon": 0.85,
@@ -191,6 +193,21 @@ def test_bundled_checkpoint_accuracy_andinput_gradient(name, test_slice):
     assert accuracy >= CHECKPOINT_FLOORS[name], f"{name}: {accuracy:.3f} on the first 500 test images"
     grad = input_gradient(model, images[:8])
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
+
+
+INSTANCE_FILES = sorted(p.relative_to(MODELS_DIR).as_posix() for p in (MODELS_DIR / "mnist").glob("*/seed*.pt"))
+
+
+@pytest.mark.data
+@pytest.mark.parametrize("relative", INSTANCE_FILES)
+def test_bundled_instances_reach_their_familys_floor(relative, test_slice):
+    images, labels = test_slice
+
+    def accuracy(model) -> float:
+        with torch.no_grad():
+            return float((model(images).argmax(1) == labels).float().mean())
+
+    check_bundled_instance(MODELS_DIR / relative, CHECKPOINT_FLOORS, accuracy)
 
 
 def test_robustness_metrics_only_for_adversarial_training():
