@@ -81,8 +81,9 @@ def heldout_models(names: tuple[str, str]) -> tuple[list, list[int], list[str]]:
     return models, groups, labels
 
 
-def heldout_hard(run_dir: Path, rows: list, models: list, groups: list[int]) -> list[float]:
-    """The hard score of each row's 8-bit image under the held-out instances."""
+def heldout_hard(run_dir: Path, rows: list, models: list, groups: list[int]) -> tuple[list[float], list[list[float]]]:
+    """The hard score of each row's 8-bit image under all the held-out instances together, and under each alone
+    (its model's side only: which side fails), from one pass of every instance over the images."""
     import torch
 
     from controversial.synthesis.objectives import hard_score
@@ -93,7 +94,8 @@ def heldout_hard(run_dir: Path, rows: list, models: list, groups: list[int]) -> 
     targets = torch.tensor([[r.class_a, r.class_b] for r in rows])
     with scoring():
         logits = [m(images) for m in models]
-    return hard_score(logits, targets, groups).tolist()
+    each = [hard_score([l], targets, [g]).tolist() for l, g in zip(logits, groups)]
+    return hard_score(logits, targets, groups).tolist(), each
 
 
 def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path) -> Cell:
@@ -119,12 +121,8 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
     rows = run_command("synthesize", overrides, run_dir)
     accepted = [r for r in rows if r.accepted]
     models, groups, labels = heldout_models((a, b))
-    scores = heldout_hard(run_dir, accepted, models, groups) if accepted and models else []
-    sides = [
-        f"{label} {sum(s >= 0.75 for s in heldout_hard(run_dir, accepted, [model], [group]))}"
-        for model, group, label in zip(models, groups, labels)
-        if accepted and len(models) > 1
-    ]
+    scores, each = heldout_hard(run_dir, accepted, models, groups) if accepted and models else ([], [])
+    sides = [f"{label} {sum(s >= 0.75 for s in side)}" for label, side in zip(labels, each)] if len(each) > 1 else []
     seconds = sum(r.wall_time_s for r in rows)
     return Cell(
         f"{a} vs {b}",
@@ -165,8 +163,8 @@ def table(cells: list[Cell]) -> str:
             continue
         for condition in [c for c in CONDITIONS if c != "single" and c in found and found[c].accepted]:
             ensemble = found[condition]
-            rate = [c.transferred / c.accepted for c in (single, ensemble)]
-            ratio = f"{rate[1] / rate[0]:.2f}x" if rate[0] > 0 else f"{100 * rate[0]:.0f}% -> {100 * rate[1]:.0f}%"
+            rates = [c.transferred / c.accepted for c in (single, ensemble)]
+            ratio = f"{rates[1] / rates[0]:.2f}x" if rates[0] > 0 else f"{100 * rates[0]:.0f}% -> {100 * rates[1]:.0f}%"
             time_ratio = ensemble.seconds_per_accepted / single.seconds_per_accepted
             ratios.append(f"| {pair} | {condition} | {ratio} | {time_ratio:.2f}x |")
     return "\n".join(lines + ratios)
@@ -190,7 +188,7 @@ def main_run_report(run_dir: Path) -> str:
             if seed == 0:
                 continue
             model = load_checkpoint(path, os.environ.get("CONTROVERSIAL_DATA_ROOT"))
-            scores = heldout_hard(run_dir, rows, [model], [group])
+            scores, _ = heldout_hard(run_dir, rows, [model], [group])
             kept = sum(s >= 0.75 for s in scores)
             lines.append(
                 f"| {name}@{seed} | {kept}/{len(scores)} ({100 * kept / len(scores):.0f}%) "
