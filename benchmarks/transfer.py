@@ -15,8 +15,10 @@ stimuli keep on held-out instances (``--main-run``).
 
 Synthesis settings are the main job's (threshold 0.75, up to 5 attempts); ``--classes`` picks the cells (all
 ordered pairs among them), ``--max-attempts`` and ``--max-steps`` shorten the runs, ``--set`` passes more
-``synthesize.py`` overrides (``--set synthesis.stop_score=null``: the paper's run to convergence). Times are
-the synthesis wall time recorded in the manifests (model loading excluded), per accepted stimulus.
+``synthesize.py`` overrides (``--set synthesis.stop_score=null``: the paper's run to convergence);
+``--ensemble-set`` adds overrides to the ensemble conditions only (``synthesis.jitter=1``: transformation
+robustness), compared with the plain single checkpoint. Times are the synthesis wall time recorded in the manifests
+(model loading excluded), per accepted stimulus.
 """
 
 from __future__ import annotations
@@ -116,7 +118,9 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
     overrides += [f"synthesis.classes=[{','.join(map(str, args.classes))}]", f"max_attempts={args.max_attempts}"]
     if args.max_steps is not None:
         overrides.append(f"synthesis.max_steps={args.max_steps}")
-    overrides += args.set
+    overrides += args.set + (args.ensemble_set if condition != "single" else [])
+    if condition != "single" and args.ensemble_set:
+        used[-1] += f" ({' '.join(o.split('.')[-1] for o in args.ensemble_set)})"
     run_dir = out / f"{a}_vs_{b}_{condition}"
     rows = run_command("synthesize", overrides, run_dir)
     accepted = [r for r in rows if r.accepted]
@@ -207,6 +211,13 @@ def main() -> None:
     parser.add_argument(
         "--set", nargs="*", default=[], help="more synthesize.py overrides, e.g. synthesis.stop_score=null"
     )
+    parser.add_argument(
+        "--ensemble-set",
+        nargs="*",
+        default=[],
+        help="overrides for the ensemble conditions only, compared in one run with the plain single checkpoint, "
+        "e.g. synthesis.jitter=1 (transformation robustness)",
+    )
     parser.add_argument("--main-run", type=Path, default=None, help="a run dir of the main job to re-score")
     parser.add_argument("--out", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     args = parser.parse_args()
@@ -225,7 +236,7 @@ def main() -> None:
     if cells:
         print(
             f"\ncells among classes {args.classes}, max_attempts {args.max_attempts}, "
-            f"overrides {args.set or 'none'}, runs in {out}\n"
+            f"overrides {args.set or 'none'}, ensembles also {args.ensemble_set or 'none'}, runs in {out}\n"
         )
         print(table(cells))
     if args.main_run is not None:

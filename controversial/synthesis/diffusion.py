@@ -1,16 +1,16 @@
 """``synthesis.method=diffusion``: controversial stimuli sampled from an image prior by guided DDIM.
 
-Each DDIM step (diffusers' ``DDIMScheduler``, eta 0) predicts the noise ``eps`` of the current sample ``x_t``
-and from it the clean image ``x0 = (x_t - sqrt(1 - abar_t) eps) / sqrt(abar_t)``. The pair's objective (the
-registered one, LSE by default, over both models' calibrated logits) is evaluated on ``x0``, and its gradient
-steers the step: under ``guidance=clean`` (the default) ``x0`` moves by ``s`` times the gradient scaled to unit
-RMS while the step keeps its noise direction (manifold-preserving guidance, He et al. 2024); under
-``guidance=noise`` the gradient with respect to ``x_t`` (through the UNet) shifts the noise estimate,
-``eps - s sqrt(1 - abar_t) grad`` (Dhariwal & Nichol 2021 on the clean estimate, as in universal guidance,
-Bansal et al. 2023), which on the bundled MNIST prior barely moved the objective (docs/synthesis.md). With
-``recurrence`` k > 1 each step is taken k times, re-noising ``x_{t-1}`` back to level t in between. Every cell
-of a pair is one element of the batch; the start of an element is its own Gaussian noise (a retry: a new
-seed, so new noise); the final sample is quantised to 8 bits and scored in float32 like gradient ascent's.
+Each DDIM step (diffusers' ``DDIMScheduler``; ``eta`` > 0 draws part of its noise afresh) predicts the noise
+``eps`` of the current sample ``x_t`` and from it the clean image ``x0 = (x_t - sqrt(1 - abar_t) eps) /
+sqrt(abar_t)``. The pair's objective (the registered one, LSE by default, over both models' calibrated logits) is
+evaluated on ``x0``, and its gradient steers the step: under ``guidance=clean`` (the default) ``x0`` moves by ``s``
+times the gradient scaled to unit RMS while the step keeps its noise direction (manifold-preserving guidance, He et
+al. 2024); under ``guidance=noise`` the gradient with respect to ``x_t`` (through the UNet) shifts the noise
+estimate, ``eps - s sqrt(1 - abar_t) grad`` (Dhariwal & Nichol 2021 on the clean estimate, as in universal
+guidance, Bansal et al. 2023), which on the bundled MNIST prior barely moved the objective (docs/synthesis.md).
+With ``recurrence`` k > 1 each step is taken k times, re-noising ``x_{t-1}`` back to level t in between. Every cell
+of a pair is one element of the batch; the start of an element is its own Gaussian noise (a retry: a new seed, so
+new noise); the final sample is quantised to 8 bits and scored in float32 like gradient ascent's.
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ def sample_batch(
 ) -> BatchResult:
     """Sample every element from its noise ``x_T`` (N, C, H, W) with guidance scale ``diffusion.guidance_scale``.
 
-    ``seed`` seeds the fresh noise of the recurrence's re-noising. ``on_step(step, n)`` and
-    ``on_scores(step, hard)`` (the hard score of the clean estimates) report each DDIM step.
+    ``seed`` seeds the fresh noise of the recurrence's re-noising and of steps with ``eta`` > 0. ``on_step(step,
+    n)`` and ``on_scores(step, hard)`` (the hard score of the clean estimates) report each DDIM step.
     """
     from diffusers import DDIMScheduler
 
@@ -103,7 +103,7 @@ def sample_batch(
             eps, shift, hard = _guided_noise(
                 prior, models, sample, t, scheduler, targets, options, objective, diffusion, clock, groups
             )
-            previous = scheduler.step(eps, t, sample, eta=0.0).prev_sample
+            previous = scheduler.step(eps, t, sample, eta=diffusion.eta, generator=generator).prev_sample
             if shift is not None:  # guidance=clean: the clean estimate moved, the noise direction kept
                 previous = previous + _abar_before(scheduler, int(t)).sqrt() * shift
             if repeat < diffusion.recurrence - 1:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Callable, Literal, Protocol
 from pydantic import AfterValidator, ConfigDict, Field, field_validator
 
 from controversial.errors import UserError
-from controversial.options import Count, Options, Probability
+from controversial.options import Count, Fraction, Options, Probability
 from controversial.registry import Registry
 
 if TYPE_CHECKING:
@@ -284,11 +284,16 @@ class DiffusionOptions(Options):
         "step keeps its noise direction (manifold-preserving guidance; no UNet backward)",
     )
     guide_until: Probability | None = Field(
-        None,
-        description="guide an image only while the hard score of its clean estimate is below this (e.g. 0.9): once "
-        "there, the prior alone takes the step, keeping the image closer to it; null: guide every step",
+        0.9,
+        description="guide an image only while the hard score of its clean estimate is below this: once there, the "
+        "prior alone takes the step, keeping the image closer to it; null: guide every step",
     )
     sampling_steps: Count = Field(50, description="DDIM steps from noise to image")
     recurrence: Count = Field(
         1, description="universal guidance's k: each step is taken k times, re-noising to the step's level in between"
+    )
+    eta: Fraction = Field(
+        1.0,
+        description="DDIM's eta: the share of each step's noise drawn fresh (0: deterministic DDIM; 1: DDPM-like "
+        "ancestral steps, whose fresh noise lets the prior undo some of what guidance pushed off its manifold)",
     )

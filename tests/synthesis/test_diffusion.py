@@ -66,13 +66,39 @@ def test_zero_guidance_reproduces_the_schedulers_own_unguided_samples(prior_fold
     )
     own = pipeline(batch_size=4, generator=torch.Generator().manual_seed(3), num_inference_steps=8, output_type="pt")
     noise = torch.randn((4, 1, 28, 28), generator=torch.Generator().manual_seed(3))  # the pipeline's draw
-    options = DiffusionOptions(guidance_scale=0.0, sampling_steps=8)
+    options = DiffusionOptions(guidance_scale=0.0, sampling_steps=8, eta=0.0)
     models = [make_tiny_model(1), make_tiny_model(2)]
     result = sample_batch(models, torch.tensor([[0, 1]] * 4), noise, SynthesisOptions(), options, prior)
     assert torch.equal(
         result.images, quantize(own.images.permute(0, 3, 1, 2) if own.images.shape[-1] == 1 else own.images)
     )
     assert (result.steps == 8).all() and result.failures == [""] * 4
+
+
+def test_eta_draws_each_steps_fresh_noise_as_the_schedulers_own_stochastic_loop(prior_folder):
+    prior = load_prior(str(prior_folder), "mnist")
+    noise = torch.randn((3, 1, 28, 28), generator=torch.Generator().manual_seed(1))
+    scheduler = diffusers.DDIMScheduler.from_config(prior.scheduler_config)
+    scheduler.set_timesteps(6)
+    generator, own = torch.Generator().manual_seed(7), noise * scheduler.init_noise_sigma
+    with torch.no_grad():
+        for t in scheduler.timesteps:
+            own = scheduler.step(prior.unet(own, t).sample, t, own, eta=1.0, generator=generator).prev_sample
+    models, targets = [make_tiny_model(1), make_tiny_model(2)], torch.tensor([[0, 1]] * 3)
+    sample = {
+        eta: sample_batch(
+            models,
+            targets,
+            noise,
+            SynthesisOptions(),
+            DiffusionOptions(guidance_scale=0.0, sampling_steps=6, eta=eta),
+            prior,
+            seed=7,
+        ).images
+        for eta in (0.0, 1.0)
+    }
+    assert torch.equal(sample[1.0], quantize(own.div(2).add(0.5).clamp(0, 1)))
+    assert not torch.equal(sample[1.0], sample[0.0])
 
 
 @pytest.mark.parametrize("guidance, scale", [("clean", 0.1), ("noise", 1.0)])
