@@ -167,6 +167,14 @@ def main() -> None:
                 doubled = torch.nn.functional.interpolate(out["images"], scale_factor=2, mode="nearest")
                 save_image(doubled, grid, nrow=len(classes[dataset]) - 1, padding=2)
     print_table(results)
+    from controversial.synthesis.naturalness import classes_floor
+
+    for dataset in sorted({r[2] for r in results}):
+        chosen = classes[dataset]
+        if len(chosen) < len(dataset_info(dataset).class_names):  # the stored floor is of every class
+            n = len(ordered_class_pairs(chosen))
+            floor = classes_floor(dataset, chosen, n)
+            print(f"real {dataset} test images of classes {chosen} alone ({n}): KID {floor:.0f}")
 
 
 def print_table(results: list) -> None:

@@ -120,7 +120,7 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
         overrides.append(f"synthesis.max_steps={args.max_steps}")
     overrides += args.set + (args.ensemble_set if condition != "single" else [])
     if condition != "single" and args.ensemble_set:
-        used[-1] += f" ({' '.join(o.split('.')[-1] for o in args.ensemble_set)})"
+        used[-1] += f" ({' '.join(o.split('.', 1)[-1] for o in args.ensemble_set)})"
     run_dir = out / f"{a}_vs_{b}_{condition}"
     rows = run_command("synthesize", overrides, run_dir)
     accepted = [r for r in rows if r.accepted]

@@ -84,6 +84,7 @@ class FeatureNetwork:
     floor: float
     ceiling: float
     path: Path
+    reference_seed: int = 0  # the seed of the draw of the reference test images (reference_statistics)
 
     def features(self, images: torch.Tensor) -> torch.Tensor:
         """The (N, d) features of images in [0, 1], read as their 8-bit versions (what people see)."""
@@ -217,6 +218,7 @@ def _load_feature_network(path: Path, mtime_ns: int, size: int) -> FeatureNetwor
         float(info.naturalness["floor"]),
         float(info.naturalness["ceiling"]),
         path,
+        int(info.naturalness.get("reference_seed", 0)),
     )
 
 
@@ -236,6 +238,23 @@ def naturalness(
         raise UserError(f"naturalness: images of shape {tuple(images.shape)}, {info.name} has (N, *{info.image_shape})")
     mean, std = kid(network.features(images.detach().cpu()), network.reference)  # the network lives on the CPU
     return Naturalness(mean, std, network.floor, network.ceiling)
+
+
+def classes_floor(dataset: str, classes: Sequence[int], n: int, root: str | os.PathLike | None = None) -> float:
+    """KID x 10^3 of ``n`` real test images of ``classes`` only (in turn, outside the reference), read from the
+    data root: the floor for a stimulus set of those classes. The reference holds every class, so a set of fewer
+    classes (a benchmark on a few cells) scores above the stored floor whatever its images look like."""
+    from controversial.data import load_dataset
+
+    network = load_feature_network(feature_network_file(dataset_info(dataset)))
+    images, labels = load_dataset(dataset, "test", root).tensors
+    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(network.reference_seed))
+    held_out = order[len(network.reference) :]
+    by_class = {c: held_out[labels[held_out] == c].tolist() for c in classes}
+    if any(len(found) < n for found in by_class.values()):
+        raise UserError(f"classes_floor: fewer than {n} test images outside the reference in one of {list(classes)}")
+    picks = [by_class[classes[i % len(classes)]][i // len(classes)] for i in range(n)]
+    return kid(network.features(images[picks]), network.reference)[0]
 
 
 def stimulus_images(folder: Path, rows: Sequence[ManifestRow]) -> torch.Tensor:

@@ -168,6 +168,17 @@ def test_the_bundled_networks_put_real_test_images_at_the_floor_and_noise_at_the
 
 
 @pytest.mark.data
+def test_a_set_of_fewer_classes_has_its_own_floor_above_the_stored_one():
+    network = nat.load_feature_network(feature_network_path("mnist"))
+    every_class = nat.classes_floor("mnist", list(range(10)), 90)
+    assert abs(every_class - network.floor) < 0.02 * network.ceiling  # the stored floor, outside the reference
+    floors = [nat.classes_floor("mnist", list(range(k)), 90) for k in (5, 2, 1)]
+    assert every_class < floors[0] < floors[1] < floors[2]  # the fewer the classes, the farther from the reference
+    with pytest.raises(UserError, match="fewer than 5000 test images"):
+        nat.classes_floor("mnist", [0], 5000)
+
+
+@pytest.mark.data
 def test_train_py_writes_a_feature_network_with_its_reference_statistics(tmp_path):
     from helpers import train_in
 
