@@ -83,7 +83,10 @@ ADDED_SYNTHESIS_DEFAULTS: dict[str, Any] = {
     "cppn_layers": 8,
     "cppn_width": 24,
     "generator": {"name": None, "weights": None, "kwargs": {}, "latent_dim": None, "truncation": 2.0, "residual": 0.0},
+    "ensemble": "joint",
 }
+# Likewise for the diffusion sampler's settings (a run with synthesis.method=diffusion records them).
+ADDED_DIFFUSION_DEFAULTS: dict[str, Any] = {"guide_until": None, "eta": 0.0}
 # Run settings added after runs were recorded; they follow from the checkpoints (hashed), so a run recorded
 # without them resumes as if it had recorded the current values.
 ADDED_RUN_KEYS = ("dataset", "class_names", "dataset_info")
@@ -102,9 +105,11 @@ def check_run_settings(run_dir: Path, settings: dict[str, Any]) -> None:
         synthesis = previous.get("synthesis", {})
         if "alpha" in synthesis:  # recorded before synthesis.alpha was renamed to synthesis.sharpness
             synthesis["sharpness"] = synthesis.pop("alpha")
-        for key, value in ADDED_SYNTHESIS_DEFAULTS.items():  # recorded before the key existed: it had this value
-            if key in current.get("synthesis", {}) and key not in synthesis:
-                synthesis[key] = value
+        for block, added in (("synthesis", ADDED_SYNTHESIS_DEFAULTS), ("diffusion", ADDED_DIFFUSION_DEFAULTS)):
+            recorded = previous.get(block, {})
+            for key, value in added.items():  # recorded before the key existed: it had this value
+                if key in current.get(block, {}) and key not in recorded:
+                    recorded[key] = value
         for key in ADDED_RUN_KEYS:
             if key in current and key not in previous:
                 previous[key] = current[key]

@@ -180,6 +180,31 @@ def test_a_run_dir_recorded_with_synthesis_alpha_resumes_as_sharpness(tmp_path):
     runstate.check_run_settings(tmp_path, {"seed": 0, "synthesis": {"sharpness": 1.0, "threshold": 0.75}})
 
 
+# The settings a run recorded in the project's first release; every key added since must say, in runstate's
+# ADDED_* tables, what value the runs recorded without it had in effect, or those runs can no longer resume.
+FIRST_SYNTHESIS_KEYS = {"sharpness", "max_steps", "patience", "tolerance_levels", "threshold", "stop_score"}
+FIRST_SYNTHESIS_KEYS |= {"parametrization", "fourier_decay", "jitter"}
+FIRST_DIFFUSION_KEYS = {"model", "guidance_scale", "guidance", "sampling_steps", "recurrence"}
+
+
+def test_every_setting_added_since_the_first_runs_declares_the_value_they_had():
+    from controversial.synthesis.options import DiffusionOptions, SynthesisOptions
+
+    assert set(SynthesisOptions().model_dump()) - FIRST_SYNTHESIS_KEYS == set(runstate.ADDED_SYNTHESIS_DEFAULTS)
+    assert set(DiffusionOptions().model_dump()) - FIRST_DIFFUSION_KEYS == set(runstate.ADDED_DIFFUSION_DEFAULTS)
+
+
+def test_a_diffusion_run_recorded_before_eta_and_guide_until_resumes_with_their_old_values_only(tmp_path):
+    old = {"model": "bundled", "guidance_scale": 0.05, "guidance": "clean", "sampling_steps": 50, "recurrence": 1}
+    (tmp_path / RUN_SETTINGS_NAME).write_text(json.dumps({"seed": 0, "synthesis": {}, "diffusion": old}))
+    then = {"seed": 0, "synthesis": {"ensemble": "joint"}, "diffusion": {**old, "eta": 0.0, "guide_until": None}}
+    runstate.check_run_settings(tmp_path, then)
+    with pytest.raises(UserError, match="other settings .*diffusion:"):
+        runstate.check_run_settings(tmp_path, {**then, "diffusion": {**old, "eta": 1.0, "guide_until": 0.9}})
+    with pytest.raises(UserError, match="other settings .*synthesis:"):
+        runstate.check_run_settings(tmp_path, {**then, "synthesis": {"ensemble": "round_robin"}})
+
+
 def test_a_run_dir_recorded_before_the_stall_rule_resumes_without_it_only(tmp_path):
     (tmp_path / RUN_SETTINGS_NAME).write_text('{"seed": 0, "synthesis": {"threshold": 0.75}}')
     without = {"seed": 0, "synthesis": {"threshold": 0.75, "stall_steps": None, "stall_gain": 0.01}}
