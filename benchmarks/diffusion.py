@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import yaml
 
+from controversial.config import load_model_config
 from controversial.datasets import DataOptions, dataset_info
 from controversial.synthesis.engine import BatchResult, ordered_class_pairs
 from controversial.synthesis.grids import plot_stimulus_grid
@@ -64,8 +64,7 @@ def run_method(
     """Attempts until every cell is accepted or ``max_attempts``; a retry is the cell's next seed."""
     models = [load_model(name) for name in names]
     info = dataset_info(models[0].dataset)
-    configs = [yaml.safe_load((ROOT / "conf" / "model" / f"{n}.yaml").read_text()) for n in names]
-    declared = [config.get("synthesis_init") for config in configs]
+    declared = [load_model_config(ROOT / "conf" / "model" / f"{n}.yaml").synthesis_init for n in names]
     start = "gaussian" if method == "diffusion" else ("test_image" if "test_image" in declared else "noise")
     outcome, pending = Outcome(), list(cells)
     for attempt in range(max_attempts):

@@ -137,6 +137,13 @@ def kid(features: torch.Tensor, reference: torch.Tensor, seed: int = 0) -> tuple
     return 1000 * float(mean), 1000 * float(std)
 
 
+def _reference_split(n_test: int, n_reference: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """The indices of the test images drawn as the reference, and of the rest (where floors are drawn): the
+    first ``n_reference`` of a seeded permutation, so ``classes_floor`` can redraw the split from the seed."""
+    order = torch.randperm(n_test, generator=generator)
+    return order[:n_reference], order[n_reference:]
+
+
 def reference_statistics(
     net: nn.Module, test_images: torch.Tensor, seed: int = 0, draws: int = BASELINE_DRAWS
 ) -> dict[str, Any]:
@@ -146,13 +153,12 @@ def reference_statistics(
     The floor is the mean KID of ``draws`` draws of ``BASELINE_IMAGES`` test images outside the
     reference; the ceiling likewise for uniform noise. ``test_images`` are in [0, 1]."""
     generator = torch.Generator().manual_seed(seed)
-    order = torch.randperm(len(test_images), generator=generator)
     n_reference = min(REFERENCE_IMAGES, len(test_images) - BASELINE_IMAGES)
     if n_reference < BASELINE_IMAGES:
         raise UserError(f"a feature network's reference needs at least {2 * BASELINE_IMAGES} test images")
+    chosen, held_out = _reference_split(len(test_images), n_reference, generator)
     net = net.eval()
-    reference = penultimate_features(net, quantized(test_images[order[:n_reference]])).half()
-    held_out = order[n_reference:]
+    reference = penultimate_features(net, quantized(test_images[chosen])).half()
     floors, ceilings = [], []
     for draw in range(draws):
         picks = held_out[torch.randperm(len(held_out), generator=generator)[:BASELINE_IMAGES]]
@@ -248,8 +254,8 @@ def classes_floor(dataset: str, classes: Sequence[int], n: int, root: str | os.P
 
     network = load_feature_network(feature_network_file(dataset_info(dataset)))
     images, labels = load_dataset(dataset, "test", root).tensors
-    order = torch.randperm(len(images), generator=torch.Generator().manual_seed(network.reference_seed))
-    held_out = order[len(network.reference) :]
+    generator = torch.Generator().manual_seed(network.reference_seed)
+    _, held_out = _reference_split(len(images), len(network.reference), generator)
     by_class = {c: held_out[labels[held_out] == c].tolist() for c in classes}
     if any(len(found) < n for found in by_class.values()):
         raise UserError(f"classes_floor: fewer than {n} test images outside the reference in one of {list(classes)}")

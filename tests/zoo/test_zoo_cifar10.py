@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers import check_bundled_instance, input_gradient
+from helpers import check_bundled_instance, input_gradient, slice_accuracy
 
 from controversial.config import load_model_config, model_config_files
 from controversial.zoo.archs.kde import GaussianKDE
@@ -268,12 +268,6 @@ def test_slice():
     return images[::50].float() / 255, labels[::50]
 
 
-def _accuracy(model, test_slice) -> float:
-    images, labels = test_slice
-    with torch.no_grad():
-        return float((model(images).argmax(1) == labels).float().mean())
-
-
 def test_every_bundled_checkpoint_has_a_floor_and_every_floor_a_checkpoint():
     """The data tests below are parametrized by CHECKPOINT_FLOORS, so a vanished checkpoint fails, never
     silently collects nothing."""
@@ -288,7 +282,7 @@ def test_bundled_checkpoint_accuracy_andinput_gradient(name, test_slice):
 
     model = load_model(name, dataset="cifar10")
     images, _ = test_slice
-    accuracy = _accuracy(model, test_slice)
+    accuracy = slice_accuracy(model, test_slice)
     assert accuracy >= CHECKPOINT_FLOORS[name], f"{name}: {accuracy:.3f} on 200 test images"
     grad = input_gradient(model, images[:4])
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
@@ -318,4 +312,4 @@ INSTANCE_FILES = sorted(p.relative_to(MODELS_DIR).as_posix() for p in (MODELS_DI
 @pytest.mark.data
 @pytest.mark.parametrize("relative", INSTANCE_FILES)
 def test_bundled_instances_reach_their_familys_floor(relative, test_slice):
-    check_bundled_instance(MODELS_DIR / relative, CHECKPOINT_FLOORS, lambda model: _accuracy(model, test_slice))
+    check_bundled_instance(MODELS_DIR / relative, CHECKPOINT_FLOORS, test_slice)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import check_bundled_instance, input_gradient
+from helpers import check_bundled_instance, input_gradient, slice_accuracy
 
 from controversial.zoo.archs.capsnet import route, squash
 from controversial.zoo.attacks import pgd, project
@@ -187,11 +187,9 @@ def test_bundled_checkpoint_accuracy_andinput_gradient(name, test_slice):
     if not checkpoint_path(name, "mnist").is_file():
         pytest.fail(f"models/mnist/{name}.pt is missing: python train.py model={name}")
     model = load_model(name, dataset="mnist")
-    images, labels = test_slice
-    with torch.no_grad():
-        accuracy = float((model(images).argmax(1) == labels).float().mean())
+    accuracy = slice_accuracy(model, test_slice)
     assert accuracy >= CHECKPOINT_FLOORS[name], f"{name}: {accuracy:.3f} on the first 500 test images"
-    grad = input_gradient(model, images[:8])
+    grad = input_gradient(model, test_slice[0][:8])
     assert torch.isfinite(grad).all() and grad.abs().sum() > 0
 
 
@@ -201,13 +199,7 @@ INSTANCE_FILES = sorted(p.relative_to(MODELS_DIR).as_posix() for p in (MODELS_DI
 @pytest.mark.data
 @pytest.mark.parametrize("relative", INSTANCE_FILES)
 def test_bundled_instances_reach_their_familys_floor(relative, test_slice):
-    images, labels = test_slice
-
-    def accuracy(model) -> float:
-        with torch.no_grad():
-            return float((model(images).argmax(1) == labels).float().mean())
-
-    check_bundled_instance(MODELS_DIR / relative, CHECKPOINT_FLOORS, accuracy)
+    check_bundled_instance(MODELS_DIR / relative, CHECKPOINT_FLOORS, test_slice)
 
 
 def test_robustness_metrics_only_for_adversarial_training():
