@@ -17,7 +17,8 @@ Synthesis settings are the main job's (threshold 0.75, up to 5 attempts); ``--cl
 ordered pairs among them), ``--max-attempts`` and ``--max-steps`` shorten the runs, ``--set`` passes more
 ``synthesize.py`` overrides (``--set synthesis.stop_score=null``: the paper's run to convergence);
 ``--ensemble-set`` adds overrides to the ensemble conditions only (``synthesis.jitter=1``: transformation
-robustness), compared with the plain single checkpoint. Times are the synthesis wall time recorded in the manifests
+robustness), compared with the plain single checkpoint; given more than once, each ensemble condition runs once per
+setting, all against the same single checkpoint in one run. Times are the synthesis wall time recorded in the manifests
 (model loading excluded), per accepted stimulus.
 """
 
@@ -50,6 +51,7 @@ DEFAULT_CONDITIONS = ["single", "ensemble", "round_robin"]
 class Cell:
     pair: str
     condition: str
+    setting: str  # the ensemble's own overrides (--ensemble-set), "" for none
     synthesized_on: str
     held_out: str
     accepted: int  # stimuli (a retry batch may accept a cell twice: see retry_lookahead) ...
@@ -100,7 +102,9 @@ def heldout_hard(run_dir: Path, rows: list, models: list, groups: list[int]) -> 
     return hard_score(logits, targets, groups).tolist(), each
 
 
-def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path) -> Cell:
+def run_cell(a: str, b: str, condition: str, setting: list[str], args: argparse.Namespace, out: Path) -> Cell:
+    """Synthesize one pair under one condition (``setting``: overrides for this ensemble only) and score the
+    accepted stimuli under the held-out instances."""
     from controversial.api import run_command
 
     used = []
@@ -118,10 +122,11 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
     overrides += [f"synthesis.classes=[{','.join(map(str, args.classes))}]", f"max_attempts={args.max_attempts}"]
     if args.max_steps is not None:
         overrides.append(f"synthesis.max_steps={args.max_steps}")
-    overrides += args.set + (args.ensemble_set if condition != "single" else [])
-    if condition != "single" and args.ensemble_set:
-        used[-1] += f" ({' '.join(o.split('.', 1)[-1] for o in args.ensemble_set)})"
-    run_dir = out / f"{a}_vs_{b}_{condition}"
+    overrides += args.set + setting
+    label = " ".join(o.split(".", 1)[-1] for o in setting)
+    if label:
+        used[-1] += f" ({label})"
+    run_dir = out / f"{a}_vs_{b}_{condition}" / "_".join(o.replace("/", "-") for o in setting)
     rows = run_command("synthesize", overrides, run_dir)
     accepted = [r for r in rows if r.accepted]
     models, groups, labels = heldout_models((a, b))
@@ -131,6 +136,7 @@ def run_cell(a: str, b: str, condition: str, args: argparse.Namespace, out: Path
     return Cell(
         f"{a} vs {b}",
         condition,
+        label,
         ", ".join(used),
         ", ".join(labels) or "none",
         len(accepted),
@@ -158,19 +164,19 @@ def table(cells: list[Cell]) -> str:
             f"| {median} | {c.sides_kept} | {seconds} |"
         )
     ratios = ["", "| pair | ensemble | transfer / single's | time per accepted / single's |", "|---|---|---|---|"]
-    by_pair: dict[str, dict[str, Cell]] = {}
+    by_pair: dict[str, list[Cell]] = {}
     for c in cells:
-        by_pair.setdefault(c.pair, {})[c.condition] = c
+        by_pair.setdefault(c.pair, []).append(c)
     for pair, found in by_pair.items():  # ratios only where both conditions accepted something
-        single = found.get("single")
+        single = next((c for c in found if c.condition == "single"), None)
         if single is None or not single.accepted:
             continue
-        for condition in [c for c in CONDITIONS if c != "single" and c in found and found[c].accepted]:
-            ensemble = found[condition]
+        for ensemble in [c for c in found if c.condition != "single" and c.accepted]:
             rates = [c.transferred / c.accepted for c in (single, ensemble)]
             ratio = f"{rates[1] / rates[0]:.2f}x" if rates[0] > 0 else f"{100 * rates[0]:.0f}% -> {100 * rates[1]:.0f}%"
             time_ratio = ensemble.seconds_per_accepted / single.seconds_per_accepted
-            ratios.append(f"| {pair} | {condition} | {ratio} | {time_ratio:.2f}x |")
+            name = f"{ensemble.condition} ({ensemble.setting})" if ensemble.setting else ensemble.condition
+            ratios.append(f"| {pair} | {name} | {ratio} | {time_ratio:.2f}x |")
     return "\n".join(lines + ratios)
 
 
@@ -214,15 +220,17 @@ def main() -> None:
     parser.add_argument(
         "--ensemble-set",
         nargs="*",
-        default=[],
+        action="append",
+        default=None,
         help="overrides for the ensemble conditions only, compared in one run with the plain single checkpoint, "
-        "e.g. synthesis.jitter=1 (transformation robustness)",
+        "e.g. synthesis.jitter=1 (transformation robustness); repeat it for several settings of the ensembles",
     )
     parser.add_argument("--main-run", type=Path, default=None, help="a run dir of the main job to re-score")
     parser.add_argument("--out", type=Path, default=None, help="where the runs go (default: a temporary folder)")
     args = parser.parse_args()
     os.environ.setdefault("CONTROVERSIAL_DATA_ROOT", str(ROOT.parent / "shared" / "data"))
     out = args.out or Path(tempfile.mkdtemp(prefix="transfer_"))
+    settings: list[list[str]] = args.ensemble_set or [[]]
     start = time.perf_counter()
     cells = []
     for pair in args.pairs:
@@ -231,8 +239,9 @@ def main() -> None:
             print(f"{a} vs {b}: skipped, neither model has a trained instance {HELD_OUT} to hold out")
             continue
         for condition in args.conditions:
-            cells.append(run_cell(a, b, condition, args, out))
-            print(table(cells[-1:]).splitlines()[2], flush=True)
+            for setting in [[]] if condition == "single" else settings:
+                cells.append(run_cell(a, b, condition, setting, args, out))
+                print(table(cells[-1:]).splitlines()[2], flush=True)
     if cells:
         print(
             f"\ncells among classes {args.classes}, max_attempts {args.max_attempts}, "
