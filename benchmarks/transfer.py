@@ -18,7 +18,8 @@ ordered pairs among them), ``--max-attempts`` and ``--max-steps`` shorten the ru
 ``synthesize.py`` overrides (``--set synthesis.stop_score=null``: the paper's run to convergence);
 ``--ensemble-set`` adds overrides to the ensemble conditions only (``synthesis.jitter=1``: transformation
 robustness), compared with the plain single checkpoint; given more than once, each ensemble condition runs once per
-setting, all against the same single checkpoint in one run. Times are the synthesis wall time recorded in the manifests
+setting, all against the same single checkpoint in one run (a setting may pick a model's instances itself,
+``model_a.instances=[0,1,3]``, instead of the condition's). Times are the synthesis wall time recorded in the manifests
 (model loading excluded), per accepted stimulus.
 """
 
@@ -108,12 +109,19 @@ def run_cell(a: str, b: str, condition: str, setting: list[str], args: argparse.
     from controversial.api import run_command
 
     used = []
+    run_dir = out / f"{a}_vs_{b}_{condition}" / "_".join(o.replace("/", "-") for o in setting)
     chosen, ensemble = CONDITIONS[condition]
     overrides = [f"model_a={a}", f"model_b={b}", "progress=false", "wandb.mode=disabled", "heldout=false"]
     overrides.append(f"synthesis.ensemble={ensemble}")
     for role, name in (("model_a", a), ("model_b", b)):
         trained = bundled_instances(name)
         seeds = chosen if chosen is not None else [s for s in sorted(trained) if s != HELD_OUT]
+        given = [o.split("=", 1)[1].strip("[]") for o in setting if o.startswith(f"{role}.instances=")]
+        if given:  # the setting picks this model's instances itself (e.g. model_a.instances=[0,1,3])
+            seeds = [int(s) for s in given[-1].split(",")]
+            setting = [o for o in setting if not o.startswith(f"{role}.instances=")]
+            if HELD_OUT in seeds:
+                raise SystemExit(f"--ensemble-set {role}.instances must leave out the held-out instance {HELD_OUT}")
         if len(trained) > HELD_OUT:
             overrides.append(f"{role}.instances=[{','.join(map(str, seeds))}]")
             used.append(f"{name}@{'+'.join(map(str, seeds))}" + (" in turn" if ensemble == "round_robin" else ""))
@@ -126,7 +134,6 @@ def run_cell(a: str, b: str, condition: str, setting: list[str], args: argparse.
     label = " ".join(o.split(".", 1)[-1] for o in setting)
     if label:
         used[-1] += f" ({label})"
-    run_dir = out / f"{a}_vs_{b}_{condition}" / "_".join(o.replace("/", "-") for o in setting)
     rows = run_command("synthesize", overrides, run_dir)
     accepted = [r for r in rows if r.accepted]
     models, groups, labels = heldout_models((a, b))
