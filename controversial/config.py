@@ -76,10 +76,11 @@ class ModelOptions(Options):
         "gradient leads nowhere from uniform noise (the JEM)",
     )
     train: TrainOptions = Field(default_factory=TrainOptions)
-    instances: list[int] | None = Field(
+    instances: list[int] | Literal["all"] | None = Field(
         None,
         description="synthesize against these trained instances (seeds) together, each of which must see its "
-        "target (docs/synthesis.md, Instances); default: the checkpoint alone",
+        "target (docs/synthesis.md, Instances); all: every trained one but the seeds in instances_except (what a "
+        "sweep over models with different instances needs); default: the checkpoint alone",
     )
     purpose: Literal["classifier", "features"] = Field(
         "classifier",

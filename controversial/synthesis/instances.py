@@ -45,6 +45,30 @@ class PairInstances:
         return replace(self, models=[m.to(device) for m in self.models], heldout=[m.to(device) for m in self.heldout])
 
 
+def resolve_instances(spec: ModelOptions, role: str, held_out: Sequence[int]) -> ModelOptions:
+    """``spec`` with ``instances=all`` replaced by the seeds it stands for: every trained instance but the
+    ``held_out`` ones, in seed order (None, the checkpoint alone, when that leaves only the checkpoint). A run
+    records the seeds, not ``all``, so an instance trained later makes its resume a settings mismatch, never a
+    silent change of ensemble."""
+    if spec.instances is None:
+        return spec
+    if spec.instances != "all":
+        named = sorted(set(spec.instances) & set(held_out))
+        if named:
+            raise UserError(f"{role}.instances names seed {named[0]}, which instances_except holds out; drop one")
+        return spec
+    trained = find_instances(spec.checkpoint)
+    seeds = [seed for seed in trained if seed not in held_out]
+    if not seeds:
+        raise UserError(
+            f"{role}.instances=all: model '{spec.name}' has no trained instance outside instances_except="
+            f"{list(held_out)} (trained: {', '.join(map(str, trained)) or 'none'})"
+        )
+    if len(seeds) == 1 and trained[seeds[0]] == Path(spec.checkpoint):
+        return spec.model_copy(update={"instances": None})
+    return spec.model_copy(update={"instances": seeds})
+
+
 def _checked(model: CalibratedModel, spec: ModelOptions, path: Path, role: str) -> CalibratedModel:
     if model.dataset != spec.dataset:
         raise UserError(f"{path} holds a {model.dataset} model, but {role}={spec.name} is a {spec.dataset} model")
@@ -70,6 +94,8 @@ def load_pair_instances(
         else:
             if not spec.instances:
                 raise UserError(f"{role}.instances is empty; name at least one trained seed, e.g. [0, 1]")
+            if spec.instances == "all":
+                raise ValueError(f"{role}.instances=all must be resolved first (resolve_instances)")
             used = select_instances(spec.name, spec.checkpoint, list(spec.instances))
             models += [_checked(load_checkpoint(p, data_root), spec, p, role) for p in used.values()]
         groups += [group] * len(used)

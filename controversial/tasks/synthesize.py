@@ -41,7 +41,7 @@ from controversial.synthesis.engine import (
     ordered_class_pairs,
 )
 from controversial.synthesis.grids import plot_stimulus_grid
-from controversial.synthesis.instances import PairInstances, load_pair_instances, with_instances
+from controversial.synthesis.instances import PairInstances, load_pair_instances, resolve_instances, with_instances
 from controversial.synthesis.naturalness import NATURALNESS_NAME, NaturalnessOptions, stimulus_images, summarise
 from controversial.synthesis.options import (
     METHODS,
@@ -84,6 +84,10 @@ class SynthesizeSettings(Options):
     optimizer: OptimizerOptions = Field(default_factory=OptimizerOptions)
     data: DataOptions = Field(default_factory=DataOptions)
     heldout: bool = Field(True, description="score every stimulus under the models' other trained instances too")
+    instances_except: list[int] = Field(
+        default_factory=list,
+        description="seeds that model_a/model_b.instances=all leave out, so they stay held out (e.g. [2])",
+    )
     naturalness: NaturalnessOptions = Field(default_factory=NaturalnessOptions)
     progress: bool = Field(True, description="progress bar on a terminal, periodic lines in a log file")
     output_dir: str | None = Field(None, description="re-enter a run dir to resume it; default: a new timestamped one")
@@ -98,7 +102,14 @@ class SynthesizeSettings(Options):
         if self.synthesis.method == "diffusion" and self.init != "auto":
             raise UserError(f"init={self.init} is for gradient ascent; synthesis.method=diffusion starts from noise")
         chosen_classes(self.synthesis.classes, dataset_info(self.model_a.dataset).class_names)  # names checked early
+        if self.instances_except and "all" not in (self.model_a.instances, self.model_b.instances):
+            raise UserError("instances_except applies to model_a.instances=all or model_b.instances=all; set one")
         return self
+
+    def pair_specs(self) -> list[ModelOptions]:
+        """model_a and model_b, ``instances=all`` resolved to seeds (``resolve_instances``)."""
+        roles = (("model_a", self.model_a), ("model_b", self.model_b))
+        return [resolve_instances(spec, role, self.instances_except) for role, spec in roles]
 
     @property
     def steps(self) -> int:
@@ -150,7 +161,7 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
         "model_b": cfg.model_b.name,
         "checkpoint_a_sha256": _sha256(Path(cfg.model_a.checkpoint)),
         "checkpoint_b_sha256": _sha256(Path(cfg.model_b.checkpoint)),
-        **{f"instances_{k}": m.instances for k, m in (("a", cfg.model_a), ("b", cfg.model_b)) if m.instances},
+        **{f"instances_{k}": m.instances for k, m in zip("ab", cfg.pair_specs()) if m.instances},
         "seed": cfg.seed,
         "seeds_per_cell": cfg.seeds_per_cell,
         "init": cfg.start,
@@ -256,7 +267,7 @@ def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
         from controversial.synthesis.diffusion_model import load_prior
 
         load_prior(cfg.diffusion.model, cfg.model_a.dataset)
-    specs, roles = [cfg.model_a, cfg.model_b], ["model_a", "model_b"]
+    specs, roles = cfg.pair_specs(), ["model_a", "model_b"]
     models = load_pair_instances(specs, cfg.data.root, roles, cfg.heldout).to(device)
     if cfg.synthesis.torch_compile:
         compile_networks(models.models)

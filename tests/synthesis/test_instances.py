@@ -1,5 +1,6 @@
 """Trained instances: recorded and found by seed, ensembles in the objective, held-out columns and transfer."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -288,3 +289,31 @@ def test_evaluate_writes_each_instance_and_their_mean(tmp_path, capsys):
     p = {(r.model, r.category): r.probability for r in read_model_responses(path).rows}
     assert {model for model, _ in p} == {"vgg@0", "vgg@2", "vgg"}
     assert p[("vgg", "3")] == pytest.approx((p[("vgg@0", "3")] + p[("vgg@2", "3")]) / 2, abs=1e-5)
+
+
+def test_instances_all_takes_every_trained_seed_but_the_held_out_ones(tmp_path):
+    folder = tmp_path / "checkpoints"
+    overrides = tiny_abs_vgg_overrides(folder)
+    for seed in (1, 2, 3):
+        write_instance(folder / "vgg.pt", seed)
+    quick = ["synthesis.classes=[3,7]", "synthesis.max_steps=5", "max_attempts=1", "progress=false"]
+    every = ["model_a.instances=all", "model_b.instances=all", "instances_except=[2]"]  # what a sweep passes
+    rows = run_task("synthesize", [*overrides, *quick, *every], tmp_path / "all")
+    assert {(r.instances_a, r.instances_b) for r in rows} == {("0", "0,1,3")}  # abs has its checkpoint alone
+    assert [p.split(":")[0] for p in rows[0].heldout_probabilities.split(";")] == ["vgg@2"]
+    recorded = json.loads((tmp_path / "all" / "run_settings.json").read_text())
+    assert recorded["instances_b"] == [0, 1, 3] and "instances_a" not in recorded  # the seeds, not "all"
+    spelled = run_task("synthesize", [*overrides, *quick, "model_b.instances=[0,1,3]"], tmp_path / "spelled")
+    for row, same in zip(rows, spelled):  # the same ensemble as the seeds spelled out: the same images
+        assert (tmp_path / "all" / row.image_file).read_bytes() == (tmp_path / "spelled" / same.image_file).read_bytes()
+
+    write_instance(folder / "vgg.pt", 4)  # trained later: resuming the run must not quietly take it in
+    with pytest.raises(UserError, match="instances_b"):
+        run_task("synthesize", [*overrides, *quick, *every, "max_attempts=2"], tmp_path / "all")
+    with pytest.raises(ValueError, match="instances_except applies to model_a.instances=all"):  # the settings' check
+        run_task("synthesize", [*overrides, *quick, "instances_except=[2]"], tmp_path / "no_all")
+    with pytest.raises(UserError, match="model_b.instances names seed 2, which instances_except holds out"):
+        run_task("synthesize", [*overrides, *quick, "model_a.instances=all", "model_b.instances=[0,2]",
+                                "instances_except=[2]"], tmp_path / "clash")  # fmt: skip
+    with pytest.raises(UserError, match=r"model 'abs' has no trained instance outside instances_except=\[0\]"):
+        run_task("synthesize", [*overrides, *quick, "model_a.instances=all", "instances_except=[0]"], tmp_path / "none")
