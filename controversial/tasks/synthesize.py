@@ -19,6 +19,7 @@ import shlex
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -149,8 +150,9 @@ def _cells(cfg: SynthesizeSettings) -> list[tuple[int, int]]:
     return ordered_class_pairs(_classes(cfg))
 
 
-def result_settings(cfg: SynthesizeSettings) -> dict:
-    """What determines a run dir's results; a resumed run must match it (max_attempts may grow).
+def result_settings(cfg: SynthesizeSettings, specs: Sequence[ModelOptions]) -> dict:
+    """What determines a run dir's results; a resumed run must match it (max_attempts may grow). ``specs``: model_a
+    and model_b as synthesized (``cfg.pair_specs()``, the seeds of ``instances=all`` resolved once per run).
 
     It also records the dataset's class names (and ``synthesis.classes`` as indices), so every later stage
     reads a run's classes from here, without the dataset being registered where it runs."""
@@ -161,7 +163,7 @@ def result_settings(cfg: SynthesizeSettings) -> dict:
         "model_b": cfg.model_b.name,
         "checkpoint_a_sha256": _sha256(Path(cfg.model_a.checkpoint)),
         "checkpoint_b_sha256": _sha256(Path(cfg.model_b.checkpoint)),
-        **{f"instances_{k}": m.instances for k, m in zip("ab", cfg.pair_specs()) if m.instances},
+        **{f"instances_{k}": m.instances for k, m in zip("ab", specs) if m.instances},
         "seed": cfg.seed,
         "seeds_per_cell": cfg.seeds_per_cell,
         "init": cfg.start,
@@ -273,7 +275,7 @@ def _run(cfg: SynthesizeSettings, invocation: Invocation) -> list[ManifestRow]:
         compile_networks(models.models)
     with runstate.exclusive_run_dir(out_dir):
         runstate.remove_stale_temp_files(out_dir)
-        runstate.check_run_settings(out_dir, result_settings(cfg))
+        runstate.check_run_settings(out_dir, result_settings(cfg, specs))
         rows = runstate.load_finished_rows(out_dir, cfg.model_a.name, cfg.model_b.name)
         tracker = start_tracking(
             cfg.wandb.mode,
